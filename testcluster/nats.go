@@ -1,0 +1,581 @@
+package testcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// NATSOption configures StartNATS.
+type NATSOption func(*natsConfig)
+
+type natsConfig struct {
+	nodes     int
+	jetStream bool
+	ldmDur    time.Duration
+	ldmGrace  time.Duration
+	tls       bool
+	proxies   bool
+	delay     time.Duration
+	logger    zerolog.Logger
+	dir       string
+	readyWait time.Duration
+}
+
+// WithNodes sets the number of nodes (default 3, at least 1).
+func WithNodes(n int) NATSOption { return func(c *natsConfig) { c.nodes = n } }
+
+// WithJetStream enables JetStream on every node with a store in a temporary
+// directory that Close removes.
+func WithJetStream() NATSOption { return func(c *natsConfig) { c.jetStream = true } }
+
+// WithLameDuck sets the lame-duck duration and grace period of every node.
+// The grace period is how long a node waits after announcing LDM before it
+// evicts its clients; the duration bounds the whole eviction. The defaults
+// are a 10 s grace, as nats-server ships, and a duration 1 s longer so that
+// every client is gone soon after the grace period ends.
+func WithLameDuck(duration, grace time.Duration) NATSOption {
+	return func(c *natsConfig) { c.ldmDur, c.ldmGrace = duration, grace }
+}
+
+// WithTLS serves TLS on every client port, with a certificate signed by a CA
+// generated at start (see NATSCluster.CA).
+func WithTLS() NATSOption { return func(c *natsConfig) { c.tls = true } }
+
+// WithProxies puts a FaultProxy in front of every node's client port. The
+// URLs the cluster hands out, and the ones nodes advertise to clients, go
+// through the proxies.
+func WithProxies() NATSOption { return func(c *natsConfig) { c.proxies = true } }
+
+// WithClientRTT puts a FaultProxy in front of every node (as WithProxies)
+// with rtt/2 of latency in each direction.
+func WithClientRTT(rtt time.Duration) NATSOption {
+	return func(c *natsConfig) { c.proxies = true; c.delay = rtt / 2 }
+}
+
+// WithLogger sends the servers' log lines to l (default: no logging).
+func WithLogger(l zerolog.Logger) NATSOption { return func(c *natsConfig) { c.logger = l } }
+
+// WithDir keeps server state (JetStream store, CA file) under dir instead of
+// a temporary directory. The directory is not removed by Close.
+func WithDir(dir string) NATSOption { return func(c *natsConfig) { c.dir = dir } }
+
+// WithReadyTimeout bounds how long StartNATS and Restart wait for the
+// cluster to forward end to end (default 30 s).
+func WithReadyTimeout(d time.Duration) NATSOption { return func(c *natsConfig) { c.readyWait = d } }
+
+// NATSCluster is an embedded nats-server cluster on loopback.
+type NATSCluster struct {
+	cfg     natsConfig
+	dir     string
+	ownDir  bool
+	ca      *CA
+	nodes   []*Node
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// Node is one server of a NATSCluster.
+type Node struct {
+	c           *NATSCluster
+	index       int
+	name        string
+	clientPort  int
+	clusterPort int
+	proxy       *FaultProxy
+
+	mu      sync.Mutex
+	srv     *server.Server
+	ldmDone chan struct{}
+}
+
+// StartNATS starts an N-node cluster (default 3) on free loopback ports and
+// returns once every node forwards to every other node end to end: a
+// message published on each node reaches a subscriber on each node. A route
+// listed in Routez is not enough; a node can take a second more before it
+// forwards (the route readiness trap).
+func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
+	cfg := natsConfig{
+		nodes:     3,
+		ldmGrace:  10 * time.Second,
+		logger:    zerolog.Nop(),
+		readyWait: 30 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.nodes < 1 {
+		return nil, fmt.Errorf("testcluster: nodes must be at least 1, got %d", cfg.nodes)
+	}
+	if cfg.ldmDur == 0 {
+		cfg.ldmDur = cfg.ldmGrace + time.Second
+	}
+	if cfg.ldmGrace >= cfg.ldmDur {
+		return nil, fmt.Errorf("testcluster: lame-duck grace %v must be shorter than the duration %v", cfg.ldmGrace, cfg.ldmDur)
+	}
+	c := &NATSCluster{cfg: cfg, dir: cfg.dir}
+	if c.dir == "" {
+		d, err := os.MkdirTemp("", "apbridge-nats-")
+		if err != nil {
+			return nil, err
+		}
+		c.dir, c.ownDir = d, true
+	}
+	if cfg.tls {
+		ca, err := newCA(c.dir)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.ca = ca
+	}
+	for i := range cfg.nodes {
+		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
+		var err error
+		if n.clientPort, err = freePort(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if n.clusterPort, err = freePort(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		if cfg.proxies {
+			p, err := NewFaultProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort)))
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			p.SetDelay(cfg.delay)
+			n.proxy = p
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	for _, n := range c.nodes {
+		if err := n.start(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, cfg.readyWait)
+	defer cancel()
+	if err := c.WaitReady(wctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("testcluster: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (n *Node) options() (*server.Options, error) {
+	cfg := n.c.cfg
+	o := &server.Options{
+		ServerName:          n.name,
+		Host:                "127.0.0.1",
+		Port:                n.clientPort,
+		NoLog:               true,
+		NoSigs:              true,
+		LameDuckDuration:    cfg.ldmDur,
+		LameDuckGracePeriod: cfg.ldmGrace,
+		MaxPayload:          server.MAX_PAYLOAD_SIZE,
+		Cluster: server.ClusterOpts{
+			Name: "apbridge",
+			Host: "127.0.0.1",
+			Port: n.clusterPort,
+		},
+	}
+	if n.proxy != nil {
+		o.ClientAdvertise = n.proxy.Addr()
+	}
+	var routes []string
+	for _, other := range n.c.nodes {
+		if other != n {
+			routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(other.clusterPort))
+		}
+	}
+	if len(routes) > 0 {
+		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+	}
+	if cfg.jetStream {
+		o.JetStream = true
+		o.StoreDir = filepath.Join(n.c.dir, "js", n.name)
+	}
+	if n.c.ca != nil {
+		o.TLS = true
+		o.TLSConfig = n.c.ca.ServerConfig()
+		o.TLSTimeout = 5
+	}
+	return o, nil
+}
+
+func (n *Node) start() error {
+	o, err := n.options()
+	if err != nil {
+		return err
+	}
+	var srv *server.Server
+	// A freed port can be taken by someone else before we bind it again;
+	// retry a few times so a restart is not flaky for that reason.
+	for attempt := 0; ; attempt++ {
+		srv, err = server.NewServer(o)
+		if err != nil {
+			return fmt.Errorf("testcluster: node %s: %w", n.name, err)
+		}
+		if n.c.cfg.logger.GetLevel() != zerolog.Disabled {
+			srv.SetLoggerV2(&serverLogger{l: n.c.cfg.logger.With().Str("node", n.name).Logger()}, false, false, false)
+		}
+		srv.Start()
+		if srv.ReadyForConnections(10 * time.Second) {
+			break
+		}
+		srv.Shutdown()
+		if attempt == 4 {
+			return fmt.Errorf("testcluster: node %s did not start on port %d", n.name, n.clientPort)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	n.mu.Lock()
+	n.srv = srv
+	n.ldmDone = nil
+	n.mu.Unlock()
+	return nil
+}
+
+// CA returns the certificate authority of a cluster started WithTLS, or nil.
+func (c *NATSCluster) CA() *CA { return c.ca }
+
+// Dir returns the directory that holds the cluster's state.
+func (c *NATSCluster) Dir() string { return c.dir }
+
+// Nodes returns the cluster's nodes in order.
+func (c *NATSCluster) Nodes() []*Node { return append([]*Node(nil), c.nodes...) }
+
+// Node returns the i-th node (0-based).
+func (c *NATSCluster) Node(i int) *Node { return c.nodes[i] }
+
+// URLs returns every node's client URL (through its proxy if the cluster
+// has proxies).
+func (c *NATSCluster) URLs() []string {
+	urls := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		urls[i] = n.URL()
+	}
+	return urls
+}
+
+// NodeByServerID returns the running node whose server ID is id, or nil.
+func (c *NATSCluster) NodeByServerID(id string) *Node {
+	for _, n := range c.nodes {
+		if n.ServerID() == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// NodeByURL returns the node whose client URL or direct URL has the same
+// host:port as u, or nil.
+func (c *NATSCluster) NodeByURL(u string) *Node {
+	hp := hostPort(u)
+	for _, n := range c.nodes {
+		if hostPort(n.URL()) == hp || hostPort(n.DirectURL()) == hp {
+			return n
+		}
+	}
+	return nil
+}
+
+func hostPort(u string) string {
+	if pu, err := url.Parse(u); err == nil && pu.Host != "" {
+		return pu.Host
+	}
+	return u
+}
+
+// ClientOptions returns nats.go options that a client of this cluster
+// needs: the CA when the cluster serves TLS.
+func (c *NATSCluster) ClientOptions() []nats.Option {
+	if c.ca == nil {
+		return nil
+	}
+	return []nats.Option{nats.Secure(c.ca.ClientConfig())}
+}
+
+// WaitReady waits until every running node forwards to every other running
+// node end to end, and, with JetStream, until every node answers the
+// JetStream API.
+func (c *NATSCluster) WaitReady(ctx context.Context) error {
+	var lastErr error
+	for {
+		err := c.probe(ctx)
+		if err == nil {
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testcluster: cluster not ready: %w (last probe: %v)", ctx.Err(), lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (c *NATSCluster) probe(ctx context.Context) error {
+	var running []*Node
+	for _, n := range c.nodes {
+		if n.Running() {
+			running = append(running, n)
+		}
+	}
+	if len(running) == 0 {
+		return errors.New("no node is running")
+	}
+	conns := make([]*nats.Conn, len(running))
+	defer func() {
+		for _, nc := range conns {
+			if nc != nil {
+				nc.Close()
+			}
+		}
+	}()
+	subs := make([]chan *nats.Msg, len(running))
+	token := nats.NewInbox()
+	for i, n := range running {
+		opts := append(c.ClientOptions(), nats.Name("testcluster-probe"), nats.NoReconnect(), nats.Timeout(2*time.Second))
+		nc, err := nats.Connect(n.DirectURL(), opts...)
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", n.name, err)
+		}
+		conns[i] = nc
+		subs[i] = make(chan *nats.Msg, len(running)*2)
+		if _, err := nc.ChanSubscribe(token+"."+n.name, subs[i]); err != nil {
+			return err
+		}
+		if err := nc.FlushTimeout(2 * time.Second); err != nil {
+			return err
+		}
+	}
+	for _, from := range conns {
+		for _, to := range running {
+			if err := from.Publish(token+"."+to.name, nil); err != nil {
+				return err
+			}
+		}
+		if err := from.FlushTimeout(2 * time.Second); err != nil {
+			return err
+		}
+	}
+	deadline := time.NewTimer(time.Second)
+	defer deadline.Stop()
+	for i, n := range running {
+		for range running {
+			select {
+			case <-subs[i]:
+			case <-deadline.C:
+				return fmt.Errorf("node %s did not receive from every node", n.name)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	if c.cfg.jetStream {
+		for i, n := range running {
+			m, err := conns[i].Request("$JS.API.INFO", nil, 2*time.Second)
+			if err != nil {
+				return fmt.Errorf("jetstream on %s: %w", n.name, err)
+			}
+			if len(m.Data) == 0 || bytes.Contains(m.Data, []byte(`"error"`)) {
+				return fmt.Errorf("jetstream on %s not ready: %s", n.name, m.Data)
+			}
+		}
+	}
+	return nil
+}
+
+// Close shuts every node down and removes the temporary state directory.
+// It is idempotent.
+func (c *NATSCluster) Close() {
+	c.closeMu.Lock()
+	if c.closed {
+		c.closeMu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeMu.Unlock()
+	for _, n := range c.nodes {
+		n.Kill()
+		if n.proxy != nil {
+			n.proxy.Close()
+		}
+	}
+	if c.ownDir {
+		os.RemoveAll(c.dir)
+	}
+}
+
+// Name returns the node's server name (n1, n2, ...).
+func (n *Node) Name() string { return n.name }
+
+// Index returns the node's position in the cluster (0-based).
+func (n *Node) Index() int { return n.index }
+
+// URL returns the URL clients should use: through the proxy if there is one.
+func (n *Node) URL() string {
+	if n.proxy != nil {
+		return "nats://" + n.proxy.Addr()
+	}
+	return n.DirectURL()
+}
+
+// DirectURL returns the node's own client URL, bypassing any proxy.
+func (n *Node) DirectURL() string {
+	return "nats://127.0.0.1:" + strconv.Itoa(n.clientPort)
+}
+
+// Proxy returns the FaultProxy in front of the node, or nil.
+func (n *Node) Proxy() *FaultProxy { return n.proxy }
+
+// Server returns the running server, or nil if the node is down.
+func (n *Node) Server() *server.Server {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.srv
+}
+
+// ServerID returns the running server's ID, or "" if the node is down. A
+// restarted node has a new ID.
+func (n *Node) ServerID() string {
+	if s := n.Server(); s != nil && s.Running() {
+		return s.ID()
+	}
+	return ""
+}
+
+// Running reports whether the node's server is up and not shutting down.
+func (n *Node) Running() bool {
+	s := n.Server()
+	return s != nil && s.Running()
+}
+
+// EnterLameDuck puts the node into lame-duck mode and returns at once. The
+// node stops accepting clients, tells its clients, evicts them after the
+// grace period and shuts down. The returned channel is closed when the
+// server has shut down.
+func (n *Node) EnterLameDuck() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ldmDone != nil {
+		return n.ldmDone
+	}
+	done := make(chan struct{})
+	n.ldmDone = done
+	srv := n.srv
+	if srv == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		srv.LameDuckShutdown()
+		srv.WaitForShutdown()
+	}()
+	return done
+}
+
+// LDMClientByID sends the lame-duck notice to one client connection of this
+// node, identified by its server-side client ID, without putting the node
+// into LDM.
+func (n *Node) LDMClientByID(cid uint64) error {
+	s := n.Server()
+	if s == nil {
+		return fmt.Errorf("testcluster: node %s is down", n.name)
+	}
+	return s.LDMClientByID(cid)
+}
+
+// ClientIDs returns the server-side IDs of the node's client connections
+// whose connection name is name (all clients if name is empty).
+func (n *Node) ClientIDs(name string) []uint64 {
+	s := n.Server()
+	if s == nil {
+		return nil
+	}
+	cz, err := s.Connz(&server.ConnzOptions{Limit: 1 << 16})
+	if err != nil {
+		return nil
+	}
+	var ids []uint64
+	for _, ci := range cz.Conns {
+		if name == "" || ci.Name == name {
+			ids = append(ids, ci.Cid)
+		}
+	}
+	return ids
+}
+
+// Kill shuts the node down abruptly: its sockets are closed without a
+// lame-duck notice. It waits for the shutdown to finish.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	srv := n.srv
+	n.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Shutdown()
+	srv.WaitForShutdown()
+}
+
+// Restart starts a stopped (killed or lame-ducked) node on its old ports
+// and waits until the cluster forwards end to end again. A running node is
+// killed first.
+func (n *Node) Restart(ctx context.Context) error {
+	n.Kill()
+	n.mu.Lock()
+	done := n.ldmDone
+	n.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := n.start(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, n.c.cfg.readyWait)
+	defer cancel()
+	return n.c.WaitReady(wctx)
+}
+
+// serverLogger adapts zerolog to nats-server's Logger interface.
+type serverLogger struct{ l zerolog.Logger }
+
+func (s *serverLogger) Noticef(format string, v ...any) { s.l.Info().Msgf(format, v...) }
+func (s *serverLogger) Warnf(format string, v ...any)   { s.l.Warn().Msgf(format, v...) }
+func (s *serverLogger) Fatalf(format string, v ...any)  { s.l.Error().Msgf(format, v...) }
+func (s *serverLogger) Errorf(format string, v ...any)  { s.l.Error().Msgf(format, v...) }
+func (s *serverLogger) Debugf(format string, v ...any)  { s.l.Debug().Msgf(format, v...) }
+func (s *serverLogger) Tracef(format string, v ...any)  { s.l.Trace().Msgf(format, v...) }
