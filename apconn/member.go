@@ -1,0 +1,329 @@
+package apconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// member is one nats.Conn of a Conn: the active, the passive, or an old
+// active being retired. Fields after nc are guarded by Conn.mu.
+type member struct {
+	gen       uint64
+	nc        *nats.Conn
+	probeSubj string
+
+	role     Role // 0 once retiring
+	server   Server
+	ldm      bool
+	ldmAt    time.Time
+	down     bool
+	downAt   time.Time
+	downWhy  Cause
+	proven   bool
+	retired  bool // closed by the Conn on purpose
+	forced   bool // ForceReconnect issued after a link timeout
+	attempts atomic.Int64
+	rtt      atomic.Int64 // last measured round trip, ns
+	// epoch is nats.go's reconnect count when the publish path was last
+	// (re)started on this member. A PONG proves the publishes before its
+	// PING only if it came back on the socket that carried them: after a
+	// reconnect, nats.go sends a queued PING on the new socket.
+	epoch atomic.Uint64
+}
+
+// errNewSocket is returned by confirm when the member reconnected since its
+// publishes were sent: they are replayed, not confirmed.
+var errNewSocket = errors.New("apconn: connection was re-established since the publishes were sent")
+
+// confirm sends a PING on m and, when the PONG came back on the socket that
+// carried the publishes, marks them confirmed.
+func (c *Conn) confirm(ctx context.Context, m *member) error {
+	r0 := m.nc.Stats().Reconnects
+	if r0 != m.epoch.Load() {
+		return errNewSocket
+	}
+	mark := c.pub.mark()
+	if err := c.flushMember(ctx, m); err != nil {
+		return err
+	}
+	if m.nc.Stats().Reconnects != r0 {
+		return errNewSocket
+	}
+	c.pub.confirm(m.gen, mark)
+	return nil
+}
+
+func (m *member) ready() bool { return m != nil && !m.down && !m.retired && m.proven }
+
+// hostPort returns the host:port part of a server URL, the key under which
+// the Conn remembers servers.
+func hostPort(u string) string {
+	if !strings.Contains(u, "://") {
+		u = "nats://" + u
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		return u
+	}
+	return pu.Host
+}
+
+// validateURLs checks the configured servers before anything is dialled, so
+// a typo is reported with the URL that has it.
+func validateURLs(servers []string) ([]string, error) {
+	var out []string
+	for _, raw := range servers {
+		for _, s := range strings.Split(raw, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			u := s
+			if !strings.Contains(u, "://") {
+				u = "nats://" + u
+			}
+			pu, err := url.Parse(u)
+			if err != nil {
+				return nil, &URLError{URL: s, Reason: err.Error()}
+			}
+			switch pu.Scheme {
+			case "nats", "tls", "ws", "wss":
+			default:
+				return nil, &URLError{URL: s, Reason: fmt.Sprintf("scheme %q is not one of nats, tls, ws, wss", pu.Scheme)}
+			}
+			if pu.Hostname() == "" {
+				return nil, &URLError{URL: s, Reason: "no host"}
+			}
+			if p := pu.Port(); p != "" {
+				if _, err := net.LookupPort("tcp", p); err != nil {
+					return nil, &URLError{URL: s, Reason: fmt.Sprintf("bad port %q", p)}
+				}
+			}
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		return nil, &URLError{URL: strings.Join(servers, ","), Reason: "no server URL given"}
+	}
+	return out, nil
+}
+
+// ctxDialer dials with the Conn's lifetime context, so Close aborts a
+// connection attempt in progress instead of waiting for its timeout.
+type ctxDialer struct {
+	ctx context.Context
+	d   net.Dialer
+}
+
+func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
+	return d.d.DialContext(d.ctx, network, address)
+}
+
+// dial opens a new member on the first of urls that accepts it.
+func (c *Conn) dial(urls []string) (*member, error) {
+	c.mu.Lock()
+	c.nextGen++
+	m := &member{gen: c.nextGen}
+	c.mu.Unlock()
+	m.probeSubj = "_APC." + c.id + "." + fmt.Sprint(m.gen)
+
+	opts := []nats.Option{
+		nats.SetCustomDialer(&ctxDialer{ctx: c.ctx, d: net.Dialer{Timeout: c.opts.connectTimeout}}),
+		nats.Timeout(c.opts.connectTimeout),
+	}
+	opts = append(opts, c.opts.natsOpts...)
+	opts = append(opts,
+		nats.Name(c.opts.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectToServer(c.steerFunc(m)),
+		nats.LameDuckModeHandler(func(*nats.Conn) { c.onLameDuck(m) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { c.onDisconnect(m, err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { c.onReconnect(m, nc) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.onAsyncError(m, err) }),
+		nats.FlusherTimeout(c.opts.livenessTimeout),
+		// Our keeper checks liveness every second; nats.go's own pings stay
+		// as a backstop.
+		nats.PingInterval(30*time.Second),
+	)
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	if err != nil {
+		return nil, err
+	}
+	m.nc = nc
+	m.server = serverOf(nc)
+	if _, err := nc.Subscribe(m.probeSubj, c.onProbe); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.proveTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	m.rtt.Store(int64(time.Since(start)))
+	return m, nil
+}
+
+func serverOf(nc *nats.Conn) Server {
+	s := Server{URL: nc.ConnectedUrlRedacted(), ID: nc.ConnectedServerId(), Name: nc.ConnectedServerName()}
+	if id, err := nc.GetClientID(); err == nil {
+		s.ClientID = id
+	}
+	return s
+}
+
+// closeMember closes m's connection on purpose; its handlers then ignore
+// the disconnect.
+func (c *Conn) closeMember(m *member) {
+	c.mu.Lock()
+	m.retired = true
+	m.role = 0
+	delete(c.members, m.gen)
+	c.updateSteerLocked()
+	subs := c.subsLocked()
+	c.mu.Unlock()
+	m.nc.Close()
+	for _, s := range subs {
+		s.endOverlap(m.gen)
+	}
+}
+
+// prove sends a message each way between a and b through the cluster and
+// waits for both: a route listed by the server is not proof that it
+// forwards (FACTS.md, route readiness trap).
+func (c *Conn) prove(ctx context.Context, a, b *member) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.proveTimeout)
+	defer cancel()
+	ab, waitAB := c.expectProbe()
+	ba, waitBA := c.expectProbe()
+	defer c.forgetProbe(ab)
+	defer c.forgetProbe(ba)
+	// The probe subscriptions are new: the other broker learns of them
+	// asynchronously, so a probe sent too early is dropped. Send again
+	// until each arrives.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	gotAB, gotBA := false, false
+	for !gotAB || !gotBA {
+		if !gotAB {
+			if err := a.nc.Publish(b.probeSubj, []byte(ab)); err != nil {
+				return err
+			}
+		}
+		if !gotBA {
+			if err := b.nc.Publish(a.probeSubj, []byte(ba)); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-waitAB:
+			gotAB, waitAB = true, nil
+		case <-waitBA:
+			gotBA, waitBA = true, nil
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("apconn: no end-to-end path between %s and %s: %w", a.server.Name, b.server.Name, ctx.Err())
+		}
+	}
+	return nil
+}
+
+func (c *Conn) expectProbe() (string, chan struct{}) {
+	tok := nats.NewInbox()[len(nats.InboxPrefix):]
+	ch := make(chan struct{})
+	c.probeMu.Lock()
+	c.probes[tok] = ch
+	c.probeMu.Unlock()
+	return tok, ch
+}
+
+func (c *Conn) forgetProbe(tok string) {
+	c.probeMu.Lock()
+	delete(c.probes, tok)
+	c.probeMu.Unlock()
+}
+
+func (c *Conn) onProbe(msg *nats.Msg) {
+	c.probeMu.Lock()
+	ch, ok := c.probes[string(msg.Data)]
+	delete(c.probes, string(msg.Data))
+	c.probeMu.Unlock()
+	if ok {
+		close(ch)
+	}
+}
+
+// flushMember sends a PING on m and waits for the PONG, bounded by the
+// liveness timeout. It reports whether the link answered.
+func (c *Conn) flushMember(ctx context.Context, m *member) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.livenessTimeout)
+	defer cancel()
+	start := time.Now()
+	err := m.nc.FlushWithContext(ctx)
+	if err == nil {
+		m.rtt.Store(int64(time.Since(start)))
+	}
+	return err
+}
+
+// steerView is what the reconnect steering of nats.go may read. nats.go
+// calls the steering function with the connection's lock held, so it must
+// not take the Conn's lock: it reads this snapshot instead.
+type steerView struct {
+	closed       bool
+	activeGen    uint64
+	passiveReady bool
+	avoid        map[string]bool // host:port of brokers in LDM, and the passive's
+}
+
+// parkDelay keeps a nats.Conn that the Conn will replace itself from racing
+// it with a cold reconnect. Close and ForceReconnect cut it short.
+const parkDelay = time.Hour
+
+func (c *Conn) steerFunc(m *member) nats.ReconnectToServerHandler {
+	return func(servers []nats.Server, _ nats.ServerInfo) (*nats.Server, time.Duration) {
+		v := c.steer.Load()
+		if len(servers) == 0 {
+			return nil, 0
+		}
+		if v == nil || v.closed || m.gen != v.activeGen || v.passiveReady {
+			// Not the active, or a passive is ready to take over: the
+			// Conn promotes or re-arms on its own.
+			return &servers[0], parkDelay
+		}
+		// The active with nobody to take over: reconnect as nats.go
+		// would, avoiding brokers known to be in lame-duck mode.
+		n := int(m.attempts.Add(1) - 1)
+		pick := -1
+		for i := range servers {
+			j := (n + i) % len(servers)
+			if !v.avoid[hostPort(servers[j].URL.String())] {
+				pick = j
+				break
+			}
+		}
+		if pick < 0 {
+			pick = n % len(servers)
+		}
+		var delay time.Duration
+		if n >= len(servers) && n%len(servers) == 0 {
+			delay = c.opts.reconnectWait + rand.N(c.opts.reconnectWait/2+1)
+		}
+		return &servers[pick], delay
+	}
+}
+
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}

@@ -1,0 +1,478 @@
+package apconn_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/ldm"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+)
+
+const (
+	testGrace = 1500 * time.Millisecond
+	testLDM   = 2500 * time.Millisecond
+)
+
+func ldmCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+	return startCluster(t, append([]testcluster.NATSOption{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
+}
+
+// runPast keeps traffic flowing until done is closed (the lame-duck node
+// has evicted everyone and shut down), plus a few more messages.
+func runPast(t *testing.T, tr *testcluster.Traffic, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("lame-duck node did not shut down")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestActiveLDMSwitchesToPassiveAndArmsThird(t *testing.T) {
+	cl := ldmCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.SwitchToPassive))
+	if st := c.Status(); st != apconn.StatusConnected {
+		t.Fatalf("status %v, want connected", st)
+	}
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	if a == p {
+		t.Fatal("active and passive on the same node")
+	}
+	tr := traffic(t, c, "ldm.switch")
+
+	start := time.Now()
+	done := a.EnterLameDuck()
+	sw := ev.wait(t, apconn.EventSwitched, testGrace)
+	if sw.Cause != apconn.CauseLameDuck || sw.From.ID == "" || sw.To.ID == "" || sw.Duration <= 0 {
+		t.Fatalf("switch event %+v", sw)
+	}
+	if took := sw.At.Sub(start); took > testGrace/3 {
+		t.Fatalf("switch took %v, not well inside the %v grace period", took, testGrace)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("active moved to %s, want the old passive %s", got.Name(), p.Name())
+	}
+	armed := ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+	if third := cl.NodeByServerID(armed.To.ID); third == nil || third == a || third == p {
+		t.Fatalf("fresh passive on %v, want the third broker", armed.To.Name)
+	}
+	runPast(t, tr, done)
+	rep := settle(t, tr)
+	if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.PublishErrors != 0 {
+		t.Fatalf("traffic across the switch and the eviction: %+v", rep)
+	}
+	if n := ev.count(apconn.EventSwitched); n != 1 {
+		t.Fatalf("%d switches, want 1: %v", n, ev.kinds())
+	}
+	t.Logf("switch %v after the LDM call; %+v; suppressed %d", sw.At.Sub(start), rep, c.Stats().DuplicatesSuppressed)
+}
+
+// TestNoneRidesToEviction is the control for the test above: the same
+// cluster and trigger, and with NONE the active stays on the lame-duck
+// broker until it is evicted.
+func TestNoneRidesToEviction(t *testing.T) {
+	cl := ldmCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.None))
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "ldm.none")
+
+	start := time.Now()
+	done := a.EnterLameDuck()
+	// The notice arrives (the trigger path is live) ...
+	if e := ev.wait(t, apconn.EventLameDuck, time.Second); e.Role != apconn.RoleActive {
+		t.Fatalf("LDM event for %v, want the active", e.Role)
+	}
+	// ... and the active does not move.
+	sw := ev.wait(t, apconn.EventSwitched, 2*testGrace)
+	if took := sw.At.Sub(start); took < testGrace*9/10 {
+		t.Fatalf("NONE switched after %v, before the %v grace period", took, testGrace)
+	}
+	if sw.Cause != apconn.CauseActiveDown {
+		t.Fatalf("cause %v, want active-down (the eviction)", sw.Cause)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("after eviction the active is on %s, want the passive %s", got.Name(), p.Name())
+	}
+	runPast(t, tr, done)
+	rep := settle(t, tr)
+	if rep.Lost != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+	t.Logf("NONE switched %v after the LDM call (grace %v); %+v", sw.At.Sub(start), testGrace, rep)
+}
+
+func TestPassiveLDMRehomesPassiveOnly(t *testing.T) {
+	for _, h := range []ldm.LameDuckHandling{ldm.SwitchToPassive, ldm.PassiveOnly} {
+		t.Run(h.String(), func(t *testing.T) {
+			cl := ldmCluster(t)
+			ev := newEvents()
+			c := connect(t, cl, ev, apconn.WithLameDuckHandling(h))
+			a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+			activeBefore, _ := c.ActiveServer()
+			tr := traffic(t, c, "ldm.passive")
+			ev.reset()
+
+			start := time.Now()
+			done := p.EnterLameDuck()
+			lost := ev.wait(t, apconn.EventPassiveLost, time.Second)
+			if lost.Cause != apconn.CausePassiveLameDuck {
+				t.Fatalf("passive lost with cause %v", lost.Cause)
+			}
+			armed := ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+			n := cl.NodeByServerID(armed.To.ID)
+			if n == nil || n == a || n == p {
+				t.Fatalf("passive re-homed to %v, want the third broker", armed.To.Name)
+			}
+			if armed.At.Sub(start) > testGrace {
+				t.Fatalf("re-home took %v, past the grace period", armed.At.Sub(start))
+			}
+			runPast(t, tr, done)
+			activeAfter, _ := c.ActiveServer()
+			if activeAfter != activeBefore || ev.count(apconn.EventSwitched) != 0 {
+				t.Fatalf("the active moved: %+v -> %+v, events %v", activeBefore, activeAfter, ev.kinds())
+			}
+			if rep := settle(t, tr); rep.Lost != 0 {
+				t.Fatalf("traffic: %+v", rep)
+			}
+		})
+	}
+}
+
+// TestNonePassiveRidesToEviction is the control for the re-home: with NONE
+// the passive stays on its lame-duck broker until it is evicted.
+func TestNonePassiveRidesToEviction(t *testing.T) {
+	cl := ldmCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.None))
+	p := passiveNode(t, cl, c)
+	start := time.Now()
+	p.EnterLameDuck()
+	ev.wait(t, apconn.EventLameDuck, time.Second)
+	lost := ev.wait(t, apconn.EventPassiveLost, 3*testGrace)
+	if took := lost.At.Sub(start); took < testGrace*9/10 {
+		t.Fatalf("NONE replaced the passive after %v, before eviction at %v", took, testGrace)
+	}
+	ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+}
+
+func TestPassiveOnlyLetsActiveRideThenPromotes(t *testing.T) {
+	cl := ldmCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.PassiveOnly))
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "ldm.passiveonly")
+	start := time.Now()
+	done := a.EnterLameDuck()
+	ev.wait(t, apconn.EventLameDuck, time.Second)
+	sw := ev.wait(t, apconn.EventSwitched, 3*testGrace)
+	if took := sw.At.Sub(start); took < testGrace*9/10 {
+		t.Fatalf("PASSIVE_ONLY switched after %v, before eviction", took)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("active on %s, want %s", got.Name(), p.Name())
+	}
+	// After the eviction the switch to the warm passive is immediate.
+	if sw.Duration > 500*time.Millisecond {
+		t.Fatalf("promotion after eviction took %v", sw.Duration)
+	}
+	runPast(t, tr, done)
+	if rep := settle(t, tr); rep.Lost != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+}
+
+func TestKillActivePromotesPassiveAtOnce(t *testing.T) {
+	cl := startCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev)
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "kill.active")
+	start := time.Now()
+	a.Kill()
+	sw := ev.wait(t, apconn.EventSwitched, 2*time.Second)
+	if sw.Cause != apconn.CauseActiveDown {
+		t.Fatalf("cause %v", sw.Cause)
+	}
+	if took := sw.At.Sub(start); took > 500*time.Millisecond {
+		t.Fatalf("promotion took %v", took)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("active on %s, want %s", got.Name(), p.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
+		t.Fatal(err)
+	}
+	rep := settle(t, tr)
+	if rep.Lost != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+	t.Logf("kill: switch in %v, replayed %d, %+v", sw.Duration, sw.Replayed, rep)
+}
+
+func TestFrozenActiveLinkPromotesPassive(t *testing.T) {
+	cl := startCluster(t, testcluster.WithProxies())
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLiveness(100*time.Millisecond, 300*time.Millisecond))
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "freeze.active")
+	a.Proxy().Freeze()
+	defer a.Proxy().Heal()
+	sw := ev.wait(t, apconn.EventSwitched, 3*time.Second)
+	if sw.Cause != apconn.CauseLinkTimeout {
+		t.Fatalf("cause %v", sw.Cause)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("active on %s, want %s", got.Name(), p.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
+		t.Fatal(err)
+	}
+	if rep := settle(t, tr); rep.Lost != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+}
+
+func TestBothBrokersLDMSwitchesThenRehomesOnThird(t *testing.T) {
+	cl := ldmCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.SwitchToPassive))
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	var third *testcluster.Node
+	for _, n := range cl.Nodes() {
+		if n != a && n != p {
+			third = n
+		}
+	}
+	tr := traffic(t, c, "ldm.both")
+	doneP := p.EnterLameDuck()
+	doneA := a.EnterLameDuck()
+	// The active moves onto the (lame-duck) passive, then onto a passive
+	// armed on the third broker.
+	deadline := time.After(testGrace)
+	for {
+		s, ok := c.ActiveServer()
+		if ok && s.ID == third.ServerID() {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("active not on the third broker before eviction; events %v", ev.kinds())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	runPast(t, tr, doneA)
+	<-doneP
+	if rep := settle(t, tr); rep.Lost != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+	if c.Status() != apconn.StatusDegraded {
+		t.Fatalf("status %v: only one broker is left", c.Status())
+	}
+}
+
+func TestNoPassiveFallsBackToReconnect(t *testing.T) {
+	cl := ldmCluster(t, testcluster.WithNodes(2))
+	ev := newEvents()
+	c := connect(t, cl, ev,
+		apconn.WithPassiveBackoff(time.Minute, time.Minute), // no re-arm during the test
+		apconn.WithReconnectWait(50*time.Millisecond))
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "ldm.nopassive")
+	p.Kill()
+	ev.wait(t, apconn.EventPassiveLost, 2*time.Second)
+	ev.wait(t, apconn.EventDegraded, 2*time.Second)
+	if c.Status() != apconn.StatusDegraded {
+		t.Fatalf("status %v", c.Status())
+	}
+	done := a.EnterLameDuck()
+	ev.wait(t, apconn.EventLameDuck, time.Second)
+	<-done
+	down := ev.wait(t, apconn.EventActiveDown, time.Second)
+	if down.Cause != apconn.CauseActiveDown {
+		t.Fatalf("active down cause %v", down.Cause)
+	}
+	if err := p.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, apconn.EventReconnected, 5*time.Second)
+	if s, _ := c.ActiveServer(); s.ID != p.ServerID() {
+		t.Fatalf("reconnected to %s", s.Name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
+		t.Fatal(err)
+	}
+	rep := settle(t, tr)
+	if rep.Lost != 0 || rep.PublishErrors != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+	if ev.count(apconn.EventSwitched) != 0 {
+		t.Fatalf("switched with no passive: %v", ev.kinds())
+	}
+}
+
+func TestDegradedStartArmsPassiveLater(t *testing.T) {
+	cl := startCluster(t, testcluster.WithNodes(2))
+	cl.Node(1).Kill()
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithPassiveBackoff(20*time.Millisecond, 100*time.Millisecond))
+	if st := c.Status(); st != apconn.StatusDegraded {
+		t.Fatalf("status %v, want degraded with one broker", st)
+	}
+	if e := ev.wait(t, apconn.EventDegraded, time.Second); e.Err == nil {
+		t.Fatal("degraded event without a reason")
+	}
+	if err := cl.Node(1).Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+	if st := c.Status(); st != apconn.StatusConnected {
+		t.Fatalf("status %v after the second broker came back", st)
+	}
+}
+
+func TestManualSwitchAndRehome(t *testing.T) {
+	cl := startCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev)
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	tr := traffic(t, c, "manual")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev.reset()
+	if err := c.SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := activeNode(t, cl, c); got != p {
+		t.Fatalf("active on %s, want %s", got.Name(), p.Name())
+	}
+	ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+	before := passiveNode(t, cl, c)
+	if err := c.RehomePassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := passiveNode(t, cl, c)
+	if after == activeNode(t, cl, c) {
+		t.Fatal("re-homed passive shares the active's broker")
+	}
+	if err := tr.WaitReceived(ctx, tr.Sent()+20); err != nil {
+		t.Fatal(err)
+	}
+	if rep := settle(t, tr); rep.Lost != 0 || rep.OutOfOrder != 0 {
+		t.Fatalf("traffic: %+v", rep)
+	}
+	t.Logf("active %s -> %s, passive %s -> %s", a.Name(), p.Name(), before.Name(), after.Name())
+}
+
+func TestBadServerURLs(t *testing.T) {
+	tests := []struct{ urls []string }{
+		{nil},
+		{[]string{""}},
+		{[]string{"http://127.0.0.1:4222"}},
+		{[]string{"nats://:4222"}},
+		{[]string{"nats://127.0.0.1:port"}},
+		{[]string{"nats://127.0.0.1:4222", "nats://%zz"}},
+	}
+	for _, tt := range tests {
+		_, err := apconn.Connect(context.Background(), tt.urls)
+		var ue *apconn.URLError
+		if !errors.As(err, &ue) {
+			t.Errorf("Connect(%q) = %v, want a URLError", tt.urls, err)
+		}
+	}
+}
+
+func TestUnreachableServersReportNoServers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := apconn.Connect(ctx, []string{"nats://127.0.0.1:1"})
+	if !errors.Is(err, apconn.ErrNoServers) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
+	cl := startCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev)
+	// An outside publisher on the third broker, and a responder.
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	var third *testcluster.Node
+	for _, n := range cl.Nodes() {
+		if n != a && n != p {
+			third = n
+		}
+	}
+	ext, err := nats.Connect(third.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	ext.Subscribe("svc.echo", func(m *nats.Msg) { m.Respond(m.Data) })
+	ext.Flush()
+
+	ch := make(chan *nats.Msg, 4096)
+	if _, err := c.ChanSubscribe("ext.chan", ch); err != nil {
+		t.Fatal(err)
+	}
+	q := make(chan *nats.Msg, 4096)
+	if _, err := c.QueueSubscribe("ext.queue", "workers", func(m *nats.Msg) { q <- m }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.Flush(ctx)
+	trChan := testcluster.NewTraffic(ext, "ext.chan", time.Millisecond)
+	trQueue := testcluster.NewTraffic(ext, "ext.queue", time.Millisecond)
+	go func() {
+		for m := range ch {
+			trChan.Observe(m.Data)
+		}
+	}()
+	go func() {
+		for m := range q {
+			trQueue.Observe(m.Data)
+		}
+	}()
+	trChan.Start()
+	trQueue.Start()
+	if err := trChan.WaitReceived(ctx, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Request(ctx, "svc.echo", []byte("hi")); err != nil || string(m.Data) != "hi" {
+		t.Fatalf("request after switch: %v %v", m, err)
+	}
+	if err := trChan.WaitReceived(ctx, trChan.Sent()+100); err != nil {
+		t.Fatal(err)
+	}
+	trChan.Stop()
+	trQueue.Stop()
+	trChan.Settle(ctx)
+	trQueue.Settle(ctx)
+	close(ch)
+	close(q)
+	for name, r := range map[string]testcluster.TrafficReport{"chan": trChan.Report(), "queue": trQueue.Report()} {
+		if r.Lost != 0 || r.Duplicated != 0 {
+			t.Errorf("%s subscription across the switch: %+v", name, r)
+		}
+	}
+}
