@@ -1,6 +1,7 @@
 package apconn_test
 
 import (
+	"encoding/binary"
 	"os"
 
 	"context"
@@ -176,4 +177,9 @@ func testLogger(t *testing.T) zerolog.Logger {
 		return zerolog.Nop()
 	}
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
+}
+
+func putSeq(buf []byte, seq uint64) {
+	binary.BigEndian.PutUint64(buf[0:8], seq)
+	binary.BigEndian.PutUint64(buf[8:16], uint64(time.Now().UnixNano()))
 }

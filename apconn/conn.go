@@ -49,8 +49,9 @@ type Conn struct {
 	degraded    bool
 	closed      bool
 	closedCh    chan struct{}
-	pendingWhy  Cause     // why the passive is being replaced, for its event
-	passiveLost time.Time // when the passive was lost, for re-home timing
+	retiring    chan struct{} // closed when the last old active is drained
+	pendingWhy  Cause         // why the passive is being replaced, for its event
+	passiveLost time.Time     // when the passive was lost, for re-home timing
 }
 
 // Status is the health of a Conn as a whole.
@@ -218,6 +219,7 @@ func (c *Conn) markDownLocked(m *member, at time.Time, why Cause) {
 		return
 	}
 	m.down, m.downAt, m.downWhy = true, at, why
+	close(m.lost)
 	if m == c.active {
 		c.pub.hold()
 		if !c.passive.ready() {
@@ -240,6 +242,7 @@ func (c *Conn) onReconnect(m *member, nc *nats.Conn) {
 		return
 	}
 	m.down, m.forced, m.ldm = false, false, false
+	m.lost = make(chan struct{})
 	m.server = srv
 	c.updateSteerLocked()
 	c.mu.Unlock()

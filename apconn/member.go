@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,10 +30,11 @@ type member struct {
 	downAt   time.Time
 	downWhy  Cause
 	proven   bool
-	retired  bool // closed by the Conn on purpose
-	forced   bool // ForceReconnect issued after a link timeout
+	lost     chan struct{} // closed when the link is found down
+	retired  bool          // closed by the Conn on purpose
+	forced   bool          // ForceReconnect issued after a link timeout
 	attempts atomic.Int64
-	rtt      atomic.Int64 // last measured round trip, ns
+	rtt      rttWindow
 	// epoch is nats.go's reconnect count when the publish path was last
 	// (re)started on this member. A PONG proves the publishes before its
 	// PING only if it came back on the socket that carried them: after a
@@ -132,7 +134,7 @@ func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
 func (c *Conn) dial(urls []string) (*member, error) {
 	c.mu.Lock()
 	c.nextGen++
-	m := &member{gen: c.nextGen}
+	m := &member{gen: c.nextGen, lost: make(chan struct{})}
 	c.mu.Unlock()
 	m.probeSubj = "_APC." + c.id + "." + fmt.Sprint(m.gen)
 
@@ -171,7 +173,7 @@ func (c *Conn) dial(urls []string) (*member, error) {
 		nc.Close()
 		return nil, err
 	}
-	m.rtt.Store(int64(time.Since(start)))
+	m.rtt.add(time.Since(start))
 	return m, nil
 }
 
@@ -272,9 +274,39 @@ func (c *Conn) flushMember(ctx context.Context, m *member) error {
 	start := time.Now()
 	err := m.nc.FlushWithContext(ctx)
 	if err == nil {
-		m.rtt.Store(int64(time.Since(start)))
+		m.rtt.add(time.Since(start))
 	}
 	return err
+}
+
+// rttWindow keeps the smallest of the last few round trips: a PING queued
+// behind a burst of publishes or a GC pause measures the queue, not the
+// link, and the cutover waits for the link's latency difference only.
+type rttWindow struct {
+	mu      sync.Mutex
+	samples [8]time.Duration
+	n       int
+}
+
+func (w *rttWindow) add(d time.Duration) {
+	w.mu.Lock()
+	w.samples[w.n%len(w.samples)] = d
+	w.n++
+	w.mu.Unlock()
+}
+
+func (w *rttWindow) min() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := min(w.n, len(w.samples))
+	if k == 0 {
+		return 0
+	}
+	best := w.samples[0]
+	for _, d := range w.samples[1:k] {
+		best = min(best, d)
+	}
+	return best
 }
 
 // steerView is what the reconnect steering of nats.go may read. nats.go

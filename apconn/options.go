@@ -29,7 +29,7 @@ type options struct {
 	armBackoffMax    time.Duration
 	reconnectWait    time.Duration
 	ldmMemory        time.Duration
-	strictOrder      bool
+	fastCutover      bool
 	connectTimeout   time.Duration
 }
 
@@ -174,16 +174,22 @@ func WithOverlap(overlap, tail time.Duration) Option {
 	}
 }
 
-// WithStrictOrder makes a switch hold new publishes until the old active
-// has confirmed every publish sent to it, so that no subscriber anywhere can
-// see a publisher's messages out of order. It costs one round trip to the
-// old broker of publish latency at each switch. Without it, the switch
-// waits only for the measured difference in latency between the two
-// brokers, which keeps order when latencies are stable (see
-// docs/apconn.md).
-func WithStrictOrder() Option {
+// WithFastCutover makes a switch move publishing to the new active without
+// waiting for the old one to confirm what it was sent. Subscribers then see
+// no silence at a switch, but a publisher's messages can reach subscribers
+// out of order when the old broker still has a backlog of them as the first
+// ones reach the new broker: a burst published just before the switch. The
+// cutover still waits for the measured difference between the two brokers'
+// one-way latencies, which keeps the order of a steady publisher.
+//
+// By default a switch holds new publishes (Publish still returns at once)
+// until the old active has confirmed every publish sent to it, so that no
+// subscriber anywhere sees a publisher's messages out of order. That costs
+// subscribers one round trip to the old broker of silence at each switch
+// (see docs/apconn.md).
+func WithFastCutover() Option {
 	return func(o *options) error {
-		o.strictOrder = true
+		o.fastCutover = true
 		return nil
 	}
 }

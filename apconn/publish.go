@@ -172,6 +172,7 @@ func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 		return ErrPublishBufferFull
 	}
 	p.nextSeq++
+	now := time.Now()
 	e := entry{seq: p.nextSeq, msg: m, size: size}
 	if t := p.target; t != nil {
 		if err := t.nc.PublishMsg(m); err != nil {
@@ -183,7 +184,7 @@ func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 			c.requestReconcile()
 		} else {
 			e.gen = t.gen
-			p.lastPub = time.Now()
+			p.lastPub = now
 		}
 	}
 	p.ledger.push(e)

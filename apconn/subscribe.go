@@ -29,7 +29,11 @@ type Subscription struct {
 	mu        sync.Mutex
 	live      map[uint64]*nats.Subscription // member gen -> subscription
 	draining  map[uint64]*nats.Subscription
-	dd        *dedupe
+	arrived   map[uint64]uint64 // member gen -> messages its subscription handed us
+	ov        *overlap          // set while a switch moves the subscription
+	ended     *overlap          // the last overlap, to judge stragglers of its old path
+	carry     map[uint64]int    // copies still due from an overlap cut short
+	seed      maphash.Seed      // fingerprints of copies, stable across overlaps
 	closed    bool
 	stopping  bool // Drain called: deliver what is pending, attach nowhere new
 	limitMsgs int
@@ -99,6 +103,8 @@ func (c *Conn) subscribe(subj, queue string, cb nats.MsgHandler) (*Subscription,
 		deliver:  cb,
 		live:     make(map[uint64]*nats.Subscription),
 		draining: make(map[uint64]*nats.Subscription),
+		arrived:  make(map[uint64]uint64),
+		seed:     maphash.MakeSeed(),
 	}
 	if c.active != nil {
 		if err := s.attach(c.active, false); err != nil {
@@ -165,7 +171,7 @@ func (s *Subscription) Unsubscribe() error {
 		return nats.ErrBadSubscription
 	}
 	s.closed = true
-	s.dd = nil
+	s.ov, s.ended = nil, nil
 	for _, ns := range s.live {
 		ns.Unsubscribe()
 	}
@@ -249,26 +255,62 @@ func (s *Subscription) attach(m *member, overlap bool) error {
 	if s.limitMsgs != 0 || s.limitByte != 0 {
 		ns.SetPendingLimits(s.limitMsgs, s.limitByte)
 	}
-	if overlap && len(s.live)+len(s.draining) > 0 && s.dd == nil {
-		s.dd = newDedupe()
+	if overlap && len(s.live) == 1 {
+		for old := range s.live {
+			s.ov = newOverlap(s.seed, old, m.gen, s.carry)
+		}
+		s.ended = nil
 	}
+	s.carry = nil
 	s.live[m.gen] = ns
 	return nil
+}
+
+// cutShort ends an overlap still in progress when another switch starts:
+// the oldest path is dropped (by now the newer one has long had the
+// interest) and what the newer path held is delivered.
+func (s *Subscription) cutShort() {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	s.mu.Lock()
+	ov := s.ov
+	if ov == nil {
+		s.mu.Unlock()
+		return
+	}
+	for _, set := range []map[uint64]*nats.Subscription{s.live, s.draining} {
+		if ns := set[ov.oldGen]; ns != nil {
+			ns.Unsubscribe()
+			delete(set, ov.oldGen)
+		}
+	}
+	held := ov.release()
+	s.carry = ov.residual()
+	s.ov = nil
+	n := ov.suppressed
+	s.mu.Unlock()
+	s.countSuppressed(n)
+	s.deliverAll(held)
 }
 
 // detach removes the subscription from member gen at once (a promotion
 // that failed).
 func (s *Subscription) detach(gen uint64) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if ns := s.live[gen]; ns != nil {
 		ns.Unsubscribe()
 		delete(s.live, gen)
 	}
-	s.maybeEndDedupeLocked()
+	if s.ov != nil && s.ov.newGen == gen {
+		s.ov = nil // the old path never stopped: nothing was missed
+	}
+	s.mu.Unlock()
 }
 
-// drainGen starts draining the subscription on member gen.
+// drainGen sends the UNSUB for member gen; what the broker sent before it
+// is still delivered. finishOld completes the drain.
 func (s *Subscription) drainGen(gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -279,17 +321,53 @@ func (s *Subscription) drainGen(gen uint64) {
 	}
 }
 
-// drained reports whether the drain on member gen has finished.
-func (s *Subscription) drained(gen uint64) bool {
+// oldDone reports whether every message member gen's subscription queued
+// has been through the handler. Call it after a PING on that member was
+// answered following drainGen: from then on nothing more is queued.
+func (s *Subscription) oldDone(gen uint64) bool {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ns := s.draining[gen]
-	return ns == nil || !ns.IsValid()
+	if ns == nil {
+		return true
+	}
+	pending, _, err := ns.Pending()
+	if err != nil {
+		return true // nats.go has already removed it: drained
+	}
+	delivered, err := ns.Delivered()
+	if err != nil {
+		return true
+	}
+	return pending == 0 && uint64(delivered) == s.arrived[gen]
 }
 
-// endOverlap forgets member gen and stops suppressing copies once only
-// one member delivers.
+// finishOld ends the old path's priority: the messages that arrived only on
+// the new path meanwhile are delivered now, in their order, and from now on
+// the new path delivers directly.
+func (s *Subscription) finishOld(gen uint64) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	s.mu.Lock()
+	ov := s.ov
+	if ov == nil || ov.oldGen != gen {
+		s.mu.Unlock()
+		return
+	}
+	held := ov.release()
+	n := ov.suppressed
+	ov.suppressed = 0
+	s.mu.Unlock()
+	s.countSuppressed(n)
+	s.deliverAll(held)
+}
+
+// endOverlap forgets member gen; once only one member delivers, copies are
+// no longer looked for.
 func (s *Subscription) endOverlap(gen uint64) {
+	s.finishOld(gen)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ns := s.draining[gen]; ns != nil {
@@ -300,12 +378,29 @@ func (s *Subscription) endOverlap(gen uint64) {
 		ns.Unsubscribe()
 		delete(s.live, gen)
 	}
-	s.maybeEndDedupeLocked()
+	delete(s.arrived, gen)
+	if s.ov != nil && (s.ov.oldGen == gen || s.ov.newGen == gen) {
+		s.countSuppressed(s.ov.suppressed)
+		s.ov.suppressed = 0
+		// A message nats.go had already handed to the old path's delivery
+		// goroutine can still reach the handler; it is judged against the
+		// counts of this overlap until the next switch.
+		s.ended, s.ov = s.ov, nil
+	}
 }
 
-func (s *Subscription) maybeEndDedupeLocked() {
-	if len(s.live) <= 1 && len(s.draining) == 0 {
-		s.dd = nil
+func (s *Subscription) countSuppressed(n uint64) {
+	if n > 0 {
+		s.suppressed.Add(n)
+		s.c.stats.suppressed.Add(n)
+	}
+}
+
+// deliverAll hands msgs to the user; dmu must be held, mu must not.
+func (s *Subscription) deliverAll(msgs []*nats.Msg) {
+	for _, m := range msgs {
+		s.delivered.Add(1)
+		s.deliver(m)
 	}
 }
 
@@ -314,42 +409,93 @@ func (s *Subscription) handler(gen uint64) nats.MsgHandler {
 		s.dmu.Lock()
 		defer s.dmu.Unlock()
 		s.mu.Lock()
+		s.arrived[gen]++
 		if s.closed {
 			s.mu.Unlock()
 			return
 		}
-		if s.dd != nil && !s.dd.admit(gen, m) {
-			s.mu.Unlock()
-			s.suppressed.Add(1)
-			s.c.stats.suppressed.Add(1)
-			return
+		ov := s.ov
+		if ov == nil && s.ended != nil && gen == s.ended.oldGen {
+			ov = s.ended
+		}
+		ok := ov == nil || ov.admit(gen, m)
+		var n uint64
+		if ov != nil {
+			n, ov.suppressed = ov.suppressed, 0
 		}
 		s.mu.Unlock()
-		s.delivered.Add(1)
-		s.deliver(m)
+		s.countSuppressed(n)
+		if ok {
+			s.delivered.Add(1)
+			s.deliver(m)
+		}
 	}
 }
 
-// dedupe delivers a message that arrives on several members as many times
-// as it arrived on the member that carried it most often: a payload that
-// was really published twice is delivered twice, a copy is not.
-type dedupe struct {
-	seed   maphash.Seed
-	counts map[uint64]*dupCount
+// overlap merges the two deliveries of a subscription while a switch moves
+// it from member oldGen to member newGen, so that the user sees each
+// message once and in the order of one path:
+//
+//   - first the old path has priority: it delivers at once, and whatever
+//     arrives on the new path is held;
+//   - when the old path is drained (release), the held messages are
+//     delivered in their order, except copies of what the old path
+//     delivered;
+//   - then either path delivers at once, copies still dropped, until the
+//     overlap ends.
+//
+// Copies are matched by subject, reply, headers and payload and counted: a
+// message is delivered when its path has carried it more often than the
+// other path has, so a payload really published twice is delivered twice.
+type overlap struct {
+	oldGen, newGen uint64
+	phase          int
+	seed           maphash.Seed
+	nOld, nNew     map[uint64]int
+	held           []*nats.Msg
+	suppressed     uint64
+	// Copies due on each path from an earlier overlap that a new switch
+	// cut short: the oldest path delivered them, these paths may still.
+	dueOld, dueNew map[uint64]int
 }
 
-type dupCount struct {
-	gen [3]uint64
-	n   [3]uint32
+const (
+	phaseOldFirst = iota + 1
+	phaseMerged
+)
+
+func newOverlap(seed maphash.Seed, oldGen, newGen uint64, carry map[uint64]int) *overlap {
+	o := &overlap{
+		oldGen: oldGen, newGen: newGen, phase: phaseOldFirst, seed: seed,
+		nOld: map[uint64]int{}, nNew: map[uint64]int{},
+		dueOld: map[uint64]int{}, dueNew: map[uint64]int{},
+	}
+	for fp, n := range carry {
+		o.dueOld[fp], o.dueNew[fp] = n, n
+	}
+	return o
 }
 
-func newDedupe() *dedupe {
-	return &dedupe{seed: maphash.MakeSeed(), counts: make(map[uint64]*dupCount)}
+// residual returns, by fingerprint, the copies the old path delivered that
+// the new path has not carried yet.
+func (o *overlap) residual() map[uint64]int {
+	out := map[uint64]int{}
+	for fp, n := range o.nOld {
+		if d := n - o.nNew[fp]; d > 0 {
+			out[fp] = d
+		}
+	}
+	for fp, n := range o.dueOld {
+		if n > 0 {
+			out[fp] += n
+		}
+	}
+	return out
 }
 
-func (d *dedupe) fingerprint(m *nats.Msg) uint64 {
+func (o *overlap) fingerprint(m *nats.Msg) uint64 {
 	var h maphash.Hash
-	h.SetSeed(d.seed)
+	h.SetSeed(o.seed)
 	h.WriteString(m.Subject)
 	h.WriteByte(0)
 	h.WriteString(m.Reply)
@@ -359,7 +505,7 @@ func (d *dedupe) fingerprint(m *nats.Msg) uint64 {
 	// Headers in any order hash the same.
 	for k, vs := range m.Header {
 		var hh maphash.Hash
-		hh.SetSeed(d.seed)
+		hh.SetSeed(o.seed)
 		hh.WriteString(k)
 		for _, v := range vs {
 			hh.WriteByte(0)
@@ -370,29 +516,53 @@ func (d *dedupe) fingerprint(m *nats.Msg) uint64 {
 	return sum
 }
 
-func (d *dedupe) admit(gen uint64, m *nats.Msg) bool {
-	fp := d.fingerprint(m)
-	dc := d.counts[fp]
-	if dc == nil {
-		dc = &dupCount{}
-		d.counts[fp] = dc
-	}
-	slot := -1
-	for i := range dc.gen {
-		if dc.gen[i] == gen || dc.gen[i] == 0 {
-			dc.gen[i] = gen
-			slot = i
-			break
+// admit reports whether m, arriving from member gen, is delivered now.
+func (o *overlap) admit(gen uint64, m *nats.Msg) bool {
+	switch {
+	case gen == o.newGen && o.phase == phaseOldFirst:
+		o.held = append(o.held, m)
+		return false
+	case gen == o.oldGen:
+		fp := o.fingerprint(m)
+		if o.dueOld[fp] > 0 {
+			o.dueOld[fp]--
+			return o.keep(false)
 		}
-	}
-	if slot < 0 {
-		return true
-	}
-	dc.n[slot]++
-	for i := range dc.n {
-		if i != slot && dc.n[i] >= dc.n[slot] {
-			return false
+		o.nOld[fp]++
+		return o.keep(o.nOld[fp] > o.nNew[fp])
+	case gen == o.newGen:
+		fp := o.fingerprint(m)
+		if o.dueNew[fp] > 0 {
+			o.dueNew[fp]--
+			return o.keep(false)
 		}
+		o.nNew[fp]++
+		return o.keep(o.nNew[fp] > o.nOld[fp])
 	}
 	return true
+}
+
+func (o *overlap) keep(ok bool) bool {
+	if !ok {
+		o.suppressed++
+	}
+	return ok
+}
+
+// release ends the old path's priority and returns the held messages that
+// are not copies, in order.
+func (o *overlap) release() []*nats.Msg {
+	if o.phase != phaseOldFirst {
+		return nil
+	}
+	o.phase = phaseMerged
+	held := o.held
+	o.held = nil
+	out := held[:0]
+	for _, m := range held {
+		if o.admit(o.newGen, m) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -321,27 +321,67 @@ func (c *Conn) promote(ctx context.Context, p *member, why Cause, triggered time
 	subs := c.subsLocked()
 	c.mu.Unlock()
 
-	// Make: the subscriptions exist on p's broker once p's PONG is back.
-	for _, s := range subs {
-		s.attach(p, oldAlive)
-	}
-	if err := c.flushMember(ctx, p); err != nil {
-		c.promoteFailed(p, subs, err)
-		return
-	}
-	if oldAlive {
-		// p's broker sends its new interest to old's broker over the same
-		// route as this message: once old receives it, old's broker
-		// forwards matching messages to p's subscriptions too.
-		if err := c.proveInterest(ctx, p, old); err != nil {
-			c.log.Debug().Err(err).Msg("interest proof timed out; relying on the overlap")
-		}
-	}
-
 	var replayed int
 	if oldAlive {
-		c.cutoverFrom(ctx, old, p)
+		// One overlap at a time: a subscription merges two paths, not
+		// three. A switch right after another waits for the previous old
+		// active to be drained (a fraction of a second).
+		c.mu.Lock()
+		prev := c.retiring
+		c.mu.Unlock()
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		// An ordered cutover holds publishes and asks old to confirm what it
+		// was sent; started now, it shares the subscriptions' round trip.
+		var barrier chan struct{}
+		startBarrier := func() {
+			c.pub.hold()
+			barrier = make(chan struct{})
+			go func() {
+				defer close(barrier)
+				c.confirm(ctx, old)
+			}()
+		}
+		if !c.opts.fastCutover {
+			startBarrier()
+		}
+		for _, s := range subs {
+			s.cutShort()
+			s.attach(p, true)
+		}
+		// p's broker registers the subscriptions before it forwards this
+		// probe, and sends its new interest to old's broker over the route
+		// that carries the probe: once old receives it, messages published
+		// anywhere old's broker forwards reach p's subscriptions too.
+		err := c.proveInterest(ctx, p, old)
+		if err != nil && c.flushMember(ctx, p) != nil {
+			if barrier != nil {
+				<-barrier
+			}
+			c.promoteFailed(p, subs, err)
+			c.pub.release(old, false)
+			return
+		}
+		if barrier != nil {
+			<-barrier
+		} else {
+			c.skewCutover(ctx, old, p)
+		}
+		c.pub.release(p, false)
 	} else {
+		for _, s := range subs {
+			s.cutShort()
+			s.attach(p, false)
+		}
+		if err := c.flushMember(ctx, p); err != nil {
+			c.promoteFailed(p, subs, err)
+			return
+		}
 		n, ok := c.pub.release(p, true)
 		if !ok {
 			c.promoteFailed(p, subs, errors.New("passive broke while replaying"))
@@ -403,27 +443,15 @@ func (c *Conn) proveInterest(ctx context.Context, p, old *member) error {
 	}
 }
 
-// cutoverFrom moves publishing from a live old active to p. A publisher's
-// messages sent to old must reach subscribers before those sent to p. With
-// strict order the switch waits for old to confirm them (one round trip of
-// held publishes); otherwise it waits only for the difference between the
-// two brokers' one-way latencies since the last publish handed to old.
-func (c *Conn) cutoverFrom(ctx context.Context, old, p *member) {
+// skewCutover holds publishes only for the difference between the two
+// brokers' one-way latencies since the last publish handed to old, so that
+// a steady publisher's next message cannot overtake its last one.
+func (c *Conn) skewCutover(ctx context.Context, old, p *member) {
 	_, _, lastPub := c.pub.hold()
-	if c.opts.strictOrder {
-		c.confirm(ctx, old)
-	} else {
-		skew := (time.Duration(old.rtt.Load())-time.Duration(p.rtt.Load()))/2 + 200*time.Microsecond
-		if wait := time.Until(lastPub.Add(skew)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
+	skew := (old.rtt.min()-p.rtt.min())/2 + 200*time.Microsecond
+	if wait := time.Until(lastPub.Add(skew)); wait > 0 {
+		sleepCtx(ctx, wait)
 	}
-	c.pub.release(p, false)
 }
 
 func (c *Conn) promoteFailed(p *member, subs []*Subscription, err error) {
@@ -446,16 +474,24 @@ func (c *Conn) retire(old *member, alive bool) {
 		c.closeMember(old)
 		return
 	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.retiring = done
+	c.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer close(done)
 		ctx := c.ctx
 		if err := c.confirm(ctx, old); err != nil {
 			if n := c.pub.resendOrphans(old.gen); n > 0 {
 				c.stats.replayed.Add(uint64(n))
 			}
 		}
-		if !sleepCtx(ctx, c.opts.overlap) {
+		c.mu.Lock()
+		lost := old.lost
+		c.mu.Unlock()
+		if !sleepUnless(ctx, lost, c.opts.overlap) {
 			c.closeMember(old)
 			return
 		}
@@ -465,13 +501,21 @@ func (c *Conn) retire(old *member, alive bool) {
 		for _, s := range subs {
 			s.drainGen(old.gen)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for _, s := range subs {
-			for !s.drained(old.gen) && time.Now().Before(deadline) {
-				if !sleepCtx(ctx, 5*time.Millisecond) {
-					break
+		// Once a PING sent after the UNSUBs is answered, the old broker
+		// has sent everything it will send; wait for the handler to have
+		// seen it, then let the new path deliver what it held.
+		if c.flushMember(ctx, old) == nil {
+			deadline := time.Now().Add(5 * time.Second)
+			for _, s := range subs {
+				for !s.oldDone(old.gen) && time.Now().Before(deadline) {
+					if !sleepCtx(ctx, time.Millisecond) {
+						break
+					}
 				}
 			}
+		}
+		for _, s := range subs {
+			s.finishOld(old.gen)
 		}
 		sleepCtx(ctx, c.opts.dedupeTail)
 		for _, s := range subs {
@@ -479,6 +523,22 @@ func (c *Conn) retire(old *member, alive bool) {
 		}
 		c.closeMember(old)
 	}()
+}
+
+// sleepUnless sleeps for d, or until lost is closed (then it returns
+// true at once: there is nothing left to wait for), or until ctx is done
+// (false).
+func sleepUnless(ctx context.Context, lost <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-lost:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -476,3 +476,135 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 		}
 	}
 }
+
+// thirdNode returns the node that holds neither the active nor the passive.
+func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
+	t.Helper()
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	for _, n := range cl.Nodes() {
+		if n != a && n != p {
+			return n
+		}
+	}
+	t.Fatal("no third node")
+	return nil
+}
+
+// switchTimes switches to the passive n times, waiting each time for a new
+// passive.
+func switchTimes(t *testing.T, ctx context.Context, c *apconn.Conn, ev *events, n int) {
+	t.Helper()
+	for range n {
+		ev.reset()
+		if err := c.SwitchToPassive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ev.wait(t, apconn.EventPassiveArmed, 5*time.Second)
+	}
+}
+
+// TestOrderKeptAcrossSwitches publishes in bursts, as fast as Publish
+// returns, while the connection switches back and forth, and checks that a
+// subscriber on the connection and one outside it on the third broker see
+// every message once and in order.
+//
+// A broker confirms a publish once it has processed it, not once its routes
+// have forwarded it, so for a subscriber on a third broker the order rests
+// on the client's round trip to the brokers outlasting the routes' delay.
+// The cluster here puts 10 ms of round trip between clients and brokers, as
+// a real network would, and the outside subscriber bypasses it.
+func TestOrderKeptAcrossSwitches(t *testing.T) {
+	cl := startCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
+	ev := newEvents()
+	c := connect(t, cl, ev)
+	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	const subj = "order.burst"
+	inner := testcluster.NewTraffic(c, subj, time.Millisecond)
+	outer := testcluster.NewTraffic(c, subj, time.Millisecond)
+	if _, err := c.Subscribe(subj, func(m *nats.Msg) { inner.Observe(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { outer.Observe(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	ext.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.Flush(ctx)
+
+	// Bursts of 200 back-to-back publishes, numbered across bursts.
+	var seq uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, testcluster.PayloadSize)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 200 {
+				seq++
+				putSeq(buf, seq)
+				if err := c.Publish(subj, buf); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			time.Sleep(time.Millisecond) // pace the bursts, not a wait for a condition
+		}
+	}()
+	switchTimes(t, ctx, c, ev, 3)
+	close(stop)
+	<-done
+	total := seq
+	if err := inner.WaitReceived(ctx, total); err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.WaitReceived(ctx, total); err != nil {
+		t.Fatal(err)
+	}
+	for who, tr := range map[string]*testcluster.Traffic{"on the connection": inner, "outside": outer} {
+		r := tr.ReportUpTo(total)
+		if r.Lost != 0 || r.OutOfOrder != 0 || r.Duplicated != 0 {
+			t.Errorf("subscriber %s: %+v (copies of %v)", who, r, tr.DuplicateSeqs(5))
+		}
+	}
+	t.Logf("%d messages through 3 switches; %d copies suppressed; stats %+v", total, c.Stats().DuplicatesSuppressed, c.Stats())
+}
+
+// TestFastCutoverKeepsSteadyOrder: with WithFastCutover a steady publisher
+// keeps its order, with no copies, for subscribers on the connection and
+// outside it.
+func TestFastCutoverKeepsSteadyOrder(t *testing.T) {
+	cl := startCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithFastCutover())
+	ext, err := nats.Connect(thirdNode(t, cl, c).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	tr := traffic(t, c, "order.steady")
+	outer := testcluster.NewTraffic(c, "order.steady", time.Millisecond)
+	ext.Subscribe("order.steady", func(m *nats.Msg) { outer.Observe(m.Data) })
+	ext.Flush()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := tr.Sent() + 1
+	switchTimes(t, ctx, c, ev, 3)
+	rep := settle(t, tr)
+	if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Duplicated != 0 {
+		t.Fatalf("subscriber on the connection: %+v", rep)
+	}
+	outer.WaitReceived(ctx, rep.Sent-first+1)
+	if r := outer.ReportUpTo(rep.Sent); r.OutOfOrder != 0 || r.Duplicated != 0 {
+		t.Fatalf("subscriber outside: %+v", r)
+	}
+}

@@ -34,6 +34,8 @@ type Traffic struct {
 	maxGap    time.Duration
 	maxGapAt  time.Time
 	recvTimes []time.Time
+	recvSent  []time.Time // send time carried by each received payload
+	maxBlock  time.Duration
 
 	stop context.CancelFunc
 	done chan struct{}
@@ -73,7 +75,9 @@ func (t *Traffic) run(ctx context.Context) {
 		binary.BigEndian.PutUint64(buf[0:8], seq)
 		binary.BigEndian.PutUint64(buf[8:16], uint64(now.UnixNano()))
 		err := t.pub.Publish(t.subj, buf)
+		block := time.Since(now)
 		t.mu.Lock()
+		t.maxBlock = max(t.maxBlock, block)
 		if err != nil {
 			t.pubErrs++
 		} else {
@@ -104,6 +108,7 @@ func (t *Traffic) Observe(data []byte) {
 	t.seen[seq]++
 	t.order = append(t.order, seq)
 	t.recvTimes = append(t.recvTimes, now)
+	t.recvSent = append(t.recvSent, time.Unix(0, int64(binary.BigEndian.Uint64(data[8:16]))))
 	if !t.lastRecv.IsZero() {
 		if g := now.Sub(t.lastRecv); g > t.maxGap {
 			t.maxGap, t.maxGapAt = g, now
@@ -160,9 +165,21 @@ type TrafficReport struct {
 func (t *Traffic) Report() TrafficReport {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := TrafficReport{Sent: t.sent, PublishErrors: t.pubErrs, MaxGapAt: t.maxGapAt}
+	return t.reportLocked(t.sent)
+}
+
+// ReportUpTo is Report for traffic that someone else published through
+// Observe's payload format, sequence numbers 1 to sent.
+func (t *Traffic) ReportUpTo(sent uint64) TrafficReport {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reportLocked(sent)
+}
+
+func (t *Traffic) reportLocked(sent uint64) TrafficReport {
+	r := TrafficReport{Sent: sent, PublishErrors: t.pubErrs, MaxGapAt: t.maxGapAt}
 	for seq, n := range t.seen {
-		if seq == 0 || seq > t.sent {
+		if seq == 0 || seq > sent {
 			continue
 		}
 		r.Received++
@@ -171,8 +188,16 @@ func (t *Traffic) Report() TrafficReport {
 		}
 	}
 	r.Lost = r.Sent - r.Received
+	// A message counts as out of order when it is first received after a
+	// higher sequence number; a later copy of one already received is a
+	// duplicate, not a reordering.
 	var hi uint64
+	first := make(map[uint64]bool, len(t.seen))
 	for _, s := range t.order {
+		if first[s] {
+			continue
+		}
+		first[s] = true
 		if s < hi {
 			r.OutOfOrder++
 		} else {
@@ -183,6 +208,51 @@ func (t *Traffic) Report() TrafficReport {
 		r.MaxGap = t.maxGap - t.period
 	}
 	return r
+}
+
+// MaxGapBetween returns the longest silence that the delivery path caused,
+// among those that ended between from and to: the time between two
+// receptions minus the time between their publications. A publisher that
+// was itself late (a scheduler or GC pause of the test process) does not
+// count; a publisher held up inside Publish shows in MaxPublishBlock.
+func (t *Traffic) MaxGapBetween(from, to time.Time) (time.Duration, time.Time) {
+	return t.gapBetween(from, to, true)
+}
+
+// RawGapBetween is MaxGapBetween counting every silence beyond the nominal
+// publish period, whatever caused it.
+func (t *Traffic) RawGapBetween(from, to time.Time) (time.Duration, time.Time) {
+	return t.gapBetween(from, to, false)
+}
+
+func (t *Traffic) gapBetween(from, to time.Time, delivery bool) (time.Duration, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var worst time.Duration
+	var at time.Time
+	for i := 1; i < len(t.recvTimes); i++ {
+		r := t.recvTimes[i]
+		if r.Before(from) || r.After(to) {
+			continue
+		}
+		g := r.Sub(t.recvTimes[i-1])
+		if delivery {
+			g -= max(t.recvSent[i].Sub(t.recvSent[i-1]), 0)
+		} else {
+			g -= t.period
+		}
+		if g > worst {
+			worst, at = g, r
+		}
+	}
+	return worst, at
+}
+
+// MaxPublishBlock returns the longest a Publish call took.
+func (t *Traffic) MaxPublishBlock() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.maxBlock
 }
 
 // FirstSentAfter returns the sequence number of the first message published
@@ -220,4 +290,38 @@ func (t *Traffic) FirstReceivedFrom(seq uint64) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// FirstReceivedAfter returns when the first message received at or after
+// at was received, if one was.
+func (t *Traffic) FirstReceivedAfter(at time.Time) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i := sort.Search(len(t.recvTimes), func(i int) bool { return !t.recvTimes[i].Before(at) })
+	if i == len(t.recvTimes) {
+		return time.Time{}, false
+	}
+	return t.recvTimes[i], true
+}
+
+// DuplicateSeqs returns up to n sequence numbers received more than once,
+// to help explain a report.
+func (t *Traffic) DuplicateSeqs(n int) []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []uint64
+	for i, s := range t.order {
+		if len(out) >= n {
+			break
+		}
+		if t.seen[s] > 1 {
+			for _, prev := range t.order[:i] {
+				if prev == s {
+					out = append(out, s)
+					break
+				}
+			}
+		}
+	}
+	return out
 }
