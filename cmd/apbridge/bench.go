@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// benchConfig is what every scenario may read from the command line.
+type benchConfig struct {
+	runs     int
+	rtt      time.Duration
+	tls      bool
+	grace    time.Duration
+	duration time.Duration
+	rate     time.Duration
+	log      zerolog.Logger
+	progress io.Writer
+}
+
+// scenario is one named benchmark.
+type scenario struct {
+	name string
+	desc string
+	run  func(ctx context.Context, cfg benchConfig) (*result, error)
+}
+
+// result is one scenario's figures. The JSON field names are read by other
+// tools: keep them.
+type result struct {
+	Scenario    string  `json:"scenario"`
+	Runs        int     `json:"runs"`
+	SwitchP50   float64 `json:"switch_ms_p50"`
+	SwitchP99   float64 `json:"switch_ms_p99"`
+	SwitchMax   float64 `json:"switch_ms_max"`
+	MaxGap      float64 `json:"max_gap_ms"`
+	Lost        uint64  `json:"lost"`
+	Duplicated  uint64  `json:"duplicated"`
+	extra       []kv
+	switchTimes []float64
+}
+
+type kv struct {
+	key string
+	val any
+}
+
+func (r *result) set(key string, val any) {
+	for i := range r.extra {
+		if r.extra[i].key == key {
+			r.extra[i].val = val
+			return
+		}
+	}
+	r.extra = append(r.extra, kv{key, val})
+}
+
+// addSwitch records one run's switch time.
+func (r *result) addSwitch(d time.Duration) {
+	r.switchTimes = append(r.switchTimes, ms(d))
+}
+
+// finish computes the percentiles of the recorded switch times.
+func (r *result) finish() {
+	if len(r.switchTimes) == 0 {
+		return
+	}
+	r.SwitchP50 = percentile(r.switchTimes, 50)
+	r.SwitchP99 = percentile(r.switchTimes, 99)
+	r.SwitchMax = slices.Max(r.switchTimes)
+}
+
+// MarshalJSON writes the fixed fields first, then the scenario's own.
+func (r *result) MarshalJSON() ([]byte, error) {
+	type fixed result
+	b, err := json.Marshal((*fixed)(r))
+	if err != nil {
+		return nil, err
+	}
+	if len(r.extra) == 0 {
+		return b, nil
+	}
+	var sb strings.Builder
+	sb.Write(b[:len(b)-1])
+	for _, e := range r.extra {
+		v, err := json.Marshal(e.val)
+		if err != nil {
+			return nil, err
+		}
+		k, _ := json.Marshal(e.key)
+		sb.WriteByte(',')
+		sb.Write(k)
+		sb.WriteByte(':')
+		sb.Write(v)
+	}
+	sb.WriteByte('}')
+	return []byte(sb.String()), nil
+}
+
+func ms(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Microsecond)) / 1000
+}
+
+// percentile is the nearest-rank percentile of v.
+func percentile(v []float64, p float64) float64 {
+	s := slices.Clone(v)
+	sort.Float64s(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[max(rank, 1)-1]
+}
+
+func scenarios() []scenario {
+	var all []scenario
+	all = append(all, natsScenarios()...)
+	return all
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object per scenario per line")
+	cfg := benchConfig{}
+	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000)")
+	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
+	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
+	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
+	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
+	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
+	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
+	list := fs.Bool("list", false, "list the scenarios and exit")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: apbridge bench [--json] [--runs N] [--rtt DURATION] [--tls] [SCENARIO...]")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "\nscenarios (all when none is named):")
+		for _, s := range scenarios() {
+			fmt.Fprintf(stderr, "  %-22s %s\n", s.name, s.desc)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *list {
+		for _, s := range scenarios() {
+			fmt.Fprintf(stdout, "%-22s %s\n", s.name, s.desc)
+		}
+		return nil
+	}
+	if cfg.runs < 1 || cfg.runs > 1000 {
+		return fmt.Errorf("--runs: %d is out of range (valid 1-1000)", cfg.runs)
+	}
+	if cfg.rtt < 0 || cfg.rtt > 10*time.Second {
+		return fmt.Errorf("--rtt: %v is out of range (valid 0-10s)", cfg.rtt)
+	}
+	if cfg.grace < 100*time.Millisecond || cfg.grace > 5*time.Minute {
+		return fmt.Errorf("--grace: %v is out of range (valid 100ms-5m)", cfg.grace)
+	}
+	if cfg.rate < 100*time.Microsecond || cfg.rate > time.Second {
+		return fmt.Errorf("--period: %v is out of range (valid 100µs-1s)", cfg.rate)
+	}
+	cfg.log = zerolog.Nop()
+	if *verbose {
+		cfg.log = newLogger(stderr, true, zerolog.DebugLevel)
+	}
+	cfg.progress = stderr
+
+	var selected []scenario
+	byName := map[string]scenario{}
+	for _, s := range scenarios() {
+		byName[s.name] = s
+	}
+	if fs.NArg() == 0 {
+		selected = scenarios()
+	}
+	for _, name := range fs.Args() {
+		s, ok := byName[name]
+		if !ok {
+			var names []string
+			for _, s := range scenarios() {
+				names = append(names, s.name)
+			}
+			return fmt.Errorf("unknown scenario %q (valid: %s)", name, strings.Join(names, ", "))
+		}
+		selected = append(selected, s)
+	}
+
+	var results []*result
+	for _, s := range selected {
+		fmt.Fprintf(stderr, "bench: %s (%d runs) ...\n", s.name, cfg.runs)
+		r, err := s.run(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		r.Scenario = s.name
+		r.finish()
+		results = append(results, r)
+		if *asJSON {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, string(b))
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if !*asJSON {
+		printTable(stdout, results)
+	}
+	return nil
+}
+
+func printTable(w io.Writer, results []*result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\truns\tswitch p50 ms\tp99 ms\tmax ms\tmax gap ms\tlost\tduplicated\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%d\t%d\t\n",
+			r.Scenario, r.Runs, r.SwitchP50, r.SwitchP99, r.SwitchMax, r.MaxGap, r.Lost, r.Duplicated)
+	}
+	tw.Flush()
+	for _, r := range results {
+		if len(r.extra) == 0 {
+			continue
+		}
+		var parts []string
+		for _, e := range r.extra {
+			parts = append(parts, fmt.Sprintf("%s=%v", e.key, e.val))
+		}
+		fmt.Fprintf(w, "%s: %s\n", r.Scenario, strings.Join(parts, " "))
+	}
+}
