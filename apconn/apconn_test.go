@@ -113,7 +113,31 @@ func connect(t *testing.T, cl *testcluster.NATSCluster, ev *events, opts ...apco
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	// Connect returns after one attempt to arm the passive; on a loaded
+	// machine the end-to-end proof can take longer, and a test that needs
+	// a full pair waits for it.
+	running := 0
+	for _, n := range cl.Nodes() {
+		if n.Running() {
+			running++
+		}
+	}
+	if running > 1 {
+		waitStatus(t, c, apconn.StatusConnected, 10*time.Second)
+	}
 	return c
+}
+
+// waitStatus polls c until it reports st.
+func waitStatus(t *testing.T, c *apconn.Conn, st apconn.Status, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for c.Status() != st {
+		if time.Now().After(deadline) {
+			t.Fatalf("status %v, want %v", c.Status(), st)
+		}
+		time.Sleep(5 * time.Millisecond) // poll with a deadline
+	}
 }
 
 func activeNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {

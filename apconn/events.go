@@ -151,6 +151,11 @@ type dispatcher struct {
 
 func newDispatcher(h func(Event)) *dispatcher {
 	d := &dispatcher{h: h, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if h == nil {
+		// Nobody listens: no goroutine.
+		close(d.done)
+		return d
+	}
 	go d.run()
 	return d
 }
@@ -172,6 +177,9 @@ func (d *dispatcher) emit(e Event) {
 
 // close delivers what is queued, then stops the goroutine.
 func (d *dispatcher) close() {
+	if d.h == nil {
+		return
+	}
 	d.mu.Lock()
 	if !d.shut {
 		d.shut = true
