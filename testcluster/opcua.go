@@ -1,0 +1,352 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
+)
+
+// OPCUAOption configures StartOPCUAPair.
+type OPCUAOption func(*opcuaConfig)
+
+type opcuaConfig struct {
+	tags        int
+	tagInterval time.Duration
+	setpoints   int
+	heartbeat   time.Duration
+	levels      [2]byte
+	redundancy  ua.RedundancySupport
+	uris        [2]string
+	minPublish  time.Duration
+	delay       time.Duration
+	logger      zerolog.Logger
+	readyWait   time.Duration
+}
+
+// WithTags sets the number of simulated tags (default 16, at least 0).
+// Kinds rotate Counter, Ramp, Sine, Bool, so tag i is of kind i%4.
+func WithTags(n int) OPCUAOption { return func(c *opcuaConfig) { c.tags = n } }
+
+// WithTagInterval sets how often the simulated process ticks: every tag
+// gets a new value and source timestamp each tick (default 100 ms, at
+// least 1 ms). A client sees every tick only if it publishes at least as
+// often, or asks for a queue.
+func WithTagInterval(d time.Duration) OPCUAOption { return func(c *opcuaConfig) { c.tagInterval = d } }
+
+// WithSetpoints sets the number of writable setpoints (default 2).
+func WithSetpoints(n int) OPCUAOption { return func(c *opcuaConfig) { c.setpoints = n } }
+
+// WithHeartbeat sets how often each server samples CurrentTime (i=2258)
+// for its subscribers (default 100 ms): the heartbeat whose gaps reveal a
+// frozen link.
+func WithHeartbeat(d time.Duration) OPCUAOption { return func(c *opcuaConfig) { c.heartbeat = d } }
+
+// WithServiceLevels sets the ServiceLevels A and B start with (default
+// 250 and 240: a healthy primary and a healthy follower).
+func WithServiceLevels(a, b byte) OPCUAOption {
+	return func(c *opcuaConfig) { c.levels = [2]byte{a, b} }
+}
+
+// WithRedundancySupport sets the RedundancySupport both servers report
+// (i=3709; default Warm). Cold, Warm, Hot and HotAndMirrored also expose
+// ServerRedundancy.ServerUriArray (i=11314).
+func WithRedundancySupport(m ua.RedundancySupport) OPCUAOption {
+	return func(c *opcuaConfig) { c.redundancy = m }
+}
+
+// WithApplicationURIs sets the servers' ApplicationUris (default
+// urn:apbridge:testcluster:opcua:A and :B).
+func WithApplicationURIs(a, b string) OPCUAOption {
+	return func(c *opcuaConfig) { c.uris = [2]string{a, b} }
+}
+
+// WithMinPublishingInterval sets the shortest publishing interval the
+// servers grant (default 10 ms). Requests for less, including 0, get it.
+func WithMinPublishingInterval(d time.Duration) OPCUAOption {
+	return func(c *opcuaConfig) { c.minPublish = d }
+}
+
+// WithOPCUAClientRTT adds rtt/2 of latency in each direction between
+// clients and each server, through the proxies.
+func WithOPCUAClientRTT(rtt time.Duration) OPCUAOption {
+	return func(c *opcuaConfig) { c.delay = rtt / 2 }
+}
+
+// WithOPCUALogger sends the servers' log lines to l (default: none):
+// level changes, scripted events, kills and restarts at Info.
+func WithOPCUALogger(l zerolog.Logger) OPCUAOption { return func(c *opcuaConfig) { c.logger = l } }
+
+// WithOPCUAReadyTimeout bounds how long StartOPCUAPair and Restart wait for
+// a server to answer a client's read (default 10 s).
+func WithOPCUAReadyTimeout(d time.Duration) OPCUAOption {
+	return func(c *opcuaConfig) { c.readyWait = d }
+}
+
+// OPCUAPair is a redundant pair of OPC UA servers, A and B, on loopback,
+// each behind a FaultProxy, serving one simulated process: at every tick
+// both servers serve the same tag values with the same source timestamps.
+//
+// Each server has a settable ServiceLevel (i=2267), a ServerArray (i=2254)
+// listing both ApplicationUris, RedundancySupport (i=3709), a CurrentTime
+// (i=2258) sampled at the heartbeat rate, and the tags under Objects/Sim in
+// namespace 1 (SimNamespaceURI). Servers offer security None with
+// anonymous users.
+//
+// The servers are built on gopcua's uacp and uasc packages with their own
+// service layer: sessions, subscriptions and monitored items behave as OPC
+// UA Part 4 asks rather than as gopcua v0.8.0's server package does (see
+// docs/testcluster.md for the differences).
+type OPCUAPair struct {
+	cfg       opcuaConfig
+	gen       []Tag // generated tags, by index
+	setpoints []Tag
+	byName    map[string]Tag
+	servers   [2]*OPCUAServer
+
+	tick    atomic.Pointer[simTick]
+	setVals []atomic.Pointer[setpointValue]
+
+	wmu    sync.Mutex
+	writes []Write
+	wsig   chan struct{} // closed and replaced at each write
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// StartOPCUAPair starts a pair on free loopback ports and returns once
+// each server has answered a real client's read through its proxy.
+func StartOPCUAPair(ctx context.Context, opts ...OPCUAOption) (*OPCUAPair, error) {
+	cfg := opcuaConfig{
+		tags:        16,
+		tagInterval: 100 * time.Millisecond,
+		setpoints:   2,
+		heartbeat:   100 * time.Millisecond,
+		levels:      [2]byte{LevelPrimary, LevelHealthyFollower},
+		redundancy:  ua.RedundancySupportWarm,
+		uris:        [2]string{"urn:apbridge:testcluster:opcua:A", "urn:apbridge:testcluster:opcua:B"},
+		minPublish:  10 * time.Millisecond,
+		logger:      zerolog.Nop(),
+		readyWait:   10 * time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case cfg.tags < 0 || cfg.setpoints < 0:
+		return nil, fmt.Errorf("testcluster: opcua tags %d and setpoints %d must not be negative", cfg.tags, cfg.setpoints)
+	case cfg.tagInterval < time.Millisecond:
+		return nil, fmt.Errorf("testcluster: opcua tag interval %v is below 1ms", cfg.tagInterval)
+	case cfg.heartbeat < time.Millisecond:
+		return nil, fmt.Errorf("testcluster: opcua heartbeat %v is below 1ms", cfg.heartbeat)
+	case cfg.minPublish < time.Millisecond:
+		return nil, fmt.Errorf("testcluster: opcua minimum publishing interval %v is below 1ms", cfg.minPublish)
+	case cfg.uris[0] == "" || cfg.uris[1] == "" || cfg.uris[0] == cfg.uris[1]:
+		return nil, fmt.Errorf("testcluster: opcua application URIs %q and %q must be set and differ", cfg.uris[0], cfg.uris[1])
+	case cfg.redundancy > ua.RedundancySupportHotAndMirrored:
+		return nil, fmt.Errorf("testcluster: opcua redundancy support %d is not defined", cfg.redundancy)
+	}
+	p := &OPCUAPair{cfg: cfg, byName: make(map[string]Tag), wsig: make(chan struct{}), stop: make(chan struct{})}
+	for i := range cfg.tags {
+		k := TagKind(i % 4)
+		t := Tag{Name: fmt.Sprintf("%s%04d", k, i), Kind: k, index: i}
+		p.gen = append(p.gen, t)
+		p.byName[t.Name] = t
+	}
+	p.setVals = make([]atomic.Pointer[setpointValue], cfg.setpoints)
+	start := time.Now()
+	for j := range cfg.setpoints {
+		t := Tag{Name: fmt.Sprintf("%s%04d", TagSetpoint, j), Kind: TagSetpoint, index: j}
+		p.setpoints = append(p.setpoints, t)
+		p.byName[t.Name] = t
+		p.setVals[j].Store(&setpointValue{v: ua.MustVariant(float64(0)), at: start})
+	}
+	p.tick.Store(newSimTick(p.gen, 0, start))
+	for i := range p.servers {
+		s, err := newOPCUAServer(p, i)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.servers[i] = s
+	}
+	p.wg.Add(1)
+	go p.run()
+	wctx, cancel := context.WithTimeout(ctx, cfg.readyWait)
+	defer cancel()
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, s := range p.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.waitReady(wctx)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// run is the pair's clock: it ticks the simulated process, samples the
+// servers' heartbeat and expires idle sessions. Everything it calls only
+// queues work, so a stuck client cannot stall it.
+func (p *OPCUAPair) run() {
+	defer p.wg.Done()
+	var tagC <-chan time.Time
+	if len(p.gen) > 0 {
+		t := time.NewTicker(p.cfg.tagInterval)
+		defer t.Stop()
+		tagC = t.C
+	}
+	hb := time.NewTicker(p.cfg.heartbeat)
+	defer hb.Stop()
+	hk := time.NewTicker(250 * time.Millisecond)
+	defer hk.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-tagC:
+			t := newSimTick(p.gen, p.tick.Load().n+1, now)
+			p.tick.Store(t)
+			for _, s := range p.servers {
+				if s.Running() {
+					s.eng.notify(s.tagNodes...)
+				}
+			}
+		case <-hb.C:
+			for _, s := range p.servers {
+				s.heartbeat()
+			}
+		case now := <-hk.C:
+			for _, s := range p.servers {
+				s.eng.expireSessions(now)
+			}
+		}
+	}
+}
+
+// A returns server A, the primary at start.
+func (p *OPCUAPair) A() *OPCUAServer { return p.servers[0] }
+
+// B returns server B.
+func (p *OPCUAPair) B() *OPCUAServer { return p.servers[1] }
+
+// Server returns server i: 0 is A, 1 is B. It panics for other i.
+func (p *OPCUAPair) Server(i int) *OPCUAServer { return p.servers[i] }
+
+// Servers returns both servers, A first.
+func (p *OPCUAPair) Servers() []*OPCUAServer { return []*OPCUAServer{p.servers[0], p.servers[1]} }
+
+// Endpoints returns both servers' endpoints, A first.
+func (p *OPCUAPair) Endpoints() []string {
+	return []string{p.servers[0].Endpoint(), p.servers[1].Endpoint()}
+}
+
+// Tags returns the simulated tags, generated tags by index and then the
+// setpoints.
+func (p *OPCUAPair) Tags() []Tag {
+	return append(append([]Tag(nil), p.gen...), p.setpoints...)
+}
+
+// Setpoints returns the writable tags.
+func (p *OPCUAPair) Setpoints() []Tag { return append([]Tag(nil), p.setpoints...) }
+
+// Tag returns the tag with the given name.
+func (p *OPCUAPair) Tag(name string) (Tag, bool) {
+	t, ok := p.byName[name]
+	return t, ok
+}
+
+// Tick returns the number of the current tick of the simulated process
+// (0 before the first tick).
+func (p *OPCUAPair) Tick() uint64 { return p.tick.Load().n }
+
+// Setpoint returns a setpoint's current value.
+func (p *OPCUAPair) Setpoint(name string) (float64, bool) {
+	t, ok := p.byName[name]
+	if !ok || t.Kind != TagSetpoint {
+		return 0, false
+	}
+	v, _ := p.setVals[t.index].Load().v.Value().(float64)
+	return v, true
+}
+
+// Writes returns every write the servers have accepted, oldest first.
+func (p *OPCUAPair) Writes() []Write {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	return append([]Write(nil), p.writes...)
+}
+
+// WaitWrites waits until the servers have accepted at least n writes and
+// returns them all, or returns ctx's error.
+func (p *OPCUAPair) WaitWrites(ctx context.Context, n int) ([]Write, error) {
+	for {
+		p.wmu.Lock()
+		if len(p.writes) >= n {
+			w := append([]Write(nil), p.writes...)
+			p.wmu.Unlock()
+			return w, nil
+		}
+		sig := p.wsig
+		p.wmu.Unlock()
+		select {
+		case <-sig:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// writeSetpoint records a write that server s accepted and serves the new
+// value on both servers, which share the process.
+func (p *OPCUAPair) writeSetpoint(s *OPCUAServer, j int, v float64, src time.Time) {
+	now := time.Now()
+	if src.IsZero() {
+		src = now
+	}
+	p.wmu.Lock()
+	p.setVals[j].Store(&setpointValue{v: ua.MustVariant(v), at: src})
+	p.writes = append(p.writes, Write{Server: s.name, Tag: p.setpoints[j].Name, Value: v, Source: src, At: now})
+	close(p.wsig)
+	p.wsig = make(chan struct{})
+	p.wmu.Unlock()
+	s.log.Info().Str("tag", p.setpoints[j].Name).Float64("value", v).Msg("testcluster: opcua write")
+	for _, srv := range p.servers {
+		srv.eng.notify(srv.setpointNodes[j])
+	}
+}
+
+// Close stops both servers, closes every connection and waits for every
+// goroutine of the pair. It takes milliseconds, is idempotent, and may be
+// called concurrently.
+func (p *OPCUAPair) Close() {
+	p.closeOnce.Do(func() {
+		close(p.stop)
+		p.wg.Wait()
+		var wg sync.WaitGroup
+		for _, s := range p.servers {
+			if s == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.close()
+			}()
+		}
+		wg.Wait()
+	})
+}

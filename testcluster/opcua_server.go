@@ -1,0 +1,699 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
+)
+
+// ServiceLevel values the scripted events publish (OPC UA Part 4 6.6.2.4.2:
+// 0 Maintenance, 1 NoData, 2-199 Degraded, 200-255 Healthy).
+const (
+	// LevelMaintenance is published by a server that is stopping: clients
+	// must leave it.
+	LevelMaintenance byte = 0
+	// LevelNoData is published by a server that is up but has no data yet.
+	LevelNoData byte = 1
+	// LevelBooting is the Degraded level a booting server passes through.
+	LevelBooting byte = 50
+	// LevelStandby is a warm standby's level (Demote).
+	LevelStandby byte = 90
+	// LevelHealthyFollower is a healthy server that is not the primary.
+	LevelHealthyFollower byte = 240
+	// LevelPrimary is the healthy primary's level (Promote).
+	LevelPrimary byte = 250
+
+	// healthyLevel is where the Healthy band starts. Below it a server's
+	// data items carry Bad_OutOfService and it refuses writes.
+	healthyLevel byte = 200
+)
+
+// LevelStep is one step of a scripted ServiceLevel sequence: publish Level,
+// then hold it for Hold before the next step.
+type LevelStep struct {
+	Level byte
+	Hold  time.Duration
+}
+
+// BootSteps is the boot sequence of seed 004's servers: NoData (1), then
+// Degraded (50), each held for hold, then final (240 or 250).
+func BootSteps(final byte, hold time.Duration) []LevelStep {
+	return []LevelStep{{LevelNoData, hold}, {LevelBooting, hold}, {final, 0}}
+}
+
+// Health is what a server's ServiceLevel is computed from once a LevelFunc
+// is set (see SetLevelFunc). The fields are seed 004's calculator inputs;
+// tests set them with UpdateHealth. The pair never changes them itself.
+type Health struct {
+	// MemberUp: the node is an Up (or Joining) member of its redundancy
+	// group.
+	MemberUp bool
+	// StoreReachable: its configuration store answers.
+	StoreReachable bool
+	// PeerProbeOK: the peer's probe of this server succeeds.
+	PeerProbeOK bool
+	// Stale: its data is stale.
+	Stale bool
+	// Primary: it is the pair's primary.
+	Primary bool
+}
+
+// LevelFunc computes a ServiceLevel from health inputs. It must be a pure,
+// fast function; servicelevel.Calculator is meant to be one.
+type LevelFunc func(Health) byte
+
+// Script is a scripted event running on a server (Boot, GracefulStop). A
+// server runs one script at a time: a new scripted event, SetLevel,
+// Promote, Demote, Kill or Restart cancels the running one, and so does
+// closing the pair.
+type Script struct {
+	done   chan struct{}
+	cancel context.CancelFunc
+	err    error
+}
+
+// Done is closed when the script has finished or was cancelled.
+func (sc *Script) Done() <-chan struct{} { return sc.done }
+
+// Err returns nil while the script runs or if it completed, and the reason
+// otherwise (context.Canceled if it was superseded).
+func (sc *Script) Err() error {
+	select {
+	case <-sc.done:
+		return sc.err
+	default:
+		return nil
+	}
+}
+
+// Wait waits until the script is done or ctx ends.
+func (sc *Script) Wait(ctx context.Context) error {
+	select {
+	case <-sc.done:
+		return sc.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Cancel stops the script where it is and waits for it.
+func (sc *Script) Cancel() {
+	sc.cancel()
+	<-sc.done
+}
+
+// levelState is a ServiceLevel and when it was set (its source timestamp).
+type levelState struct {
+	v  byte
+	at time.Time
+}
+
+// OPCUAServer is one server of an OPCUAPair: an OPC UA server on a
+// loopback port behind a FaultProxy, whose address is the server's stable
+// endpoint.
+//
+// All methods are safe for concurrent use.
+type OPCUAServer struct {
+	pair     *OPCUAPair
+	index    int
+	name     string
+	uri      string
+	log      zerolog.Logger
+	space    *uaSpace
+	eng      *uaEngine
+	ln       net.Listener // the server's own port, reached only through the proxy
+	endpoint string       // opc.tcp:// URL of the proxy
+	addr     string       // the proxy's host:port, kept across restarts
+
+	nodeServiceLevel, nodeStatus, nodeCurrentTime, nodeState *uaNode
+	tagNodes, setpointNodes                                  []*uaNode
+
+	lvlMu   sync.Mutex // serialises level changes
+	lvl     atomic.Pointer[levelState]
+	state   atomic.Uint32 // ua.ServerState
+	started atomic.Int64  // unix nanoseconds of the last (re)start
+
+	channelID, tokenID atomic.Uint32
+
+	lifeMu sync.Mutex // serialises kill, restart and close
+
+	mu      sync.Mutex
+	proxy   *FaultProxy
+	running bool
+	closed  bool
+	delay   time.Duration
+	conns   map[*uaConn]struct{}
+	script  *Script
+	levelFn LevelFunc
+	health  Health
+
+	wg      sync.WaitGroup // accept loop and connection goroutines
+	scripts sync.WaitGroup
+}
+
+// newOPCUAServer builds server index of pair p and starts listening. The
+// caller waits for it to be ready.
+func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
+	name := string(rune('A' + index))
+	s := &OPCUAServer{
+		pair:  p,
+		index: index,
+		name:  name,
+		uri:   p.cfg.uris[index],
+		log:   p.cfg.logger.With().Str("opcua", name).Logger(),
+		conns: make(map[*uaConn]struct{}),
+		health: Health{
+			MemberUp: true, StoreReachable: true, PeerProbeOK: true, Primary: index == 0,
+		},
+	}
+	s.channelID.Store(uint32(index+1) << 24)
+	s.tokenID.Store(uint32(index+1) << 24)
+	s.lvl.Store(&levelState{v: p.cfg.levels[index], at: time.Now()})
+	s.started.Store(time.Now().UnixNano())
+	s.eng = newUAEngine(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("testcluster: opcua %s listen: %w", name, err)
+	}
+	s.ln = ln
+	px, err := NewFaultProxy(ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	px.SetDelay(p.cfg.delay)
+	s.delay = p.cfg.delay
+	s.proxy, s.addr = px, px.Addr()
+	s.endpoint = "opc.tcp://" + s.addr
+	s.space = s.buildSpace()
+	s.running = true
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+// Name returns "A" or "B".
+func (s *OPCUAServer) Name() string { return s.name }
+
+// Index returns 0 for A and 1 for B.
+func (s *OPCUAServer) Index() int { return s.index }
+
+// ApplicationURI returns the server's ApplicationUri, as listed in both
+// servers' ServerArray.
+func (s *OPCUAServer) ApplicationURI() string { return s.uri }
+
+// Endpoint returns the URL clients use, opc.tcp://127.0.0.1:<port>. It goes
+// through the server's FaultProxy and stays the same across Kill and
+// Restart.
+func (s *OPCUAServer) Endpoint() string { return s.endpoint }
+
+// Proxy returns the FaultProxy in front of the server, or nil while the
+// server is down. A restart puts a new proxy on the same address; the
+// latency set with SetLatency carries over, a freeze does not.
+func (s *OPCUAServer) Proxy() *FaultProxy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proxy
+}
+
+// Running reports whether the server is up (not killed or stopped).
+func (s *OPCUAServer) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// Stats returns what the server has served.
+func (s *OPCUAServer) Stats() OPCUAStats { return s.eng.stats() }
+
+// Level returns the ServiceLevel the server publishes.
+func (s *OPCUAServer) Level() byte { return s.lvl.Load().v }
+
+// SetLevel publishes a ServiceLevel: subscribers get it within one
+// publishing interval. Crossing 200 also flips the status of every
+// simulated tag between Good and Bad_OutOfService, and subscribers of tags
+// get that change too. SetLevel cancels a running script. On a server that
+// is down it only records the level; Restart sets the level it comes back
+// with.
+func (s *OPCUAServer) SetLevel(l byte) {
+	s.stopScript()
+	s.setLevel(l, "set")
+}
+
+// Promote publishes 250, the primary's level.
+func (s *OPCUAServer) Promote() { s.SetLevel(LevelPrimary) }
+
+// Demote publishes 90, a warm standby's level: its tags turn
+// Bad_OutOfService and it refuses writes.
+func (s *OPCUAServer) Demote() { s.SetLevel(LevelStandby) }
+
+func (s *OPCUAServer) setLevel(l byte, why string) {
+	s.lvlMu.Lock()
+	old := s.lvl.Load().v
+	if old == l {
+		s.lvlMu.Unlock()
+		return
+	}
+	s.lvl.Store(&levelState{v: l, at: time.Now()})
+	s.lvlMu.Unlock()
+	s.log.Info().Uint8("from", old).Uint8("to", l).Str("why", why).Msg("testcluster: opcua ServiceLevel")
+	// notify samples the current value, so concurrent changes converge on
+	// the last one even if their notifications cross.
+	s.eng.notify(s.nodeServiceLevel)
+	if (old >= healthyLevel) != (l >= healthyLevel) {
+		s.eng.notify(s.tagNodes...)
+		s.eng.notify(s.setpointNodes...)
+	}
+}
+
+// SetLevelFunc makes the server compute its ServiceLevel from its Health:
+// the level is f(health) now and after every UpdateHealth. Scripted events
+// still publish their own levels; the next UpdateHealth recomputes. A nil f
+// returns the level to manual control.
+func (s *OPCUAServer) SetLevelFunc(f LevelFunc) {
+	s.mu.Lock()
+	s.levelFn = f
+	h := s.health
+	s.mu.Unlock()
+	if f != nil {
+		s.setLevel(f(h), "level func")
+	}
+}
+
+// UpdateHealth changes the server's health inputs and, if a LevelFunc is
+// set, publishes the level it computes. It returns the server's level.
+func (s *OPCUAServer) UpdateHealth(update func(*Health)) byte {
+	s.mu.Lock()
+	update(&s.health)
+	f, h := s.levelFn, s.health
+	s.mu.Unlock()
+	if f != nil {
+		s.setLevel(f(h), "health")
+	}
+	return s.Level()
+}
+
+// Health returns the server's health inputs.
+func (s *OPCUAServer) Health() Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health
+}
+
+// ---- scripted events ----
+
+// Boot runs a boot sequence: each step's level is published and held, then
+// the next; a server that is down is restarted on its endpoint first,
+// already publishing the first step's level. With no steps it runs
+// BootSteps(the server's initial level, 200ms).
+func (s *OPCUAServer) Boot(steps ...LevelStep) *Script {
+	if len(steps) == 0 {
+		steps = BootSteps(s.pair.cfg.levels[s.index], 200*time.Millisecond)
+	}
+	steps = append([]LevelStep(nil), steps...)
+	return s.runScript(func(ctx context.Context) error {
+		if !s.Running() {
+			if err := s.restart(ctx, steps[0].Level); err != nil {
+				return err
+			}
+		}
+		for i, st := range steps {
+			s.setLevel(st.Level, "boot")
+			if i == len(steps)-1 || st.Hold <= 0 {
+				continue
+			}
+			if err := sleepCtx(ctx, st.Hold); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// GracefulStop stops the server the way seed 004's servers do: it
+// publishes ServiceLevel 0 (and ServerStatus.State Shutdown) at once, keeps
+// serving for delay, pushes out what subscriptions have queued, then stops:
+// connections closed, port closed, as Kill. Clients subscribed to
+// ServiceLevel see the 0 before their connection closes.
+func (s *OPCUAServer) GracefulStop(delay time.Duration) *Script {
+	return s.runScript(func(ctx context.Context) error {
+		s.setState(ua.ServerStateShutdown)
+		s.setLevel(LevelMaintenance, "graceful stop")
+		if err := sleepCtx(ctx, delay); err != nil {
+			return err
+		}
+		fctx, cancel := context.WithTimeout(ctx, time.Second)
+		s.eng.flush(fctx)
+		cancel()
+		s.kill("graceful stop")
+		return nil
+	})
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *OPCUAServer) runScript(f func(context.Context) error) *Script {
+	ctx, cancel := context.WithCancel(context.Background())
+	sc := &Script{done: make(chan struct{}), cancel: cancel}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cancel()
+		sc.err = ErrPairClosed
+		close(sc.done)
+		return sc
+	}
+	old := s.script
+	s.script = sc
+	s.scripts.Add(1)
+	s.mu.Unlock()
+	if old != nil {
+		old.Cancel()
+	}
+	go func() {
+		defer s.scripts.Done()
+		defer close(sc.done)
+		defer cancel()
+		sc.err = f(ctx)
+		s.mu.Lock()
+		if s.script == sc {
+			s.script = nil
+		}
+		s.mu.Unlock()
+	}()
+	return sc
+}
+
+// stopScript cancels the running script and waits for it.
+func (s *OPCUAServer) stopScript() {
+	s.mu.Lock()
+	sc := s.script
+	s.script = nil
+	s.mu.Unlock()
+	if sc != nil {
+		sc.Cancel()
+	}
+}
+
+// ErrPairClosed is returned by Restart, and by scripted events started,
+// after the pair was closed.
+var ErrPairClosed = errors.New("testcluster: opcua pair closed")
+
+// ---- process death and restart ----
+
+// Kill kills the server's process: the port closes and every connection is
+// closed, with no ServiceLevel 0 first; sessions and subscriptions are
+// lost. It returns when the server is down. It cancels a running script.
+func (s *OPCUAServer) Kill() {
+	s.stopScript()
+	s.kill("killed")
+}
+
+func (s *OPCUAServer) kill(why string) {
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.mu.Lock()
+	if !s.running {
+		s.mu.Unlock()
+		return
+	}
+	s.running = false
+	px := s.proxy
+	s.proxy = nil
+	conns := make([]*uaConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	// The proxy owns the endpoint: closing it closes the port and the
+	// clients' connections, which is what a client sees when a process
+	// dies. gopcua's own Server.Close would leave the clients connected and
+	// block for 10 s.
+	px.Close()
+	for _, c := range conns {
+		c.close()
+	}
+	for _, c := range conns {
+		<-c.done
+	}
+	s.eng.reset()
+	s.log.Info().Str("why", why).Msg("testcluster: opcua server down")
+}
+
+// Restart starts a server that is down again on its endpoint, publishing
+// level, and returns once it answers a client's read. A running server is
+// killed first. Clients must create new sessions, as after any server
+// restart.
+func (s *OPCUAServer) Restart(ctx context.Context, level byte) error {
+	s.stopScript()
+	return s.restart(ctx, level)
+}
+
+func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
+	s.kill("restart")
+	s.lifeMu.Lock()
+	defer s.lifeMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrPairClosed
+	}
+	delay := s.delay
+	s.mu.Unlock()
+	s.lvlMu.Lock()
+	s.lvl.Store(&levelState{v: level, at: time.Now()})
+	s.lvlMu.Unlock()
+	s.setState(ua.ServerStateRunning)
+	s.started.Store(time.Now().UnixNano())
+	var px *FaultProxy
+	for {
+		var err error
+		// The port was ours a moment ago; retry briefly in case the
+		// kernel has not let go of it.
+		if px, err = NewFaultProxyOn(s.addr, s.ln.Addr().String()); err == nil {
+			break
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("testcluster: opcua %s restart on %s: %w", s.name, s.addr, err)
+		}
+	}
+	px.SetDelay(delay)
+	s.mu.Lock()
+	s.proxy, s.running = px, true
+	s.mu.Unlock()
+	s.log.Info().Uint8("level", level).Msg("testcluster: opcua server restarted")
+	wctx, cancel := context.WithTimeout(ctx, s.pair.cfg.readyWait)
+	defer cancel()
+	return s.waitReady(wctx)
+}
+
+// ---- link faults, through the proxy ----
+
+func (s *OPCUAServer) withProxy(f func(*FaultProxy) int) int {
+	s.mu.Lock()
+	px := s.proxy
+	s.mu.Unlock()
+	if px == nil {
+		return 0
+	}
+	return f(px)
+}
+
+// ResetConns aborts every client connection with a TCP RST on both sides,
+// as a firewall or a crashed middlebox does; the server stays up. It
+// returns how many connections it reset.
+func (s *OPCUAServer) ResetConns() int { return s.withProxy((*FaultProxy).ResetAll) }
+
+// DropConns closes every client connection normally (FIN); the server
+// stays up. It returns how many connections it closed.
+func (s *OPCUAServer) DropConns() int { return s.withProxy((*FaultProxy).DropAll) }
+
+// Freeze stops all traffic between clients and the server while every
+// socket stays open: clients see neither data nor an error. Heal ends it.
+func (s *OPCUAServer) Freeze() { s.withProxy(func(p *FaultProxy) int { p.Freeze(); return 0 }) }
+
+// Heal ends a freeze; the bytes held meanwhile are delivered.
+func (s *OPCUAServer) Heal() { s.withProxy(func(p *FaultProxy) int { p.Heal(); return 0 }) }
+
+// SetLatency adds d of latency in each direction between clients and the
+// server (a round trip costs 2*d more). It persists across restarts.
+func (s *OPCUAServer) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	s.delay = d
+	s.mu.Unlock()
+	s.withProxy(func(p *FaultProxy) int { p.SetDelay(d); return 0 })
+}
+
+// ---- heartbeat, values ----
+
+func (s *OPCUAServer) setState(st ua.ServerState) {
+	if ua.ServerState(s.state.Swap(uint32(st))) != st {
+		s.eng.notify(s.nodeState, s.nodeStatus)
+	}
+}
+
+func (s *OPCUAServer) serverState() ua.ServerState { return ua.ServerState(s.state.Load()) }
+
+func (s *OPCUAServer) startTime() time.Time { return time.Unix(0, s.started.Load()) }
+
+// heartbeat samples CurrentTime (and ServerStatus, which contains it) for
+// subscribers: the heartbeat clients watch for gaps.
+func (s *OPCUAServer) heartbeat() {
+	if s.Running() {
+		s.eng.notify(s.nodeCurrentTime, s.nodeStatus)
+	}
+}
+
+func (s *OPCUAServer) serviceLevelValue() *ua.DataValue {
+	l := s.lvl.Load()
+	dv := &ua.DataValue{Value: ua.MustVariant(l.v), SourceTimestamp: l.at, ServerTimestamp: time.Now()}
+	dv.UpdateMask()
+	return dv
+}
+
+func (s *OPCUAServer) buildInfo() *ua.BuildInfo {
+	return &ua.BuildInfo{
+		ProductURI:       "urn:apbridge:testcluster",
+		ManufacturerName: "apbridge",
+		ProductName:      "apbridge testcluster OPC UA server",
+		SoftwareVersion:  "1",
+		BuildNumber:      "1",
+	}
+}
+
+func (s *OPCUAServer) statusValue() *ua.DataValue {
+	now := time.Now()
+	st := &ua.ServerStatusDataType{
+		StartTime:      s.startTime(),
+		CurrentTime:    now,
+		State:          s.serverState(),
+		BuildInfo:      s.buildInfo(),
+		ShutdownReason: ua.NewLocalizedText(""),
+	}
+	dv := &ua.DataValue{Value: ua.MustVariant(ua.NewExtensionObject(st)), SourceTimestamp: now, ServerTimestamp: now}
+	dv.UpdateMask()
+	return dv
+}
+
+// dataStatus is the status of the simulated tags: Bad_OutOfService while
+// the server is below the Healthy band (Warm redundancy: the standby does
+// not serve data). The value is still sent, so a consumer can see that the
+// process itself goes on.
+func (s *OPCUAServer) dataStatus() ua.StatusCode {
+	if s.Level() < healthyLevel {
+		return ua.StatusBadOutOfService
+	}
+	return ua.StatusOK
+}
+
+func (s *OPCUAServer) tagValue(i int) func() *ua.DataValue {
+	return func() *ua.DataValue {
+		t := s.pair.tick.Load()
+		// The DataValue is built here rather than with gopcua's
+		// DataValueFromValue, which drops the SourceTimestamp bit.
+		dv := &ua.DataValue{Value: t.vals[i], Status: s.dataStatus(), SourceTimestamp: t.at, ServerTimestamp: time.Now()}
+		dv.UpdateMask()
+		return dv
+	}
+}
+
+func (s *OPCUAServer) setpointValue(j int) func() *ua.DataValue {
+	return func() *ua.DataValue {
+		v := s.pair.setVals[j].Load()
+		dv := &ua.DataValue{Value: v.v, Status: s.dataStatus(), SourceTimestamp: v.at, ServerTimestamp: time.Now()}
+		dv.UpdateMask()
+		return dv
+	}
+}
+
+// ---- readiness and close ----
+
+// waitReady waits until a real client reads ServiceLevel through the
+// proxy.
+func (s *OPCUAServer) waitReady(ctx context.Context) error {
+	for {
+		err := s.probe(ctx)
+		if err == nil {
+			return nil
+		}
+		if werr := sleepCtx(ctx, 20*time.Millisecond); werr != nil {
+			return fmt.Errorf("testcluster: opcua %s at %s not ready: %w (last probe: %v)", s.name, s.endpoint, werr, err)
+		}
+	}
+}
+
+func (s *OPCUAServer) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c, err := opcua.NewClient(s.endpoint,
+		opcua.SecurityMode(ua.MessageSecurityModeNone),
+		opcua.AutoReconnect(false),
+		opcua.DialTimeout(time.Second),
+		opcua.RequestTimeout(2*time.Second),
+	)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	if err := c.Connect(ctx); err != nil {
+		return err
+	}
+	resp, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{
+		NodeID: ua.NewNumericNodeID(0, id.Server_ServiceLevel), AttributeID: ua.AttributeIDValue,
+	}}})
+	if err != nil {
+		return err
+	}
+	if len(resp.Results) != 1 || resp.Results[0].Status != ua.StatusOK {
+		return fmt.Errorf("ServiceLevel read: %v", resp.Results)
+	}
+	if _, ok := resp.Results[0].Value.Value().(byte); !ok {
+		return fmt.Errorf("ServiceLevel is %T, want a Byte", resp.Results[0].Value.Value())
+	}
+	return nil
+}
+
+// close stops the server for good and waits for all its goroutines.
+func (s *OPCUAServer) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.stopScript()
+	s.scripts.Wait()
+	s.kill("pair closed")
+	s.ln.Close()
+	s.mu.Lock()
+	conns := make([]*uaConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+	s.wg.Wait()
+	s.eng.stop()
+}
+
+func (s *OPCUAServer) String() string {
+	return "opcua " + s.name + " " + s.endpoint + " level " + strconv.Itoa(int(s.Level()))
+}
