@@ -525,6 +525,13 @@ func (c *Conn) Close() {
 	close(c.closedCh)
 }
 
+// OnEvent adds h to the handlers of the Conn's events, after any given with
+// WithEventHandler, and returns a function that removes it. Handlers run in
+// the order they were added, on the Conn's event goroutine.
+func (c *Conn) OnEvent(h func(Event)) (remove func()) {
+	return c.disp.add(h)
+}
+
 // Stats is a snapshot of a Conn's counters.
 type Stats struct {
 	Switches             uint64            // promotions of the passive, all causes

@@ -139,35 +139,55 @@ type Event struct {
 }
 
 // dispatcher delivers events in order on its own goroutine, so that a slow
-// user handler never holds up a switch.
+// user handler never holds up a switch. The goroutine starts with the
+// first handler: a Conn nobody listens to runs none.
 type dispatcher struct {
-	h    func(Event)
-	mu   sync.Mutex
-	q    []Event
-	wake chan struct{}
-	done chan struct{}
-	shut bool
+	mu       sync.Mutex
+	handlers map[uint64]func(Event)
+	nextID   uint64
+	q        []Event
+	wake     chan struct{}
+	done     chan struct{}
+	started  bool
+	shut     bool
 }
 
 func newDispatcher(h func(Event)) *dispatcher {
-	d := &dispatcher{h: h, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	if h == nil {
-		// Nobody listens: no goroutine.
-		close(d.done)
-		return d
+	d := &dispatcher{handlers: map[uint64]func(Event){}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if h != nil {
+		d.add(h)
 	}
-	go d.run()
 	return d
 }
 
+// add registers h and returns a function that removes it.
+func (d *dispatcher) add(h func(Event)) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shut {
+		return func() {}
+	}
+	d.nextID++
+	id := d.nextID
+	d.handlers[id] = h
+	if !d.started {
+		d.started = true
+		go d.run()
+	}
+	return func() {
+		d.mu.Lock()
+		delete(d.handlers, id)
+		d.mu.Unlock()
+	}
+}
+
 func (d *dispatcher) emit(e Event) {
-	if d.h == nil {
+	d.mu.Lock()
+	if d.shut || len(d.handlers) == 0 {
+		d.mu.Unlock()
 		return
 	}
-	d.mu.Lock()
-	if !d.shut {
-		d.q = append(d.q, e)
-	}
+	d.q = append(d.q, e)
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -177,16 +197,16 @@ func (d *dispatcher) emit(e Event) {
 
 // close delivers what is queued, then stops the goroutine.
 func (d *dispatcher) close() {
-	if d.h == nil {
-		return
-	}
 	d.mu.Lock()
+	started := d.started
 	if !d.shut {
 		d.shut = true
 		close(d.wake)
 	}
 	d.mu.Unlock()
-	<-d.done
+	if started {
+		<-d.done
+	}
 }
 
 func (d *dispatcher) run() {
@@ -200,8 +220,16 @@ func (d *dispatcher) run() {
 			}
 			e := d.q[0]
 			d.q = d.q[1:]
+			hs := make([]func(Event), 0, len(d.handlers))
+			for id := uint64(1); id <= d.nextID; id++ {
+				if h, ok := d.handlers[id]; ok {
+					hs = append(hs, h)
+				}
+			}
 			d.mu.Unlock()
-			d.h(e)
+			for _, h := range hs {
+				h(e)
+			}
 		}
 	}
 }
