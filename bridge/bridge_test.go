@@ -1,0 +1,452 @@
+package bridge_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	cl   *testcluster.NATSCluster
+	conn *apconn.Conn
+	nc   *nats.Conn // a plain consumer
+	src  *testcluster.SimSource
+	b    *bridge.Bridge
+}
+
+func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.NATSOption) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, clusterOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	nc, err := nats.Connect(cl.Node(len(cl.Nodes()) - 1).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	src := testcluster.NewSimSource("sim1")
+	b, err := bridge.New(conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddSource(src, tags); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return &env{cl: cl, conn: conn, nc: nc, src: src, b: b}
+}
+
+func tagsN(n int, writable bool) []bridge.TagConfig {
+	out := make([]bridge.TagConfig, n)
+	for i := range out {
+		out[i] = bridge.TagConfig{Name: "Line1.T" + string(rune('A'+i)), Address: "ns=1;s=T" + string(rune('A'+i)), Writable: writable}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll with a deadline
+	}
+}
+
+func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
+	e := setup(t, bridge.Config{}, tagsN(3, false))
+	msgs := make(chan *nats.Msg, 100)
+	if _, err := e.nc.ChanSubscribe("apbridge.sim1.>", msgs); err != nil {
+		t.Fatal(err)
+	}
+	e.nc.Flush()
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	src := time.Date(2026, 11, 30, 1, 2, 3, 4000, time.UTC)
+	e.src.Emit(2, bridge.Update{Value: 21.5, Status: bridge.StatusGood, SourceTime: src, ServerTime: src.Add(time.Millisecond)})
+	e.src.Emit(2, bridge.Update{Value: 22.5, Status: bridge.StatusUncertain, SourceTime: src.Add(time.Second)})
+	e.src.Emit(1, bridge.Update{Value: struct{ X int }{1}, Status: bridge.StatusGood, SourceTime: src})
+
+	var got []*nats.Msg
+	for len(got) < 3 {
+		select {
+		case m := <-msgs:
+			got = append(got, m)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("got %d updates", len(got))
+		}
+	}
+	byTag := map[string][]bridge.Update{}
+	for _, m := range got {
+		u, err := bridge.DecodeJSON(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byTag[u.Tag] = append(byTag[u.Tag], u)
+		if m.Header.Get(bridge.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(bridge.HeaderTag) != u.Tag {
+			t.Errorf("headers %v do not match payload %s", m.Header, m.Data)
+		}
+	}
+	b := byTag["Line1.TB"]
+	if len(b) != 2 || m0(b).Value != 21.5 || b[0].Seq != 1 || b[1].Seq != 2 || !b[0].SourceTime.Equal(src) ||
+		!b[0].ServerTime.Equal(src.Add(time.Millisecond)) || b[1].Status.Quality() != bridge.QualityUncertain {
+		t.Fatalf("Line1.TB updates %+v", b)
+	}
+	a := byTag["Line1.TA"]
+	if len(a) != 1 || a[0].Status.Quality() != bridge.QualityBad || a[0].Value != nil || !strings.Contains(a[0].Err, "unsupported") {
+		t.Fatalf("unsupported value reported as %+v", a)
+	}
+	if s, _ := e.b.Subject("sim1", "Line1.TB"); got[0].Subject != s && got[1].Subject != s && got[2].Subject != s {
+		t.Fatalf("subject %s not used", s)
+	}
+}
+
+func m0(u []bridge.Update) bridge.Update { return u[0] }
+
+func request(t *testing.T, nc *nats.Conn, subj string, data string) *nats.Msg {
+	t.Helper()
+	m, err := nc.Request(subj, []byte(data), 5*time.Second)
+	if err != nil {
+		t.Fatalf("request %s: %v", subj, err)
+	}
+	return m
+}
+
+func TestSnapshotPages(t *testing.T) {
+	e := setup(t, bridge.Config{SnapshotPage: 2}, tagsN(5, false))
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 5 })
+	e.src.EmitAll()
+	e.src.EmitAll()
+	waitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 10 })
+	var all []bridge.Update
+	after := ""
+	for page := 0; ; page++ {
+		req, _ := json.Marshal(bridge.SnapshotRequest{After: after})
+		m := request(t, e.nc, "apbridge.snapshot", string(req))
+		var rep bridge.SnapshotReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatalf("%s: %v", m.Data, err)
+		}
+		if len(rep.Updates) > 2 {
+			t.Fatalf("page of %d, limit 2", len(rep.Updates))
+		}
+		for _, raw := range rep.Updates {
+			u, err := bridge.DecodeJSON(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, u)
+		}
+		if rep.Next == "" {
+			break
+		}
+		after = rep.Next
+	}
+	if len(all) != 5 {
+		t.Fatalf("snapshot has %d tags, want 5", len(all))
+	}
+	for _, u := range all {
+		if u.Value != int64(2) || u.Seq != 2 {
+			t.Errorf("snapshot of %s = %v seq %d, want the last value 2", u.Tag, u.Value, u.Seq)
+		}
+	}
+	// A filter by source that matches nothing.
+	m := request(t, e.nc, "apbridge.snapshot", `{"source":"other"}`)
+	if !strings.Contains(string(m.Data), `"updates":[]`) {
+		t.Fatalf("filtered snapshot %s", m.Data)
+	}
+	m = request(t, e.nc, "apbridge.snapshot", `{"limit":`)
+	if m.Header.Get("Nats-Service-Error-Code") != "400" {
+		t.Fatalf("malformed snapshot request answered %v %s", m.Header, m.Data)
+	}
+}
+
+func TestWriteBack(t *testing.T) {
+	tags := []bridge.TagConfig{
+		{Name: "SP1", Address: "ns=1;s=SP1", Writable: true},
+		{Name: "RO", Address: "ns=1;s=RO"},
+		{Name: "SrvRO", Address: "ro:x", Writable: true},
+	}
+	e := setup(t, bridge.Config{}, tags)
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	e.src.EmitAll() // counters: the tags' type is Int64 now
+	waitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 3 })
+	ws, _ := e.b.WriteSubject("sim1", "SP1")
+
+	type tc struct {
+		name, subj, body string
+		code             string // micro error code, "" for success
+		contains         string
+	}
+	ro, _ := e.b.WriteSubject("sim1", "RO")
+	srvro, _ := e.b.WriteSubject("sim1", "SrvRO")
+	cases := []tc{
+		{"typed by last value", ws, `{"value": 42}`, "", `"ok":true`},
+		{"bare value", ws, `43`, "", `"ok":true`},
+		{"explicit type", ws, `{"value": "44", "type": "Int64"}`, "", `"ok":true`},
+		{"wrong type", ws, `{"value": "abc"}`, "400", "not a Int64"},
+		{"not JSON", ws, `{"value": 4`, "400", "malformed"},
+		{"no value", ws, `{"type":"Int64"}`, "400", `no \"value\"`},
+		{"garbage", ws, `hello`, "400", "not JSON"},
+		{"read-only tag", ro, `1`, "403", "read-only"},
+		{"server refuses", srvro, `1`, "502", "0x803B0000"},
+		{"unknown tag", "apbridge.write.apbridge.sim1.Nope", `1`, "404", "no tag"},
+	}
+	for _, c := range cases {
+		m := request(t, e.nc, c.subj, c.body)
+		code := m.Header.Get("Nats-Service-Error-Code")
+		if code != c.code || !strings.Contains(string(m.Data)+m.Header.Get("Nats-Service-Error"), c.contains) {
+			t.Errorf("%s: code %q body %s (%s), want code %q containing %q", c.name, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.contains)
+		}
+	}
+	got := e.src.Writes()
+	if len(got) != 3 || got[0].Value != int64(42) || got[1].Value != int64(43) || got[2].Value != int64(44) {
+		t.Fatalf("writes at the source: %+v", got)
+	}
+	// The source says it may not be written now (a standby): refused.
+	e.src.SetHealth(bridge.Health{State: bridge.StateDegraded, Level: 90, Writable: false})
+	m := request(t, e.nc, ws, `45`)
+	if m.Header.Get("Nats-Service-Error-Code") != "503" || len(e.src.Writes()) != 3 {
+		t.Fatalf("write on a standby answered %v %s", m.Header, m.Data)
+	}
+}
+
+func TestStatusAndMicroSurviveSwitch(t *testing.T) {
+	e := setup(t, bridge.Config{Instance: "site1"}, tagsN(2, false))
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	check := func() bridge.Status {
+		m := request(t, e.nc, "apbridge.status", "")
+		var st bridge.Status
+		if err := json.Unmarshal(m.Data, &st); err != nil {
+			t.Fatalf("%s: %v", m.Data, err)
+		}
+		return st
+	}
+	st := check()
+	if st.Instance != "site1" || len(st.Sources) != 1 || st.Sources[0].Tags != 2 || st.NATS.Active == nil || st.NATS.Status != "connected" {
+		t.Fatalf("status %+v", st)
+	}
+	info := request(t, e.nc, "$SRV.INFO.apbridge", "")
+	if !strings.Contains(string(info.Data), `"write"`) || !strings.Contains(string(info.Data), `apbridge.write.\u003e`) {
+		t.Fatalf("micro info %s", info.Data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.conn.SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "status after the switch", 5*time.Second, func() bool {
+		m, err := e.nc.Request("apbridge.status", nil, time.Second)
+		if err != nil {
+			return false
+		}
+		var st bridge.Status
+		return json.Unmarshal(m.Data, &st) == nil && st.NATS.LastSwitch != nil && st.NATS.LastSwitch.Cause == "manual"
+	})
+	request(t, e.nc, "$SRV.PING.apbridge", "")
+}
+
+func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
+	guard := bridge.GuardConfig{RetryFloor: 50 * time.Millisecond, RetryCeiling: 400 * time.Millisecond,
+		InFlightCeiling: 300 * time.Millisecond, Jitter: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	src := testcluster.NewSimSource("slow")
+	src.HangSubscribes(true)
+	b, err := bridge.New(conn, bridge.Config{Guard: guard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddSource(src, tagsN(4, false)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Unanswered: one request per in-flight ceiling, never two at once.
+	waitFor(t, "three requests", 5*time.Second, func() bool { n, _ := src.Requests(); return n >= 3 })
+	elapsed := time.Since(start)
+	n, maxIn := src.Requests()
+	if maxIn != 1 {
+		t.Fatalf("%d requests in flight at once", maxIn)
+	}
+	if limit := int64(elapsed/guard.InFlightCeiling) + 1; n > limit {
+		t.Fatalf("%d requests in %v, more than one per %v", n, elapsed, guard.InFlightCeiling)
+	}
+	if st := b.Stats()[0]; st.LostReplies < 2 {
+		t.Fatalf("lost replies %d", st.LostReplies)
+	}
+	// Positive control: once the source answers, everything subscribes.
+	src.HangSubscribes(false)
+	waitFor(t, "subscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
+	waitFor(t, "no request in flight", 5*time.Second, func() bool { return !b.Stats()[0].SubscribeInFlight })
+	before, _ := src.Requests()
+	// A restored connection resubscribes everything, once.
+	src.Restore()
+	waitFor(t, "resubscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
+	if after, _ := src.Requests(); after != before+1 {
+		t.Fatalf("restore sent %d requests, want 1", after-before)
+	}
+}
+
+func TestBadTagsRetriedWithBackoff(t *testing.T) {
+	guard := bridge.GuardConfig{RetryFloor: 20 * time.Millisecond, RetryCeiling: 80 * time.Millisecond,
+		InFlightCeiling: time.Second, Jitter: 0}
+	tags := append(tagsN(2, false), bridge.TagConfig{Name: "Missing", Address: "bad:nope"})
+	e := setup(t, bridge.Config{Guard: guard}, tags, testcluster.WithNodes(2))
+	waitFor(t, "good tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	waitFor(t, "retries", 5*time.Second, func() bool { n, _ := e.src.Requests(); return n >= 5 })
+	st := e.b.Stats()[0]
+	if st.Failed != 1 || st.SubscribeFailures < 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The backoff reached its ceiling: no faster than one retry per 80 ms.
+	n1, _ := e.src.Requests()
+	time.Sleep(400 * time.Millisecond) // measure a rate over a fixed span, not a wait for a condition
+	n2, _ := e.src.Requests()
+	if n2-n1 > 6 {
+		t.Fatalf("%d retries in 400 ms with an 80 ms ceiling", n2-n1)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := bridge.New(conn, bridge.Config{Subject: "a.*.{tag}"}); err == nil {
+		t.Error("wildcard template accepted")
+	}
+	if _, err := bridge.New(conn, bridge.Config{Prefix: "a b"}); err == nil {
+		t.Error("bad prefix accepted")
+	}
+	b, err := bridge.New(conn, bridge.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		tags []bridge.TagConfig
+		want string
+	}{
+		{[]bridge.TagConfig{{Name: ""}}, "tags[0]: name is empty"},
+		{[]bridge.TagConfig{{Name: "A"}, {Name: "A"}}, `tag "A" is listed twice`},
+		{[]bridge.TagConfig{{Name: "A.B"}, {Name: "A/B"}}, `tag "A/B" maps to subject`},
+		{[]bridge.TagConfig{{Name: "A", Subject: "x..y"}}, `tag "A"`},
+		{[]bridge.TagConfig{{Name: "..."}}, `tag "..."`},
+	}
+	for i, c := range cases {
+		err := b.AddSource(testcluster.NewSimSource("s"+string(rune('a'+i))), c.tags)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("case %d: %v, want %q", i, err, c.want)
+		}
+	}
+}
+
+// TestNoUpdateLostThroughLDM relays 20 tags at 100 Hz while the
+// connection's broker goes lame-duck, and checks every tag's sequence.
+func TestNoUpdateLostThroughLDM(t *testing.T) {
+	e := setup(t, bridge.Config{}, tagsN(20, false), testcluster.WithLameDuck(2500*time.Millisecond, 1500*time.Millisecond))
+	// The consumer sits on the broker that is neither active nor passive:
+	// a plain nats.go consumer on the lame-duck broker would itself ride
+	// it down and miss messages while it reconnects.
+	a, _ := e.conn.ActiveServer()
+	p, _ := e.conn.PassiveServer()
+	for _, n := range e.cl.Nodes() {
+		if n.ServerID() != a.ID && n.ServerID() != p.ID {
+			nc, err := nats.Connect(n.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			e.nc = nc
+		}
+	}
+	var mu sync.Mutex
+	last := map[string]uint64{}
+	gaps := 0
+	if _, err := e.nc.Subscribe("apbridge.sim1.>", func(m *nats.Msg) {
+		u, err := bridge.DecodeJSON(m.Data)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		if u.Seq != last[u.Tag]+1 {
+			gaps++
+		}
+		last[u.Tag] = u.Seq
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.nc.Flush()
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 20 })
+	e.src.Run(10 * time.Millisecond)
+	waitFor(t, "traffic", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 200 })
+	done := e.cl.NodeByServerID(a.ID).EnterLameDuck()
+	<-done
+	waitFor(t, "traffic after eviction", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 4000 })
+	e.src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e.conn.Flush(ctx)
+	counts := e.src.Counts()
+	waitFor(t, "every update", 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for h, n := range counts {
+			if last["Line1.T"+string(rune('A'+h-1))] != n {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if gaps != 0 {
+		t.Fatalf("%d sequence gaps or repeats", gaps)
+	}
+}

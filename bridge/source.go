@@ -1,0 +1,102 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Tag is a tag as the bridge asks a source for it.
+type Tag struct {
+	// Name is the tag's configured name, unique within its source.
+	Name string
+	// Address is where the source finds it: an OPC UA node ID, a gateway
+	// item address.
+	Address string
+	// Handle is the bridge's key for the tag in updates; unique within the
+	// source and stable for the source's lifetime.
+	Handle uint32
+}
+
+// Source is a tag source: what the bridge needs of an OPC UA server pair, a
+// gateway or a simulation. Implementations must be safe for concurrent
+// use. Subscribe is called by the bridge's subscribe guard, at most once at
+// a time per source connection.
+type Source interface {
+	// Name identifies the source in subjects, logs and status.
+	Name() string
+	// Start connects and begins delivering to h. It returns once the
+	// source is running (it may not be connected yet: Health says); the
+	// source stops when Close is called. h's methods are called from one
+	// goroutine at a time, in the order of events.
+	Start(ctx context.Context, h Handler) error
+	// Subscribe adds tags and returns one error per tag, nil for a tag
+	// now subscribed. It returns an error of its own when the request as a
+	// whole failed (the source is down, ctx ended): no tag is subscribed
+	// then. Tags already subscribed must be accepted again without
+	// duplicating them.
+	Subscribe(ctx context.Context, tags []Tag) ([]error, error)
+	// Unsubscribe removes tags.
+	Unsubscribe(ctx context.Context, tags []Tag) error
+	// Write writes v to tag and returns the source's status for the write.
+	// A source refuses a write it cannot make safely (not connected, not
+	// the primary server) with an error.
+	Write(ctx context.Context, tag Tag, v any) (StatusCode, error)
+	// Health returns the source's state now.
+	Health() Health
+	// Close stops the source and waits for its goroutines.
+	Close() error
+}
+
+// Handler receives what a source reports. The bridge implements it.
+type Handler interface {
+	// Update reports a change of the tag with the given handle. The
+	// update's Tag and Seq are filled in by the bridge.
+	Update(handle uint32, u Update)
+	// RefreshStart and RefreshEnd frame a snapshot: the current value of
+	// every tag, sent by a source after it switched servers, so that
+	// consumers can reconcile.
+	RefreshStart(reason string)
+	RefreshEnd()
+	// HealthChanged reports a change of the source's state.
+	HealthChanged(h Health)
+	// Restored reports that the source's connection was re-established
+	// and its subscriptions were lost: the bridge subscribes every tag
+	// again (through its guard).
+	Restored()
+}
+
+// State is a source's connection state.
+type State string
+
+const (
+	StateConnecting State = "connecting"
+	StateConnected  State = "connected"
+	StateDegraded   State = "degraded" // connected, but to a server that is not Healthy, or without a standby
+	StateDown       State = "down"
+	StateClosed     State = "closed"
+)
+
+// Health describes a source.
+type Health struct {
+	State State `json:"state"`
+	// Endpoint is the server the source reads from now.
+	Endpoint string `json:"endpoint,omitempty"`
+	// Level is that server's ServiceLevel (OPC UA), -1 if unknown.
+	Level int `json:"level"`
+	// Writable reports whether a write would be accepted now (connected to
+	// a Healthy primary).
+	Writable bool `json:"writable"`
+	// LastSwitch describes the source's last failover, if any.
+	LastSwitch string    `json:"lastSwitch,omitempty"`
+	LastAt     time.Time `json:"lastSwitchAt,omitzero"`
+	Detail     string    `json:"detail,omitempty"`
+}
+
+// ErrReadOnly is returned by Write for a tag that is not configured as
+// writable.
+var ErrReadOnly = errors.New("tag is read-only")
+
+// ErrNotWritableNow is returned by sources that refuse a write because the
+// server they are on may not be written (not connected, or a standby).
+var ErrNotWritableNow = errors.New("source is not connected to a writable primary")
