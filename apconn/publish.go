@@ -151,6 +151,20 @@ func (c *Conn) PublishMsg(m *nats.Msg) error {
 	return c.publish(m.Subject, m.Reply, m.Header, m.Data)
 }
 
+// PublishOwned publishes m as PublishMsg does, without copying it: the
+// Conn keeps m for replay until the broker confirms it, so the caller must
+// not change m, its Data or its Header after the call. It saves a copy per
+// message on hot paths that build a new message for every publish.
+func (c *Conn) PublishOwned(m *nats.Msg) error {
+	if m == nil {
+		return nats.ErrInvalidMsg
+	}
+	if m.Subject == "" {
+		return nats.ErrBadSubject
+	}
+	return c.publishMsg(m, msgSize(m))
+}
+
 // PublishRequest publishes data on subj with reply as the reply subject.
 func (c *Conn) PublishRequest(subj, reply string, data []byte) error {
 	return c.publish(subj, reply, nil, data)
@@ -160,8 +174,23 @@ func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 	if subj == "" {
 		return nats.ErrBadSubject
 	}
-	p := &c.pub
 	m, size := copyMsg(subj, reply, hdr, data)
+	return c.publishMsg(m, size)
+}
+
+func msgSize(m *nats.Msg) int {
+	size := len(m.Subject) + len(m.Reply) + len(m.Data) + 64
+	for k, v := range m.Header {
+		size += len(k)
+		for _, s := range v {
+			size += len(s)
+		}
+	}
+	return size
+}
+
+func (c *Conn) publishMsg(m *nats.Msg, size int) error {
+	p := &c.pub
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

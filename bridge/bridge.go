@@ -74,8 +74,31 @@ type TagConfig struct {
 	Writable bool `yaml:"writable,omitempty" json:"writable,omitempty"`
 }
 
+// Sink is where the bridge puts encoded updates. The default publishes on
+// the ApConnection (core NATS); a JetStream sink can store them instead.
+// Publish is called from one goroutine per source, in the order of that
+// source's updates; it may block to apply backpressure toward the source.
+// The message is the sink's from then on: the bridge does not touch it
+// again.
+type Sink interface {
+	Publish(source string, m *nats.Msg, u *Update) error
+	// Flush waits until everything published so far is stored or
+	// confirmed by the broker.
+	Flush(ctx context.Context) error
+}
+
+// coreSink publishes on the ApConnection: at most once, with the
+// connection's ledger carrying publishes across its switches.
+type coreSink struct{ conn *apconn.Conn }
+
+func (s coreSink) Publish(_ string, m *nats.Msg, _ *Update) error { return s.conn.PublishOwned(m) }
+func (s coreSink) Flush(ctx context.Context) error                { return s.conn.Flush(ctx) }
+
 // Option configures a Bridge.
 type Option func(*Bridge)
+
+// WithSink replaces the default core NATS publishing.
+func WithSink(s Sink) Option { return func(b *Bridge) { b.sink = s } }
 
 // WithLogger logs through l (default: no logging).
 func WithLogger(l zerolog.Logger) Option { return func(b *Bridge) { b.log = l } }
@@ -86,6 +109,7 @@ func WithClock(now func() time.Time) Option { return func(b *Bridge) { b.now = n
 // Bridge relays the tags of its sources to NATS over an apconn.Conn.
 type Bridge struct {
 	conn   *apconn.Conn
+	sink   Sink
 	cfg    Config
 	mapper *Mapper
 	log    zerolog.Logger
@@ -125,7 +149,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	b := &Bridge{
-		conn: conn, cfg: cfg, mapper: m, log: zerolog.Nop(), now: time.Now,
+		conn: conn, sink: coreSink{conn}, cfg: cfg, mapper: m, log: zerolog.Nop(), now: time.Now,
 		bySubject: map[string]*tagState{},
 	}
 	for _, o := range opts {
@@ -278,7 +302,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.wg.Wait()
 	if started {
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := b.conn.Flush(fctx); err != nil {
+		if err := b.sink.Flush(fctx); err != nil {
 			errs = append(errs, fmt.Errorf("flush: %w", err))
 		}
 		cancel()
@@ -302,8 +326,7 @@ type runner struct {
 	mu         sync.Mutex // guards the tags' mutable fields and the fields below
 	refreshing bool
 	health     Health
-	buf        []byte
-	hdr        nats.Header
+	lastLen    int
 
 	guardMu sync.Mutex // guards guard and cancelReq
 	guard   *Guard
@@ -373,20 +396,22 @@ func (r *runner) Update(handle uint32, u Update) {
 // publishLocked encodes u and hands it to the connection; r.mu is held so
 // that a tag's updates reach the connection in order.
 func (r *runner) publishLocked(subject string, u *Update) error {
-	var err error
-	r.buf, err = AppendJSON(r.buf[:0], u)
+	// A fresh buffer per message: the sink keeps the message until the
+	// broker confirms it. Sized from the last one, it rarely grows.
+	data, err := AppendJSON(make([]byte, 0, r.lastLen+32), u)
 	if err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: subject, Data: r.buf}
+	r.lastLen = len(data)
+	m := &nats.Msg{Subject: subject, Data: data}
 	if !r.b.cfg.NoHeaders {
-		m.Header = make(nats.Header, 8)
+		m.Header = make(nats.Header, 6)
 		SetHeaders(m.Header, u)
 		if r.refreshing {
 			m.Header[HeaderRefresh] = []string{"true"}
 		}
 	}
-	return r.b.conn.PublishMsg(m)
+	return r.b.sink.Publish(r.src.Name(), m, u)
 }
 
 // RefreshStart implements Handler.

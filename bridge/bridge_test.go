@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -107,7 +108,7 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 			t.Fatal(err)
 		}
 		byTag[u.Tag] = append(byTag[u.Tag], u)
-		if m.Header.Get(bridge.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(bridge.HeaderTag) != u.Tag {
+		if m.Header.Get(bridge.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(bridge.HeaderSeq) != strconv.FormatUint(u.Seq, 10) {
 			t.Errorf("headers %v do not match payload %s", m.Header, m.Data)
 		}
 	}

@@ -19,11 +19,9 @@ import (
 const (
 	HeaderQuality    = "Apb-Quality"     // Good, Uncertain or Bad
 	HeaderStatus     = "Apb-Status"      // the status code, 0x80340000
-	HeaderType       = "Apb-Type"        // the value type, Double, Int32[]
 	HeaderSourceTime = "Apb-Source-Time" // RFC 3339 with nanoseconds, UTC
 	HeaderServerTime = "Apb-Server-Time"
 	HeaderSeq        = "Apb-Seq"     // the per-tag sequence number
-	HeaderTag        = "Apb-Tag"     // the tag's configured name
 	HeaderRefresh    = "Apb-Refresh" // "true" inside a snapshot refresh
 )
 
@@ -77,19 +75,24 @@ func appendStatus(dst []byte, s StatusCode) []byte {
 	return dst
 }
 
-// SetHeaders sets the update's headers on h.
+// SetHeaders sets the update's headers on h: quality, status, sequence
+// number and the timestamps that are set.
 func SetHeaders(h nats.Header, u *Update) {
-	typ, _ := TypeOf(u.Value)
-	h[HeaderTag] = []string{u.Tag}
-	h[HeaderQuality] = []string{u.Status.Quality().String()}
-	h[HeaderStatus] = []string{u.Status.String()}
-	h[HeaderType] = []string{string(typ)}
-	h[HeaderSeq] = []string{strconv.FormatUint(u.Seq, 10)}
+	// One backing array for the values: a header costs one allocation,
+	// not one per field.
+	vals := make([]string, 5)
+	set := func(i int, k, v string) {
+		vals[i] = v
+		h[k] = vals[i : i+1 : i+1]
+	}
+	set(0, HeaderQuality, u.Status.Quality().String())
+	set(1, HeaderStatus, string(appendStatus(make([]byte, 0, 10), u.Status)))
+	set(2, HeaderSeq, strconv.FormatUint(u.Seq, 10))
 	if !u.SourceTime.IsZero() {
-		h[HeaderSourceTime] = []string{u.SourceTime.UTC().Format(time.RFC3339Nano)}
+		set(3, HeaderSourceTime, u.SourceTime.UTC().Format(time.RFC3339Nano))
 	}
 	if !u.ServerTime.IsZero() {
-		h[HeaderServerTime] = []string{u.ServerTime.UTC().Format(time.RFC3339Nano)}
+		set(4, HeaderServerTime, u.ServerTime.UTC().Format(time.RFC3339Nano))
 	}
 }
 

@@ -96,8 +96,8 @@ func TestHeaders(t *testing.T) {
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	h := nats.Header{}
 	SetHeaders(h, &Update{Tag: "T", Value: 1.5, Status: StatusUncertain, SourceTime: ts, Seq: 9})
-	want := map[string]string{HeaderTag: "T", HeaderQuality: "Uncertain", HeaderStatus: "0x40000000",
-		HeaderType: "Double", HeaderSeq: "9", HeaderSourceTime: "2026-01-02T03:04:05.000000006Z"}
+	want := map[string]string{HeaderQuality: "Uncertain", HeaderStatus: "0x40000000",
+		HeaderSeq: "9", HeaderSourceTime: "2026-01-02T03:04:05.000000006Z"}
 	for k, v := range want {
 		if h.Get(k) != v {
 			t.Errorf("%s = %q, want %q", k, h.Get(k), v)

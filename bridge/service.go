@@ -64,10 +64,24 @@ func (b *Bridge) moveService() error {
 		svc.Stop()
 		return fmt.Errorf("bridge: micro endpoints: %w", err)
 	}
+	// Make before break: the old service answers until the new one's
+	// subscriptions are registered and have had time to reach the other
+	// brokers.
+	nc.FlushTimeout(2 * time.Second)
 	old := s.svc
 	s.svc, s.nc = svc, nc
 	if old != nil {
-		old.Stop()
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			t := time.NewTimer(250 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-b.ctx.Done():
+			}
+			old.Stop()
+		}()
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func (s StatusCode) Quality() Quality {
 }
 
 // String returns the code in the form OPC UA tools print it: 0x80340000.
-func (s StatusCode) String() string { return fmt.Sprintf("0x%08X", uint32(s)) }
+func (s StatusCode) String() string { return string(appendStatus(make([]byte, 0, 10), s)) }
 
 // Type names the type of a tag's value, with the OPC UA built-in type names
 // so that a consumer can tell an Int16 from an Int64. Arrays append "[]".

@@ -23,6 +23,7 @@ type SimSource struct {
 	h           bridge.Handler
 	subscribed  map[uint32]bridge.Tag
 	order       []uint32
+	next        int // EmitSome's position in order
 	delay       time.Duration
 	failNext    int
 	hang        bool
@@ -244,6 +245,26 @@ func (s *SimSource) EmitAll() int {
 		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return len(s.order)
+}
+
+// EmitSome sends one update for up to n subscribed tags, continuing where
+// the previous call stopped and wrapping around, so that a caller can
+// spread the tags evenly over time. It returns how many it sent.
+func (s *SimSource) EmitSome(n int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.h == nil || s.closed || len(s.order) == 0 {
+		return 0
+	}
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		s.next %= len(s.order)
+		h := s.order[s.next]
+		s.next++
+		s.counts[h]++
+		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+	}
+	return n
 }
 
 // Emit sends one update for the tag with the given handle.

@@ -24,8 +24,12 @@ type benchConfig struct {
 	grace    time.Duration
 	duration time.Duration
 	rate     time.Duration
-	log      zerolog.Logger
-	progress io.Writer
+	storm    time.Duration
+	// childProfile, if set, is where the relay process of relay-throughput
+	// writes a heap profile.
+	childProfile string
+	log          zerolog.Logger
+	progress     io.Writer
 }
 
 // scenario is one named benchmark.
@@ -122,6 +126,7 @@ func percentile(v []float64, p float64) float64 {
 func scenarios() []scenario {
 	var all []scenario
 	all = append(all, natsScenarios()...)
+	all = append(all, relayScenarios()...)
 	return all
 }
 
@@ -136,6 +141,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
+	fs.DurationVar(&cfg.storm, "storm", 110*time.Second, "how long the storm scenario's source does not answer")
+	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile file for the relay process of relay-throughput")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	fs.Usage = func() {

@@ -54,6 +54,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if args[0] == "relay-child" { // a process the relay-throughput benchmark starts
+		if err := runRelayChild(ctx, args[1:], stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "apbridge relay-child: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue

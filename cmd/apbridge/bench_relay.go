@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+)
+
+func relayScenarios() []scenario {
+	return []scenario{
+		{"relay-throughput", "simulated tags through the relay process to a NATS subscriber, against plain nats.go", benchRelayThroughput},
+		{"storm", "a source that never answers subscribes for 110 s: requests sent and most in flight", benchStorm},
+	}
+}
+
+// counter counts what a subscriber receives and samples latency from the
+// source timestamp header.
+type counter struct {
+	n       atomic.Uint64
+	mu      sync.Mutex
+	lat     []float64
+	sampled atomic.Uint64
+}
+
+func (c *counter) handle(m *nats.Msg) {
+	n := c.n.Add(1)
+	if n%16 != 0 {
+		return
+	}
+	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderSourceTime))
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.lat = append(c.lat, ms(time.Since(ts)))
+	c.mu.Unlock()
+}
+
+func (c *counter) reset() {
+	c.n.Store(0)
+	c.mu.Lock()
+	c.lat = nil
+	c.mu.Unlock()
+}
+
+// childRun is what one relay-child process did.
+type childRun struct {
+	received uint64
+	elapsed  time.Duration
+	cpu      time.Duration
+	maxRSS   int64
+	lat      []float64
+}
+
+func runChild(ctx context.Context, cl *testcluster.NATSCluster, c *counter, args ...string) (childRun, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return childRun{}, err
+	}
+	all := append([]string{"relay-child", "--nats", strings.Join(cl.URLs(), ",")}, args...)
+	cmd := exec.CommandContext(ctx, exe, all...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return childRun{}, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return childRun{}, err
+	}
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "ready" {
+		cmd.Wait()
+		return childRun{}, fmt.Errorf("relay child did not start: %q", sc.Text())
+	}
+	c.reset()
+	start := time.Now()
+	for sc.Scan() {
+	}
+	if err := cmd.Wait(); err != nil {
+		return childRun{}, fmt.Errorf("relay child: %w", err)
+	}
+	elapsed := time.Since(start)
+	// Let what is in flight arrive.
+	last := c.n.Load()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if n := c.n.Load(); n == last {
+			break
+		} else {
+			last = n
+		}
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	r := childRun{
+		received: c.n.Load(),
+		elapsed:  elapsed,
+		cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		maxRSS:   ru.Maxrss * 1024,
+	}
+	c.mu.Lock()
+	r.lat = slices.Clone(c.lat)
+	c.mu.Unlock()
+	return r, nil
+}
+
+// benchRelayThroughput runs the relay in a process of its own, with a
+// simulated source of 10,000 tags, and a plain nats.go publisher of the same
+// messages, both flat out for the same time, then the relay at a steady
+// 50,000 updates/s for latency, CPU and memory.
+func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
+	cl, err := startBenchCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	sub, err := nats.Connect(cl.Node(2).URL(), cl.ClientOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Close()
+	var c counter
+	s, err := sub.Subscribe("apbridge.sim.>", c.handle)
+	if err != nil {
+		return nil, err
+	}
+	s.SetPendingLimits(-1, -1)
+	sub.Flush()
+	const tags = 10000
+	window := 10 * time.Second
+	var plainRates, relayRates []float64
+	var steady childRun
+	for run := 1; run <= cfg.runs; run++ {
+		p, err := runChild(ctx, cl, &c, "--plain", "--tags", strconv.Itoa(tags), "--duration", window.String())
+		if err != nil {
+			return nil, err
+		}
+		r, err := runChild(ctx, cl, &c, "--tags", strconv.Itoa(tags), "--duration", window.String())
+		if err != nil {
+			return nil, err
+		}
+		pr := float64(p.received) / p.elapsed.Seconds()
+		rr := float64(r.received) / r.elapsed.Seconds()
+		plainRates = append(plainRates, pr)
+		relayRates = append(relayRates, rr)
+		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); relay CPU %.0f%%, peak RSS %.1f MiB\n",
+			run, rr, pr, rr/pr, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20))
+	}
+	steadyArgs := []string{"--tags", strconv.Itoa(tags), "--period", "200ms", "--duration", window.String()}
+	if cfg.childProfile != "" {
+		steadyArgs = append(steadyArgs, "--profile", cfg.childProfile)
+	}
+	steady, err = runChild(ctx, cl, &c, steadyArgs...)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{Runs: cfg.runs}
+	delivered := percentile(relayRates, 50)
+	plain := percentile(plainRates, 50)
+	res.set("tags", tags)
+	res.set("delivered_per_s", round0(delivered))
+	res.set("plain_per_s", round0(plain))
+	res.set("ratio", round3(delivered/plain))
+	res.set("steady_offered_per_s", 50000)
+	res.set("steady_delivered_per_s", round0(float64(steady.received)/steady.elapsed.Seconds()))
+	if len(steady.lat) > 0 {
+		res.set("latency_ms_p50", percentile(steady.lat, 50))
+		res.set("latency_ms_p99", percentile(steady.lat, 99))
+	}
+	res.set("relay_cpu_percent", round0(100*steady.cpu.Seconds()/steady.elapsed.Seconds()))
+	res.set("relay_rss_mib", round3(float64(steady.maxRSS)/(1<<20)))
+	return res, nil
+}
+
+func round0(f float64) float64 { return float64(int64(f + 0.5)) }
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
+
+// benchStorm replays seed 003's incident against the guard: a source whose
+// subscribe requests are never answered, for 110 s, then answered.
+func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	src := testcluster.NewSimSource("slow")
+	src.HangSubscribes(true)
+	b, err := bridge.New(conn, bridge.Config{}, bridge.WithLogger(cfg.log))
+	if err != nil {
+		return nil, err
+	}
+	tcs := make([]bridge.TagConfig, 244) // the incident's instance had 244 attributes
+	for i := range tcs {
+		tcs[i] = bridge.TagConfig{Name: fmt.Sprintf("Z28061.A%03d", i), Address: fmt.Sprintf("ns=1;s=A%03d", i)}
+	}
+	if err := b.AddSource(src, tcs); err != nil {
+		return nil, err
+	}
+	if err := b.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	stormFor := cfg.storm
+	fmt.Fprintf(cfg.progress, "  the source does not answer for %v ...\n", stormFor)
+	if err := sleepCtx(ctx, stormFor); err != nil {
+		return nil, err
+	}
+	requests, maxIn := src.Requests()
+	// Positive control: once the source answers, every tag subscribes.
+	src.HangSubscribes(false)
+	deadline := time.Now().Add(90 * time.Second)
+	for src.Subscribed() < len(tcs) {
+		if time.Now().After(deadline) {
+			return nil, errors.New("tags did not subscribe once the source answered")
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+	r := &result{Runs: 1}
+	r.set("storm_s", stormFor.Seconds())
+	r.set("subscribe_requests", requests)
+	r.set("max_in_flight", maxIn)
+	r.set("seed_003_before_fix", 22)
+	r.set("recovered", true)
+	return r, nil
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+)
+
+// runRelayChild is the process `apbridge bench relay-throughput` measures:
+// a relay with a simulated source (or, with --plain, a plain nats.go
+// publisher of the same messages), alone in its process so that its CPU and
+// memory can be read from /proc. It is not a user command.
+func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay-child", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	servers := fs.String("nats", "", "comma-separated NATS URLs")
+	tags := fs.Int("tags", 10000, "simulated tags")
+	period := fs.Duration("period", 0, "emit every tag once per period, spread evenly over it; 0 emits flat out")
+	duration := fs.Duration("duration", 10*time.Second, "how long to publish")
+	plain := fs.Bool("plain", false, "publish the same messages with plain nats.go instead of the relay")
+	profile := fs.String("profile", "", "write a heap profile to this file at the end")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the publishing to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	urls := strings.Split(*servers, ",")
+	var emit func() int
+	var emitSome func(n int) int
+	var flush func(context.Context) error
+	var stats func() any
+	if *plain {
+		nc, err := nats.Connect(urls[0])
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		subjects := make([]string, *tags)
+		names := make([]string, *tags)
+		for i := range subjects {
+			names[i] = "Line1.T" + strconv.Itoa(i)
+			subjects[i] = "apbridge.sim.Line1.T" + strconv.Itoa(i)
+		}
+		counts := make([]uint64, *tags)
+		var buf []byte
+		emit = func() int {
+			now := time.Now()
+			for i := range subjects {
+				counts[i]++
+				u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
+				buf, _ = bridge.AppendJSON(buf[:0], &u)
+				m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
+				bridge.SetHeaders(m.Header, &u)
+				if err := nc.PublishMsg(m); err != nil {
+					return i
+				}
+			}
+			return len(subjects)
+		}
+		next := 0
+		emitSome = func(n int) int {
+			now := time.Now()
+			for k := 0; k < n; k++ {
+				i := next % len(subjects)
+				next++
+				counts[i]++
+				u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
+				buf, _ = bridge.AppendJSON(buf[:0], &u)
+				m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
+				bridge.SetHeaders(m.Header, &u)
+				if err := nc.PublishMsg(m); err != nil {
+					return k
+				}
+			}
+			return n
+		}
+		flush = nc.FlushWithContext
+		stats = func() any { return nc.Stats() }
+	} else {
+		conn, err := apconn.Connect(ctx, urls)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		src := testcluster.NewSimSource("sim")
+		b, err := bridge.New(conn, bridge.Config{})
+		if err != nil {
+			return err
+		}
+		tcs := make([]bridge.TagConfig, *tags)
+		for i := range tcs {
+			tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
+		}
+		if err := b.AddSource(src, tcs); err != nil {
+			return err
+		}
+		if err := b.Start(ctx); err != nil {
+			return err
+		}
+		defer b.Close()
+		for src.Subscribed() < *tags {
+			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		emit = src.EmitAll
+		emitSome = src.EmitSome
+		flush = conn.Flush
+		stats = func() any { return b.Stats() }
+	}
+	fmt.Fprintln(stdout, "ready")
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
+	deadline := start.Add(*duration)
+	var sent int
+	if *period > 0 {
+		// Paced: every millisecond, the tags due by then.
+		rate := float64(*tags) / period.Seconds()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+			if due := int(rate*time.Since(start).Seconds()) - sent; due > 0 {
+				sent += emitSome(due)
+			}
+		}
+	} else {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			sent += emit()
+		}
+	}
+	if *profile != "" {
+		if err := writeHeapProfile(*profile); err != nil {
+			return err
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	flush(fctx)
+	b, _ := json.Marshal(map[string]any{"sent": sent, "stats": stats()})
+	fmt.Fprintln(stdout, string(b))
+	return nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}
