@@ -269,6 +269,11 @@ func (c *Conn) onProbe(msg *nats.Msg) {
 // flushMember sends a PING on m and waits for the PONG, bounded by the
 // liveness timeout. It reports whether the link answered.
 func (c *Conn) flushMember(ctx context.Context, m *member) error {
+	// A PING on a connection that is not connected waits in nats.go's
+	// pending buffer for a reconnect: it would only ever time out.
+	if st := m.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("apconn: %s is %v", m.server.Name, st)
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.livenessTimeout)
 	defer cancel()
 	start := time.Now()
