@@ -267,19 +267,6 @@ func (p *publisher) release(m *member, resend bool) (replayed int, ok bool) {
 	return replayed, true
 }
 
-// cutover makes m the target without holding: used when the old target is
-// alive and keeps its unconfirmed entries until it confirms them.
-func (p *publisher) cutover(m *member) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	p.target = m
-	close(p.released)
-	p.released = make(chan struct{})
-}
-
 // mark returns the sequence number of the last publish handed to any
 // member. A PING written after mark is read covers every publish up to it.
 func (p *publisher) mark() uint64 {

@@ -31,10 +31,9 @@ func relayScenarios() []scenario {
 // counter counts what a subscriber receives and samples latency from the
 // source timestamp header.
 type counter struct {
-	n       atomic.Uint64
-	mu      sync.Mutex
-	lat     []float64
-	sampled atomic.Uint64
+	n   atomic.Uint64
+	mu  sync.Mutex
+	lat []float64
 }
 
 func (c *counter) handle(m *nats.Msg) {
