@@ -26,9 +26,14 @@
 //     a supervisor feeds with session, sample, probe and link events, and
 //     that answers with what to do (probe the standby, switch, reconnect)
 //     and why. It implements every rule of docs/servicelevel.md.
+//   - Pair is that supervisor: one gopcua client per endpoint, a warm
+//     standby session, data items keyed by client handle that move to the
+//     promoted endpoint framed as a snapshot, liveness checks of its own
+//     (a CurrentTime heartbeat, ServiceLevel reads with a deadline), a
+//     write gate, events and log lines.
 //
-// Nothing here performs I/O, starts a goroutine or reads the clock, so
-// every rule is tested by feeding events at chosen instants. The
-// supervisor that owns the OPC UA sessions lives beside this code and
-// executes the Policy's decisions.
+// Everything but the Pair is pure: it performs no I/O, starts no goroutine
+// and never reads the clock, so every rule is tested by feeding events at
+// chosen instants. The Pair does the I/O and executes the Policy's
+// decisions.
 package servicelevel

@@ -140,6 +140,7 @@ type OPCUAServer struct {
 
 	lvlMu   sync.Mutex // serialises level changes
 	lvl     atomic.Pointer[levelState]
+	lvlEnc  atomic.Int32  // LevelEncoding
 	state   atomic.Uint32 // ua.ServerState
 	started atomic.Int64  // unix nanoseconds of the last (re)start
 
@@ -273,6 +274,34 @@ func (s *OPCUAServer) setLevel(l byte, why string) {
 	if (old >= healthyLevel) != (l >= healthyLevel) {
 		s.eng.notify(s.tagNodes...)
 		s.eng.notify(s.setpointNodes...)
+	}
+}
+
+// LevelEncoding is how a server serves its ServiceLevel (i=2267). Part 4
+// defines the node as a Byte; the other encodings are the faults a client
+// must survive: gopcua's own server, for one, has the node with no value.
+type LevelEncoding int32
+
+const (
+	// LevelAsByte serves the level as a Byte (the default).
+	LevelAsByte LevelEncoding = iota
+	// LevelAsInt32 serves the same number as an Int32.
+	LevelAsInt32
+	// LevelNoValue serves a Good DataValue with no value (a null
+	// Variant), as a server that never set the node does.
+	LevelNoValue
+	// LevelBadStatus serves the level with the status
+	// Bad_WaitingForInitialData.
+	LevelBadStatus
+)
+
+// SetLevelEncoding changes how the server serves its ServiceLevel, at once
+// for reads and for subscribers; it persists across Kill and Restart. The
+// level itself (Level, SetLevel, scripts) is unaffected.
+func (s *OPCUAServer) SetLevelEncoding(e LevelEncoding) {
+	if LevelEncoding(s.lvlEnc.Swap(int32(e))) != e {
+		s.log.Info().Int32("encoding", int32(e)).Msg("testcluster: opcua ServiceLevel encoding")
+		s.eng.notify(s.nodeServiceLevel)
 	}
 }
 
@@ -566,6 +595,14 @@ func (s *OPCUAServer) heartbeat() {
 func (s *OPCUAServer) serviceLevelValue() *ua.DataValue {
 	l := s.lvl.Load()
 	dv := &ua.DataValue{Value: ua.MustVariant(l.v), SourceTimestamp: l.at, ServerTimestamp: time.Now()}
+	switch LevelEncoding(s.lvlEnc.Load()) {
+	case LevelAsInt32:
+		dv.Value = ua.MustVariant(int32(l.v))
+	case LevelNoValue:
+		dv.Value = nil
+	case LevelBadStatus:
+		dv.Status = ua.StatusBadWaitingForInitialData
+	}
 	dv.UpdateMask()
 	return dv
 }
@@ -663,7 +700,13 @@ func (s *OPCUAServer) probe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(resp.Results) != 1 || resp.Results[0].Status != ua.StatusOK {
+	if len(resp.Results) != 1 {
+		return fmt.Errorf("ServiceLevel read: %v", resp.Results)
+	}
+	if LevelEncoding(s.lvlEnc.Load()) != LevelAsByte {
+		return nil // the read was answered: the server is up
+	}
+	if resp.Results[0].Status != ua.StatusOK {
 		return fmt.Errorf("ServiceLevel read: %v", resp.Results)
 	}
 	if _, ok := resp.Results[0].Value.Value().(byte); !ok {

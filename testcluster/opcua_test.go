@@ -639,6 +639,45 @@ func TestOPCUALevelFuncComputesFromHealth(t *testing.T) {
 	}
 }
 
+func TestOPCUALevelEncodingFaults(t *testing.T) {
+	p := startPair(t)
+	s := p.B()
+	c := dial(t, s.Endpoint())
+	sub := c.subscribe(20 * time.Millisecond)
+	h := sub.monitor(1, nidServiceLevel)[0]
+	sub.waitValue(h, 2*time.Second, isLevel(LevelHealthyFollower))
+	for _, tc := range []struct {
+		enc  LevelEncoding
+		want func(*ua.DataValue) bool
+	}{
+		{LevelAsInt32, func(dv *ua.DataValue) bool {
+			v, ok := dv.Value.Value().(int32)
+			return ok && v == int32(LevelHealthyFollower) && dv.Status == ua.StatusOK
+		}},
+		{LevelNoValue, func(dv *ua.DataValue) bool {
+			return dv.Status == ua.StatusOK && (dv.Value == nil || dv.Value.Value() == nil)
+		}},
+		{LevelBadStatus, func(dv *ua.DataValue) bool { return dv.Status == ua.StatusBadWaitingForInitialData }},
+		{LevelAsByte, isLevel(LevelHealthyFollower)},
+	} {
+		s.SetLevelEncoding(tc.enc)
+		if dv := c.read(nidServiceLevel)[0]; !tc.want(dv) {
+			t.Errorf("encoding %d: read %+v", tc.enc, dv)
+		}
+		sub.waitValue(h, 2*time.Second, tc.want) // subscribers get the change
+	}
+	// A restart keeps the encoding, and readiness does not wait for a Byte.
+	s.SetLevelEncoding(LevelAsInt32)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Restart(ctx, LevelPrimary); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := dial(t, s.Endpoint()).read(nidServiceLevel)[0].Value.Value().(int32); !ok || v != int32(LevelPrimary) {
+		t.Fatalf("after restart: %v", v)
+	}
+}
+
 var (
 	_ = errors.Is
 	_ = fmt.Sprint

@@ -1,0 +1,224 @@
+package servicelevel
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Mode says where a Pair keeps its data items.
+type Mode string
+
+const (
+	// ModeWarm (the default) creates the data items only on the active
+	// endpoint. The standby's session carries its own ServiceLevel and
+	// heartbeat, and the items are created on it when it is promoted.
+	ModeWarm Mode = "warm"
+	// ModeHot also creates the data items on the standby, in the Sampling
+	// monitoring mode: the standby server samples them but sends nothing.
+	// A promotion switches them to Reporting instead of creating them, and
+	// an item the standby's server rejects is known before it is needed.
+	ModeHot Mode = "hot"
+)
+
+// Defaults and ranges of PairConfig's own fields. The heartbeat and poll
+// defaults are chosen so that a frozen link is noticed within 0.6 s and a
+// connection that is Connected but gets no data within the same time.
+const (
+	DefaultHeartbeatIntervalMilliseconds = 100
+	MinHeartbeatIntervalMilliseconds     = 10
+	MaxHeartbeatIntervalMilliseconds     = 10000
+
+	DefaultHeartbeatTimeoutMilliseconds = 600
+	MaxHeartbeatTimeoutMilliseconds     = 600000
+
+	DefaultPollIntervalMilliseconds = 1000
+	MinPollIntervalMilliseconds     = 10
+	MaxPollIntervalMilliseconds     = 600000
+
+	DefaultReadTimeoutMilliseconds = 500
+	MinReadTimeoutMilliseconds     = 10
+	MaxReadTimeoutMilliseconds     = 60000
+
+	DefaultPublishingIntervalMilliseconds = 100
+	MinPublishingIntervalMilliseconds     = 1
+	MaxPublishingIntervalMilliseconds     = 600000
+
+	MinSamplingIntervalMilliseconds = 0
+	MaxSamplingIntervalMilliseconds = 600000
+
+	DefaultQueueSize = 1
+	MinQueueSize     = 1
+	MaxQueueSize     = 65536
+)
+
+// PairConfig is the configuration of a Pair as written in a config file
+// (JSON or YAML): the two endpoints, the failover rules (FailoverConfig,
+// whose fields sit at the same level, as in the seed's per-connection
+// block) and the Pair's own timing. Every absent or null field takes its
+// default; an explicit value is kept, or rejected when out of range.
+type PairConfig struct {
+	// Endpoints are the two opc.tcp URLs: the primary first, then the
+	// backup. They must name different servers.
+	Endpoints []string `json:"endpoints" yaml:"endpoints"`
+
+	// FailoverConfig holds serviceLevelFailover and the connectivity
+	// retry knobs.
+	FailoverConfig `yaml:",inline"`
+
+	// Mode is "warm" (default) or "hot".
+	Mode Mode `json:"mode,omitempty" yaml:"mode,omitempty"`
+
+	// HeartbeatIntervalMilliseconds is the publishing interval of each
+	// session's health subscription (ServiceLevel and CurrentTime) and the
+	// sampling interval of its items. Default 100, valid 10-10000.
+	HeartbeatIntervalMilliseconds *int `json:"heartbeatIntervalMilliseconds,omitempty" yaml:"heartbeatIntervalMilliseconds,omitempty"`
+	// HeartbeatTimeoutMilliseconds is the gap check: a session whose
+	// health subscription delivers nothing (neither a CurrentTime change
+	// nor a keep-alive) for this long has lost its link. Default 600,
+	// valid from twice the heartbeat interval to 600000.
+	HeartbeatTimeoutMilliseconds *int `json:"heartbeatTimeoutMilliseconds,omitempty" yaml:"heartbeatTimeoutMilliseconds,omitempty"`
+	// PollIntervalMilliseconds is how often each session's ServiceLevel is
+	// also read. Default 1000, valid 10-600000.
+	PollIntervalMilliseconds *int `json:"pollIntervalMilliseconds,omitempty" yaml:"pollIntervalMilliseconds,omitempty"`
+	// ReadTimeoutMilliseconds bounds each ServiceLevel read, polls and
+	// probes alike; a read past it means the session's link is lost.
+	// Default 500, valid 10-60000.
+	ReadTimeoutMilliseconds *int `json:"readTimeoutMilliseconds,omitempty" yaml:"readTimeoutMilliseconds,omitempty"`
+	// PublishingIntervalMilliseconds is the publishing interval of the
+	// data subscription. Default 100, valid 1-600000.
+	PublishingIntervalMilliseconds *int `json:"publishingIntervalMilliseconds,omitempty" yaml:"publishingIntervalMilliseconds,omitempty"`
+	// SamplingIntervalMilliseconds is the data items' sampling interval
+	// unless an Item sets its own. Default: the publishing interval; valid
+	// 0-600000 (0 asks the server for its fastest rate).
+	SamplingIntervalMilliseconds *int `json:"samplingIntervalMilliseconds,omitempty" yaml:"samplingIntervalMilliseconds,omitempty"`
+	// QueueSize is the data items' queue size unless an Item sets its
+	// own. Default 1, valid 1-65536.
+	QueueSize *int `json:"queueSize,omitempty" yaml:"queueSize,omitempty"`
+}
+
+// PairSettings are a validated PairConfig with defaults applied.
+type PairSettings struct {
+	Endpoints          [2]string     // endpoints: primary, backup
+	Failover           Settings      // the embedded FailoverConfig
+	Mode               Mode          // mode
+	HeartbeatInterval  time.Duration // heartbeatIntervalMilliseconds
+	HeartbeatTimeout   time.Duration // heartbeatTimeoutMilliseconds
+	PollInterval       time.Duration // pollIntervalMilliseconds
+	ReadTimeout        time.Duration // readTimeoutMilliseconds
+	PublishingInterval time.Duration // publishingIntervalMilliseconds
+	SamplingInterval   time.Duration // samplingIntervalMilliseconds
+	QueueSize          uint32        // queueSize
+}
+
+// ValueError is an invalid field whose problem is not a range: an endpoint
+// URL or a mode. Field is the path as written in the config, for example
+// "endpoints[1]".
+type ValueError struct {
+	Field  string // the path as written, for example "endpoints[1]"
+	Value  string // the value given
+	Reason string // what is wrong with it
+}
+
+// Error renders "field: reason".
+func (e *ValueError) Error() string { return e.Field + ": " + e.Reason }
+
+// Validate reports every invalid field at once, joined with errors.Join;
+// each is a *FieldError or a *ValueError. nil means the config is usable.
+func (c PairConfig) Validate() error {
+	_, err := c.Settings()
+	return err
+}
+
+// Settings validates c and resolves its defaults. It shadows the embedded
+// FailoverConfig.Settings; the failover part is PairSettings.Failover.
+func (c PairConfig) Settings() (PairSettings, error) {
+	var errs []error
+	var s PairSettings
+
+	switch len(c.Endpoints) {
+	case 2:
+		for i, u := range c.Endpoints {
+			if reason := checkEndpointURL(u); reason != "" {
+				errs = append(errs, &ValueError{Field: fmt.Sprintf("endpoints[%d]", i), Value: u, Reason: reason})
+			}
+			s.Endpoints[i] = strings.TrimSpace(u)
+		}
+		if len(errs) == 0 && SameEndpoint(c.Endpoints[0], c.Endpoints[1]) {
+			errs = append(errs, &ValueError{Field: "endpoints[1]", Value: c.Endpoints[1],
+				Reason: fmt.Sprintf("same URL as endpoints[0] (%s): the backup must be another server", c.Endpoints[0])})
+		}
+	default:
+		errs = append(errs, &ValueError{Field: "endpoints", Value: strings.Join(c.Endpoints, ","),
+			Reason: fmt.Sprintf("%d given, want 2 (primary, backup)", len(c.Endpoints))})
+	}
+
+	fs, err := c.FailoverConfig.Settings()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	s.Failover = fs
+
+	switch c.Mode {
+	case "", ModeWarm:
+		s.Mode = ModeWarm
+	case ModeHot:
+		s.Mode = ModeHot
+	default:
+		errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
+			Reason: fmt.Sprintf("%q is not valid (valid: warm, hot)", string(c.Mode))})
+	}
+
+	resolve := func(field string, p *int, def, lo, hi int) int {
+		if p == nil {
+			return def
+		}
+		if *p < lo || *p > hi {
+			errs = append(errs, &FieldError{Field: field, Value: *p, Min: lo, Max: hi})
+			return def
+		}
+		return *p
+	}
+	ms := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+
+	hb := resolve("heartbeatIntervalMilliseconds", c.HeartbeatIntervalMilliseconds,
+		DefaultHeartbeatIntervalMilliseconds, MinHeartbeatIntervalMilliseconds, MaxHeartbeatIntervalMilliseconds)
+	s.HeartbeatInterval = ms(hb)
+	s.HeartbeatTimeout = ms(resolve("heartbeatTimeoutMilliseconds", c.HeartbeatTimeoutMilliseconds,
+		max(DefaultHeartbeatTimeoutMilliseconds, 2*hb), 2*hb, MaxHeartbeatTimeoutMilliseconds))
+	s.PollInterval = ms(resolve("pollIntervalMilliseconds", c.PollIntervalMilliseconds,
+		DefaultPollIntervalMilliseconds, MinPollIntervalMilliseconds, MaxPollIntervalMilliseconds))
+	s.ReadTimeout = ms(resolve("readTimeoutMilliseconds", c.ReadTimeoutMilliseconds,
+		DefaultReadTimeoutMilliseconds, MinReadTimeoutMilliseconds, MaxReadTimeoutMilliseconds))
+	pub := resolve("publishingIntervalMilliseconds", c.PublishingIntervalMilliseconds,
+		DefaultPublishingIntervalMilliseconds, MinPublishingIntervalMilliseconds, MaxPublishingIntervalMilliseconds)
+	s.PublishingInterval = ms(pub)
+	s.SamplingInterval = ms(resolve("samplingIntervalMilliseconds", c.SamplingIntervalMilliseconds,
+		pub, MinSamplingIntervalMilliseconds, MaxSamplingIntervalMilliseconds))
+	s.QueueSize = uint32(resolve("queueSize", c.QueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize))
+
+	if len(errs) > 0 {
+		return PairSettings{}, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+// checkEndpointURL returns why u is not a usable endpoint, or "".
+func checkEndpointURL(u string) string {
+	s := strings.TrimSpace(u)
+	if s == "" {
+		return "empty: want an opc.tcp://host:port URL"
+	}
+	pu, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%q is not a URL: %v", s, err)
+	case !strings.EqualFold(pu.Scheme, "opc.tcp"):
+		return fmt.Sprintf("%q is not an opc.tcp:// URL", s)
+	case pu.Hostname() == "":
+		return fmt.Sprintf("%q has no host", s)
+	}
+	return ""
+}

@@ -1,0 +1,150 @@
+package servicelevel
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+func TestPairConfigDefaults(t *testing.T) {
+	s, err := PairConfig{Endpoints: []string{"opc.tcp://a:4840", "opc.tcp://b:4840"}}.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := PairSettings{
+		Endpoints:          [2]string{"opc.tcp://a:4840", "opc.tcp://b:4840"},
+		Mode:               ModeWarm,
+		HeartbeatInterval:  100 * time.Millisecond,
+		HeartbeatTimeout:   600 * time.Millisecond,
+		PollInterval:       time.Second,
+		ReadTimeout:        500 * time.Millisecond,
+		PublishingInterval: 100 * time.Millisecond,
+		SamplingInterval:   100 * time.Millisecond,
+		QueueSize:          1,
+	}
+	want.Failover, _ = FailoverConfig{}.Settings()
+	if s != want {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", s, want)
+	}
+	// The heartbeat timeout follows a slower heartbeat, and the sampling
+	// interval the publishing interval.
+	s, err = PairConfig{Endpoints: []string{"opc.tcp://a", "opc.tcp://b"}, HeartbeatIntervalMilliseconds: new(1000),
+		PublishingIntervalMilliseconds: new(250), Mode: ModeHot, SamplingIntervalMilliseconds: new(0)}.Settings()
+	if err != nil || s.HeartbeatTimeout != 2*time.Second || s.SamplingInterval != 0 || s.PublishingInterval != 250*time.Millisecond || s.Mode != ModeHot {
+		t.Fatalf("%+v %v", s, err)
+	}
+}
+
+func TestPairConfigValidation(t *testing.T) {
+	ok := []string{"opc.tcp://a:4840", "opc.tcp://b:4840"}
+	for _, tc := range []struct {
+		name string
+		cfg  PairConfig
+		want []string // every line of the error
+	}{
+		{"one endpoint", PairConfig{Endpoints: ok[:1]}, []string{"endpoints: 1 given, want 2 (primary, backup)"}},
+		{"same URL", PairConfig{Endpoints: []string{"opc.tcp://a:4840", "OPC.TCP://A/"}},
+			[]string{"endpoints[1]: same URL as endpoints[0] (opc.tcp://a:4840): the backup must be another server"}},
+		{"bad URLs", PairConfig{Endpoints: []string{" ", "http://b:80"}}, []string{
+			"endpoints[0]: empty: want an opc.tcp://host:port URL",
+			`endpoints[1]: "http://b:80" is not an opc.tcp:// URL`}},
+		{"no host", PairConfig{Endpoints: []string{"opc.tcp://a", "opc.tcp://:4840"}}, []string{`endpoints[1]: "opc.tcp://:4840" has no host`}},
+		{"mode", PairConfig{Endpoints: ok, Mode: "cold"}, []string{`mode: "cold" is not valid (valid: warm, hot)`}},
+		{"ranges", PairConfig{Endpoints: ok,
+			HeartbeatIntervalMilliseconds:  new(5),
+			PollIntervalMilliseconds:       new(0),
+			ReadTimeoutMilliseconds:        new(60001),
+			PublishingIntervalMilliseconds: new(0),
+			SamplingIntervalMilliseconds:   new(-1),
+			QueueSize:                      new(0),
+		}, []string{
+			"heartbeatIntervalMilliseconds: 5 is out of range (valid 10-10000)",
+			"pollIntervalMilliseconds: 0 is out of range (valid 10-600000)",
+			"readTimeoutMilliseconds: 60001 is out of range (valid 10-60000)",
+			"publishingIntervalMilliseconds: 0 is out of range (valid 1-600000)",
+			"samplingIntervalMilliseconds: -1 is out of range (valid 0-600000)",
+			"queueSize: 0 is out of range (valid 1-65536)",
+		}},
+		{"gap shorter than two heartbeats", PairConfig{Endpoints: ok, HeartbeatIntervalMilliseconds: new(500), HeartbeatTimeoutMilliseconds: new(900)},
+			[]string{"heartbeatTimeoutMilliseconds: 900 is out of range (valid 1000-600000)"}},
+		{"failover fields keep their paths", PairConfig{Endpoints: ok,
+			FailoverConfig: FailoverConfig{ServiceLevelFailover: &ServiceLevelFailover{DegradedWindowSeconds: new(0)}}},
+			[]string{"serviceLevelFailover.degradedWindowSeconds: 0 is out of range (valid 1-3600)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Fatalf("error:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))
+			}
+			var fe *FieldError
+			var ve *ValueError
+			if !errors.As(err, &fe) && !errors.As(err, &ve) {
+				t.Fatalf("%T is neither a *FieldError nor a *ValueError", err)
+			}
+			if _, err := NewPair(tc.cfg); err == nil {
+				t.Fatal("NewPair accepted it")
+			}
+		})
+	}
+}
+
+func TestPairOptionsValidate(t *testing.T) {
+	cfg := PairConfig{Endpoints: []string{"opc.tcp://a:4840", "opc.tcp://b:4840"}}
+	if _, err := NewPair(cfg, WithPairName("")); err == nil {
+		t.Fatal("empty name accepted")
+	}
+	if _, err := NewPair(cfg, WithEndpointClientOptions(Endpoint(7))); err == nil || !strings.Contains(err.Error(), "not an endpoint") {
+		t.Fatalf("endpoint 7: %v", err)
+	}
+	p, err := NewPair(cfg, nil, WithPairName("line-3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Never started: Close has nothing to wait for, and the Pair is done.
+	p.Close()
+	if err := p.Start(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+	if _, err := p.Write(t.Context(), 1, 1.0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Write after Close: %v", err)
+	}
+}
+
+// stale drops what a snapshot already gave (the same sample again) and
+// what predates it; a newer sample, or a status change of the same one,
+// passes.
+func TestStaleAfterSnapshot(t *testing.T) {
+	t0 := time.Date(2026, 11, 13, 13, 52, 0, 0, time.UTC)
+	dv := func(v any, st ua.StatusCode, src time.Time) *ua.DataValue {
+		d := &ua.DataValue{Value: ua.MustVariant(v), Status: st, SourceTimestamp: src}
+		d.UpdateMask()
+		return d
+	}
+	snap := dv(int64(7), ua.StatusOK, t0)
+	noTS := dv(int64(7), ua.StatusOK, time.Time{})
+	for _, tc := range []struct {
+		name string
+		dv   *ua.DataValue
+		f    *ua.DataValue
+		want bool
+	}{
+		{"same sample", dv(int64(7), ua.StatusOK, t0), snap, true},
+		{"older sample", dv(int64(6), ua.StatusOK, t0.Add(-100*time.Millisecond)), snap, true},
+		{"newer sample", dv(int64(8), ua.StatusOK, t0.Add(100*time.Millisecond)), snap, false},
+		{"status change of the same sample", dv(int64(7), ua.StatusBadOutOfService, t0), snap, false},
+		{"no source timestamp, same value and status", dv(int64(7), ua.StatusOK, time.Time{}), noTS, true},
+		{"no source timestamp, new value", dv(int64(8), ua.StatusOK, time.Time{}), noTS, false},
+		{"no source timestamp, new status", dv(int64(7), ua.StatusBadOutOfService, time.Time{}), noTS, false},
+		{"no value either", &ua.DataValue{Status: ua.StatusBadNoData}, &ua.DataValue{Status: ua.StatusBadNoData}, true},
+	} {
+		if got := stale(tc.dv, tc.f); got != tc.want {
+			t.Errorf("%s: stale %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

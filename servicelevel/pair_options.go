@@ -1,0 +1,117 @@
+package servicelevel
+
+import (
+	"fmt"
+
+	"github.com/gopcua/opcua"
+	"github.com/rs/zerolog"
+)
+
+// PairOption configures a Pair.
+type PairOption func(*pairOptions) error
+
+type pairOptions struct {
+	name       string
+	logger     zerolog.Logger
+	onData     func(Update)
+	onEvent    func(Event)
+	clientOpts []opcua.Option    // both endpoints
+	endpOpts   [2][]opcua.Option // per endpoint, after clientOpts
+	backlog    int
+}
+
+func defaultPairOptions() pairOptions {
+	return pairOptions{
+		name:    "apbridge",
+		logger:  zerolog.Nop(),
+		backlog: 1 << 16,
+	}
+}
+
+// WithPairName names the Pair in its log lines and in the OPC UA session
+// names ("<name>-primary", "<name>-backup"). Default "apbridge".
+func WithPairName(name string) PairOption {
+	return func(o *pairOptions) error {
+		if name == "" {
+			return fmt.Errorf("servicelevel: pair name: must not be empty")
+		}
+		o.name = name
+		return nil
+	}
+}
+
+// WithLogger logs through l: one line per Event, at Info for failovers,
+// sessions and level changes, at Warn for failures, at Debug for probes
+// and retries. Default: no logging.
+func WithLogger(l zerolog.Logger) PairOption {
+	return func(o *pairOptions) error {
+		o.logger = l
+		return nil
+	}
+}
+
+// WithDataHandler calls h for every Update: data changes, and the snapshot
+// (refresh start, one value per item, refresh end) that frames every
+// (re)establishment of the data path. Updates are delivered in order on one
+// goroutine of the Pair, which also runs the event handler; a slow handler
+// delays later updates but never a failover decision. While more updates
+// wait than the backlog allows (WithBacklog), the Pair stops asking the
+// servers for more: OPC UA's own flow control, the servers' item queues
+// then decide what is kept. h must not call Close.
+func WithDataHandler(h func(Update)) PairOption {
+	return func(o *pairOptions) error {
+		o.onData = h
+		return nil
+	}
+}
+
+// WithEventHandler calls h for every Event, on the goroutine that runs the
+// data handler, in order with the updates: an EventFailover comes before
+// the snapshot of the promoted endpoint. h must not call Close.
+func WithEventHandler(h func(Event)) PairOption {
+	return func(o *pairOptions) error {
+		o.onEvent = h
+		return nil
+	}
+}
+
+// WithBacklog bounds how many updates and events may wait for the
+// handlers before the Pair stops asking the servers for more. While it
+// holds back, the heartbeat gap checks stand down (the silence is the
+// Pair's own) and the ServiceLevel polls alone watch the links. Default
+// 65536; valid 16-16777216.
+func WithBacklog(n int) PairOption {
+	return func(o *pairOptions) error {
+		if n < 16 || n > 1<<24 {
+			return fmt.Errorf("servicelevel: backlog: %d is out of range (valid 16-16777216)", n)
+		}
+		o.backlog = n
+		return nil
+	}
+}
+
+// WithClientOptions passes gopcua client options to both endpoints'
+// clients: security policy and mode, certificates and keys, user
+// authentication, request and session timeouts, buffer sizes. The Pair
+// applies AutoReconnect(false) (it rebuilds sessions itself), its own
+// session name and no StateChangedCh (gopcua blocks its reconnect loop on
+// that channel) after them, so options that set those are overridden.
+func WithClientOptions(opts ...opcua.Option) PairOption {
+	return func(o *pairOptions) error {
+		o.clientOpts = append(o.clientOpts, opts...)
+		return nil
+	}
+}
+
+// WithEndpointClientOptions is WithClientOptions for one endpoint only,
+// for servers with different certificates or credentials. They apply after
+// the options given to both.
+func WithEndpointClientOptions(e Endpoint, opts ...opcua.Option) PairOption {
+	return func(o *pairOptions) error {
+		if e != Primary && e != Backup {
+			return fmt.Errorf("servicelevel: endpoint client options: %v is not an endpoint (valid: primary, backup)", e)
+		}
+		o.endpOpts[e] = append(o.endpOpts[e], opts...)
+		return nil
+	}
+}

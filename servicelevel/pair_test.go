@@ -1,0 +1,704 @@
+package servicelevel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Real-server tests: a servicelevel.Pair against testcluster's redundant
+// OPC UA pair, with faults injected for real (a level published, a
+// process killed, a link frozen or reset through the servers' proxies).
+// Nothing here sleeps to wait for a condition: tests wait for the Pair's
+// events and updates, with deadlines. Timing assertions are loose (the
+// package runs with -race on a busy 2-core machine); the bench measures.
+
+const (
+	testTags = 8 // Counter, Ramp, Sine, Bool, Counter, ...
+	waitLong = 15 * time.Second
+)
+
+// rig is one server pair and one Pair under test, with everything the
+// Pair delivered recorded.
+type rig struct {
+	t       *testing.T
+	servers *testcluster.OPCUAPair
+	pair    *servicelevel.Pair
+	items   []servicelevel.Item
+	gate    *gate
+
+	mu      sync.Mutex
+	events  []servicelevel.Event
+	updates []servicelevel.Update
+	changed chan struct{}
+}
+
+type rigOption struct {
+	levels  [2]byte
+	cfg     func(*servicelevel.PairConfig)
+	servers []testcluster.OPCUAOption
+	opts    []servicelevel.PairOption
+	noStart bool
+	// gate, if set, can hold the data handler.
+	gate *gate
+}
+
+// gate holds the data handler while shut.
+type gate struct {
+	mu   sync.Mutex
+	open chan struct{} // nil while open
+}
+
+func (g *gate) shut() {
+	g.mu.Lock()
+	g.open = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	if g.open != nil {
+		close(g.open)
+		g.open = nil
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) pass() {
+	g.mu.Lock()
+	c := g.open
+	g.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
+
+// newRig starts the servers at the given levels and a Pair on them with
+// the test tags as items (handle i for tag i), and starts the Pair.
+func newRig(t *testing.T, o rigOption) *rig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	sopts := append([]testcluster.OPCUAOption{
+		testcluster.WithTags(testTags),
+		testcluster.WithServiceLevels(o.levels[0], o.levels[1]),
+	}, o.servers...)
+	servers, err := testcluster.StartOPCUAPair(ctx, sopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(servers.Close)
+	r := &rig{t: t, servers: servers, changed: make(chan struct{}, 1), gate: o.gate}
+	cfg := servicelevel.PairConfig{Endpoints: servers.Endpoints(), QueueSize: new(10)}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	opts := append([]servicelevel.PairOption{
+		servicelevel.WithLogger(testLogger(t)),
+		servicelevel.WithDataHandler(r.onUpdate),
+		servicelevel.WithEventHandler(r.onEvent),
+	}, o.opts...)
+	p, err := servicelevel.NewPair(cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pair = p
+	t.Cleanup(p.Close) // runs before servers.Close
+	for i, tag := range servers.Tags()[:testTags] {
+		r.items = append(r.items, servicelevel.Item{Handle: uint32(i), NodeID: tag.NodeID().String()})
+	}
+	res, err := p.AddItems(ctx, r.items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ir := range res {
+		if ir.Err != nil || ir.Status != ua.StatusBadWaitingForInitialData {
+			t.Fatalf("item %d before Start: %v %v", ir.Handle, ir.Err, ir.Status)
+		}
+	}
+	if !o.noStart {
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.waitBothUp()
+	}
+	return r
+}
+
+// waitBothUp waits for the standby's session too: Start returns when data
+// flows, whatever the standby does, and a fault injected before the
+// standby is known would test another case.
+func (r *rig) waitBothUp() {
+	r.t.Helper()
+	both := [2]servicelevel.SessionState{servicelevel.SessionUp, servicelevel.SessionUp}
+	r.waitStatus("both sessions up", func(st servicelevel.PairStatus) bool { return st.Sessions == both && st.Connected })
+}
+
+// testLogger logs to the test when -v is given and APBRIDGE_TEST_LOG is
+// set, and nowhere otherwise.
+func testLogger(t *testing.T) zerolog.Logger {
+	if os.Getenv("APBRIDGE_TEST_LOG") == "" {
+		return zerolog.Nop()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: zerolog.TestWriter{T: t}, TimeFormat: "15:04:05.000", NoColor: true}).
+		With().Timestamp().Logger()
+}
+
+func (r *rig) poke() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *rig) onUpdate(u servicelevel.Update) {
+	if r.gate != nil {
+		r.gate.pass()
+	}
+	r.mu.Lock()
+	r.updates = append(r.updates, u)
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *rig) onEvent(e servicelevel.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// mark is a position in the recorded events and updates.
+type mark struct{ ev, up int }
+
+func (r *rig) mark() mark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return mark{len(r.events), len(r.updates)}
+}
+
+// waitEvent waits for the first event after m that matches ok.
+func (r *rig) waitEvent(m mark, what string, ok func(servicelevel.Event) bool) servicelevel.Event {
+	r.t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for {
+		r.mu.Lock()
+		for _, e := range r.events[m.ev:] {
+			if ok(e) {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.changed:
+		case <-deadline.C:
+			r.t.Fatalf("no %s within %v; events:\n%s", what, waitLong, r.eventLog(m))
+		}
+	}
+}
+
+// waitUpdates waits until n updates after m match ok, and returns them.
+func (r *rig) waitUpdates(m mark, n int, what string, ok func(servicelevel.Update) bool) []servicelevel.Update {
+	r.t.Helper()
+	deadline := time.NewTimer(waitLong)
+	defer deadline.Stop()
+	for {
+		var got []servicelevel.Update
+		r.mu.Lock()
+		for _, u := range r.updates[m.up:] {
+			if ok(u) {
+				got = append(got, u)
+			}
+		}
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-r.changed:
+		case <-deadline.C:
+			r.t.Fatalf("%d of %d %s within %v; events:\n%s", len(got), n, what, waitLong, r.eventLog(m))
+		}
+	}
+}
+
+// waitStatus polls the Pair's status until ok, with a deadline.
+func (r *rig) waitStatus(what string, ok func(servicelevel.PairStatus) bool) servicelevel.PairStatus {
+	r.t.Helper()
+	deadline := time.Now().Add(waitLong)
+	for {
+		st := r.pair.Status()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("status never %s: %+v", what, st)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, with a deadline
+	}
+}
+
+func (r *rig) eventsSince(m mark, kind servicelevel.EventKind) []servicelevel.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []servicelevel.Event
+	for _, e := range r.events[m.ev:] {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *rig) updatesSince(m mark) []servicelevel.Update {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]servicelevel.Update(nil), r.updates[m.up:]...)
+}
+
+func (r *rig) eventLog(m mark) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for _, e := range r.events[m.ev:] {
+		fmt.Fprintf(&b, "  %s %-22s %s\n", e.At.Format("15:04:05.000"), e.Kind, e.Message)
+	}
+	return b.String()
+}
+
+func kind(k servicelevel.EventKind) func(servicelevel.Event) bool {
+	return func(e servicelevel.Event) bool { return e.Kind == k }
+}
+
+func failoverTo(to servicelevel.Endpoint) func(servicelevel.Event) bool {
+	return func(e servicelevel.Event) bool { return e.Kind == servicelevel.EventFailover && e.Target == to }
+}
+
+func activeUp(ep servicelevel.Endpoint) func(servicelevel.Event) bool {
+	return func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventSessionUp && e.Role == servicelevel.RoleActive && e.Endpoint == ep
+	}
+}
+
+// dataFrom matches Good data changes from ep.
+func dataFrom(ep servicelevel.Endpoint) func(servicelevel.Update) bool {
+	return func(u servicelevel.Update) bool {
+		return u.Kind == servicelevel.UpdateData && u.Endpoint == ep && u.Value.Status == ua.StatusOK
+	}
+}
+
+// snapshot is one refresh: start, values, end.
+type snapshot struct {
+	start, end servicelevel.Update
+	values     []servicelevel.Update
+}
+
+// snapshots cuts the updates into refreshes and checks the framing: a
+// start, one value per item in handle order, an end, all of one epoch and
+// endpoint, epochs rising by one.
+func (r *rig) snapshots(ups []servicelevel.Update) []snapshot {
+	r.t.Helper()
+	var out []snapshot
+	var cur *snapshot
+	for _, u := range ups {
+		switch u.Kind {
+		case servicelevel.UpdateRefreshStart:
+			if cur != nil {
+				r.t.Fatalf("refresh start %d inside refresh %d", u.Epoch, cur.start.Epoch)
+			}
+			cur = &snapshot{start: u}
+		case servicelevel.UpdateRefreshValue:
+			if cur == nil || u.Epoch != cur.start.Epoch || u.Endpoint != cur.start.Endpoint {
+				r.t.Fatalf("refresh value outside its refresh: %+v", u)
+			}
+			cur.values = append(cur.values, u)
+		case servicelevel.UpdateRefreshEnd:
+			if cur == nil || u.Epoch != cur.start.Epoch {
+				r.t.Fatalf("refresh end %d without its start", u.Epoch)
+			}
+			cur.end = u
+			if len(cur.values) != cur.start.Items {
+				r.t.Fatalf("refresh %d announced %d items, carried %d", u.Epoch, cur.start.Items, len(cur.values))
+			}
+			for i, v := range cur.values {
+				if i > 0 && v.Handle <= cur.values[i-1].Handle {
+					r.t.Fatalf("refresh %d: handles out of order", u.Epoch)
+				}
+			}
+			if n := len(out); n > 0 && u.Epoch != out[n-1].start.Epoch+1 {
+				r.t.Fatalf("epoch %d after %d", u.Epoch, out[n-1].start.Epoch)
+			}
+			out = append(out, *cur)
+			cur = nil
+		case servicelevel.UpdateData:
+			if cur != nil {
+				r.t.Fatalf("data change inside refresh %d", cur.start.Epoch)
+			}
+		}
+	}
+	return out
+}
+
+// checkCounters checks the counter tags: ticks only move forward, data
+// changes never repeat a tick with the same status, and it returns how
+// many ticks were skipped.
+func (r *rig) checkCounters(ups []servicelevel.Update) (lost int) {
+	r.t.Helper()
+	type seen struct {
+		v  int64
+		st ua.StatusCode
+	}
+	last := map[uint32]seen{}
+	for _, u := range ups {
+		if u.Kind != servicelevel.UpdateData && u.Kind != servicelevel.UpdateRefreshValue || u.Handle >= testTags || u.Handle%4 != 0 || u.Value.Value == nil {
+			continue
+		}
+		v, ok := u.Value.Value.Value().(int64)
+		if !ok {
+			r.t.Fatalf("counter %d: %T", u.Handle, u.Value.Value.Value())
+		}
+		l, had := last[u.Handle]
+		switch {
+		case !had:
+		case v < l.v && u.Kind == servicelevel.UpdateData:
+			r.t.Errorf("counter %d went back from %d to %d (%s from %s)", u.Handle, l.v, v, u.Kind, u.Endpoint)
+		case v == l.v && u.Value.Status == l.st && u.Kind == servicelevel.UpdateData:
+			r.t.Errorf("counter %d: tick %d delivered twice from %s", u.Handle, v, u.Endpoint)
+		case v > l.v+1:
+			lost += int(v - l.v - 1)
+		}
+		if !had || v >= l.v {
+			last[u.Handle] = seen{v, u.Value.Status}
+		}
+	}
+	return lost
+}
+
+func deadPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "opc.tcp://" + addr
+}
+
+// ---- every bench scenario, through the Pair ----
+
+// sl-graceful-stop: the Warm primary publishes 0 while the backup promotes,
+// and stops a second later. The items move to the backup, framed as a
+// snapshot, before the primary lets go of them.
+func TestPairGracefulStop(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 90}})
+	first := r.snapshots(r.updatesSince(mark{}))
+	if len(first) != 1 || first[0].start.Endpoint != servicelevel.Primary || first[0].start.Cause != servicelevel.CauseStartup {
+		t.Fatalf("startup snapshot: %+v", first)
+	}
+	if st := r.pair.Status(); !st.Connected || st.Active != servicelevel.Primary || st.ActiveLevel != servicelevel.LevelOf(250) ||
+		st.StandbyLevel != servicelevel.LevelOf(90) || st.Sessions != [2]servicelevel.SessionState{servicelevel.SessionUp, servicelevel.SessionUp} {
+		t.Fatalf("status before: %+v", st)
+	}
+	// A Warm standby has its health items only.
+	if n := r.servers.B().Stats().MonitoredItems; n != 2 {
+		t.Fatalf("the Warm standby has %d monitored items, want 2 (ServiceLevel, CurrentTime)", n)
+	}
+	r.waitUpdates(mark{}, 3, "data changes from the primary", dataFrom(servicelevel.Primary))
+
+	m := r.mark()
+	start := time.Now()
+	r.servers.B().Promote()
+	stop := r.servers.A().GracefulStop(time.Second)
+	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
+	if fo.Cause != servicelevel.CauseMaintenance || fo.Endpoint != servicelevel.Primary ||
+		fo.Message != "failover from primary to backup (ServiceLevel 0; backup reports 250)" {
+		t.Fatalf("failover event: %+v", fo)
+	}
+	up := r.waitEvent(m, "backup active", activeUp(servicelevel.Backup))
+	goods := r.waitUpdates(m, 1, "a Good value from the backup", func(u servicelevel.Update) bool {
+		return u.Endpoint == servicelevel.Backup && u.Value != nil && u.Value.Status == ua.StatusOK
+	})
+	t.Logf("0 published -> first Good value from the backup: %v (promotion %v)", goods[0].Received.Sub(start), up.Duration)
+	if d := goods[0].Received.Sub(start); d > 2*time.Second {
+		t.Errorf("switch took %v", d)
+	}
+
+	// The old primary's items were released after the snapshot, not
+	// before, and the primary, now the standby, is lost when it stops.
+	if err := stop.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.waitEvent(m, "standby lost", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary && e.Role == servicelevel.RoleStandby
+	})
+	after := r.mark()
+	r.waitUpdates(after, 3, "data changes from the backup", dataFrom(servicelevel.Backup))
+	ups := r.updatesSince(m)
+	snaps := r.snapshots(ups)
+	if len(snaps) != 1 {
+		t.Fatalf("%d snapshots after the failover, want 1", len(snaps))
+	}
+	s := snaps[0]
+	if s.start.Endpoint != servicelevel.Backup || s.start.Cause != servicelevel.CauseMaintenance || len(s.values) != testTags {
+		t.Fatalf("failover snapshot: start %+v, %d values", s.start, len(s.values))
+	}
+	for _, v := range s.values {
+		if v.Value.Status != ua.StatusOK {
+			t.Errorf("snapshot value %d from the promoted backup: %v", v.Handle, v.Value.Status)
+		}
+	}
+	// Data before the snapshot came from the primary; after it, only from
+	// the backup.
+	inSnap := false
+	for _, u := range ups {
+		switch {
+		case u.Kind == servicelevel.UpdateRefreshStart:
+			inSnap = true
+		case u.Kind == servicelevel.UpdateData && !inSnap && u.Endpoint != servicelevel.Primary,
+			u.Kind == servicelevel.UpdateData && inSnap && u.Endpoint != servicelevel.Backup:
+			t.Fatalf("data change from %s on the wrong side of the snapshot", u.Endpoint)
+		}
+	}
+	if lost := r.checkCounters(r.updatesSince(mark{})); lost > 2*testTags/4 {
+		t.Errorf("%d counter ticks lost across a graceful failover", lost)
+	}
+	if st := r.pair.Status(); !st.Connected || st.Active != servicelevel.Backup || st.Failovers != 1 || st.ActiveLevel != servicelevel.LevelOf(250) {
+		t.Fatalf("status after: %+v", st)
+	}
+}
+
+// sl-hard-kill: the primary's process dies with no 0 first. The retries
+// of the dead endpoint are fast because the standby is Healthy.
+func TestPairHardKill(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	m := r.mark()
+	start := time.Now()
+	r.servers.A().Kill()
+	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
+	if fo.Cause != servicelevel.CauseRetriesExhausted || fo.PeerLevel != servicelevel.LevelOf(240) {
+		t.Fatalf("failover: %+v", fo)
+	}
+	for _, e := range r.eventsSince(m, servicelevel.EventRetryScheduled) {
+		if !e.Fast {
+			t.Errorf("slow retry with a Healthy standby: %s", e.Message)
+		}
+	}
+	g := r.waitUpdates(m, 1, "a Good value from the backup", func(u servicelevel.Update) bool {
+		return u.Endpoint == servicelevel.Backup && u.Value != nil && u.Value.Status == ua.StatusOK
+	})
+	d := g[0].Received.Sub(start)
+	t.Logf("kill -> first Good value from the backup: %v", d)
+	if d > 3*time.Second {
+		t.Errorf("switch took %v", d)
+	}
+	r.snapshots(r.updatesSince(mark{}))
+	r.checkCounters(r.updatesSince(mark{}))
+}
+
+// sl-freeze: the primary's link freezes. gopcua alone never notices; the
+// heartbeat gap does.
+func TestPairFreeze(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	m := r.mark()
+	start := time.Now()
+	r.servers.A().Freeze()
+	lost := r.waitEvent(m, "primary lost", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary
+	})
+	if !strings.Contains(lost.Message, "heartbeat gap") && !strings.Contains(lost.Message, "deadline") {
+		t.Errorf("a frozen link was lost by: %s", lost.Message)
+	}
+	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
+	if fo.Cause != servicelevel.CauseRetriesExhausted {
+		t.Fatalf("failover: %+v", fo)
+	}
+	g := r.waitUpdates(m, 1, "a Good value from the backup", func(u servicelevel.Update) bool {
+		return u.Endpoint == servicelevel.Backup && u.Value != nil && u.Value.Status == ua.StatusOK
+	})
+	t.Logf("freeze -> lost after %v -> first Good value from the backup after %v", lost.At.Sub(start), g[0].Received.Sub(start))
+	if d := g[0].Received.Sub(start); d > 8*time.Second {
+		t.Errorf("switch took %v", d)
+	}
+	r.servers.A().Heal()
+}
+
+// sl-blip: one connection reset on a 250 primary with a 240 standby
+// reconnects to the primary and does not switch. Positive control: the
+// same Pair, the primary then killed, does switch.
+func TestPairBlipDoesNotSwitch(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	m := r.mark()
+	if n := r.servers.A().ResetConns(); n == 0 {
+		t.Fatal("no connection to reset")
+	}
+	r.waitEvent(m, "primary lost", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary
+	})
+	up := r.waitEvent(m, "primary back", activeUp(servicelevel.Primary))
+	if up.Cause != servicelevel.CauseReconnect {
+		t.Fatalf("primary back by %v", up.Cause)
+	}
+	// Data flows again from the primary, for a while: long enough for a
+	// wrong switch to have shown (it would follow the first sample).
+	after := r.mark()
+	r.waitUpdates(after, 10, "data changes from the primary after the blip", dataFrom(servicelevel.Primary))
+	if fo := r.eventsSince(m, servicelevel.EventFailover); len(fo) != 0 {
+		t.Fatalf("a blip switched: %s", fo[0].Message)
+	}
+	snaps := r.snapshots(r.updatesSince(m))
+	if len(snaps) != 1 || snaps[0].start.Endpoint != servicelevel.Primary || snaps[0].start.Cause != servicelevel.CauseReconnect {
+		t.Fatalf("snapshots after the blip: %+v", snaps)
+	}
+
+	// Control: the process dies instead.
+	m = r.mark()
+	r.servers.A().Kill()
+	r.waitEvent(m, "failover after a kill", failoverTo(servicelevel.Backup))
+}
+
+// sl-connect-standby: the primary is a Warm standby (90) when the Pair
+// connects, the backup 250: the first sample moves the data at once.
+func TestPairConnectStandby(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{90, 250}})
+	fo := r.waitEvent(mark{}, "failover", failoverTo(servicelevel.Backup))
+	if fo.Cause != servicelevel.CauseConnectPreference || fo.Level != servicelevel.LevelOf(90) || fo.PeerLevel != servicelevel.LevelOf(250) {
+		t.Fatalf("failover: %+v", fo)
+	}
+	sample := r.waitEvent(mark{}, "first sample", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Endpoint == servicelevel.Primary
+	})
+	up := r.waitEvent(mark{}, "backup active", activeUp(servicelevel.Backup))
+	t.Logf("first sample -> backup carries the data: %v", up.At.Sub(sample.At))
+	if d := up.At.Sub(sample.At); d > time.Second {
+		t.Errorf("connect-time switch took %v", d)
+	}
+	snaps := r.snapshots(r.updatesSince(mark{}))
+	if len(snaps) != 2 || snaps[0].start.Endpoint != servicelevel.Primary || snaps[1].start.Endpoint != servicelevel.Backup {
+		t.Fatalf("snapshots: %+v", snaps)
+	}
+	for _, v := range snaps[0].values {
+		if v.Value.Status != ua.StatusBadOutOfService {
+			t.Errorf("the standby primary served %v", v.Value.Status)
+		}
+	}
+	for _, v := range snaps[1].values {
+		if v.Value.Status != ua.StatusOK {
+			t.Errorf("the backup served %v", v.Value.Status)
+		}
+	}
+}
+
+// sl-healthy-pair: 250/240 never switches; its levels never start a
+// streak. Positive control: the primary drops to 90 and the Pair leaves it
+// after the degraded window.
+func TestPairHealthyPairDoesNotSwitch(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}, cfg: func(c *servicelevel.PairConfig) {
+		c.ServiceLevelFailover = &servicelevel.ServiceLevelFailover{DegradedWindowSeconds: new(1)}
+		c.PollIntervalMilliseconds = new(100)
+	}})
+	// 30 ticks of data, and the polls that ran meanwhile, on both levels.
+	r.waitUpdates(mark{}, 30, "data changes", dataFrom(servicelevel.Primary))
+	if n := len(r.eventsSince(mark{}, servicelevel.EventFailover)) + len(r.eventsSince(mark{}, servicelevel.EventStreakStarted)) +
+		len(r.eventsSince(mark{}, servicelevel.EventProbe)); n != 0 {
+		t.Fatalf("a healthy pair probed or switched:\n%s", r.eventLog(mark{}))
+	}
+	m := r.mark()
+	r.servers.A().SetLevel(90)
+	r.waitEvent(m, "streak", kind(servicelevel.EventStreakStarted))
+	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
+	if fo.Cause != servicelevel.CauseDegradedWindow || fo.PeerLevel != servicelevel.LevelOf(240) {
+		t.Fatalf("control failover: %+v", fo)
+	}
+}
+
+// Write goes to the active endpoint only while its level is Healthy.
+func TestPairWriteGate(t *testing.T) {
+	// Both Degraded after the demotion below, so that nothing switches.
+	r := newRig(t, rigOption{levels: [2]byte{250, 90}})
+	sp := r.servers.Setpoints()[0]
+	res, err := r.pair.AddItems(context.Background(), []servicelevel.Item{{Handle: 100, NodeID: sp.NodeID().String()}})
+	if err != nil || res[0].Err != nil || res[0].Status != ua.StatusOK {
+		t.Fatalf("add the setpoint: %v %+v", err, res)
+	}
+	ctx := context.Background()
+	code, err := r.pair.Write(ctx, 100, 12.5)
+	if err != nil || code != ua.StatusOK {
+		t.Fatalf("write on a Healthy primary: %v %v", code, err)
+	}
+	ws, err := r.servers.WaitWrites(ctx, 1)
+	if err != nil || ws[0].Server != "A" || ws[0].Value != 12.5 {
+		t.Fatalf("writes: %+v %v", ws, err)
+	}
+	if code, err := r.pair.WriteNode(ctx, sp.NodeID().String(), 13.5); err != nil || code != ua.StatusOK {
+		t.Fatalf("write by node: %v %v", code, err)
+	}
+	// A server's own refusal is returned as its status.
+	if code, err := r.pair.Write(ctx, 100, "not a double"); code != ua.StatusBadTypeMismatch || err == nil {
+		t.Fatalf("write of a string: %v %v", code, err)
+	}
+
+	// The primary turns standby (the backup is one too): refused, and
+	// nothing reaches a server.
+	m := r.mark()
+	r.servers.A().SetLevel(90)
+	r.waitEvent(m, "primary at 90", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventLevelChanged && e.Endpoint == servicelevel.Primary && e.Level == servicelevel.LevelOf(90)
+	})
+	code, err = r.pair.Write(ctx, 100, 99.0)
+	var refused *servicelevel.WriteRefusedError
+	if !errors.As(err, &refused) || !errors.Is(err, servicelevel.ErrWriteRefused) || !errors.Is(err, servicelevel.ErrNotHealthy) ||
+		refused.Level != servicelevel.LevelOf(90) || code == ua.StatusOK {
+		t.Fatalf("write on a standby primary: %v %v", code, err)
+	}
+	t.Logf("refused: %v", err)
+	if n := len(r.servers.Writes()); n != 2 {
+		t.Fatalf("%d writes reached the servers, want 2", n)
+	}
+	// Control: Healthy again, written again.
+	m = r.mark()
+	r.servers.A().SetLevel(250)
+	r.waitEvent(m, "primary at 250", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventLevelChanged && e.Endpoint == servicelevel.Primary && e.Level == servicelevel.LevelOf(250)
+	})
+	if code, err := r.pair.Write(ctx, 100, 14.5); err != nil || code != ua.StatusOK {
+		t.Fatalf("write after recovery: %v %v", code, err)
+	}
+	if _, err := r.pair.Write(ctx, 999, 1.0); !errors.Is(err, servicelevel.ErrUnknownHandle) {
+		t.Fatalf("unknown handle: %v", err)
+	}
+	if _, err := r.pair.WriteNode(ctx, "ns=x;i=1", 1.0); err == nil || errors.Is(err, servicelevel.ErrWriteRefused) {
+		t.Fatalf("bad node ID: %v", err)
+	}
+	if _, err := r.pair.Write(ctx, 100, struct{}{}); err == nil {
+		t.Fatal("a value gopcua cannot encode was written")
+	}
+
+	// No session: refused as such.
+	r.servers.A().Kill()
+	r.servers.B().Kill()
+	r.waitStatus("disconnected", func(st servicelevel.PairStatus) bool { return !st.Connected })
+	if _, err := r.pair.Write(ctx, 100, 1.0); !errors.Is(err, servicelevel.ErrNoSession) {
+		t.Fatalf("write without a session: %v", err)
+	}
+	r.pair.Close()
+	if _, err := r.pair.Write(ctx, 100, 1.0); !errors.Is(err, servicelevel.ErrClosed) {
+		t.Fatalf("write after Close: %v", err)
+	}
+}
