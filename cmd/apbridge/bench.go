@@ -126,6 +126,7 @@ func percentile(v []float64, p float64) float64 {
 func scenarios() []scenario {
 	var all []scenario
 	all = append(all, natsScenarios()...)
+	all = append(all, slScenarios()...)
 	all = append(all, relayScenarios()...)
 	return all
 }

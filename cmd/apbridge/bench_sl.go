@@ -1,0 +1,801 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+)
+
+// The sl-* scenarios run servicelevel.Pair against testcluster's redundant
+// OPC UA pair (16 simulated tags ticking every 100 ms, counters among
+// them), inject one fault per run for real, and measure from the fault to
+// the first Good value the consumer receives from the backup.
+func slScenarios() []scenario {
+	return []scenario{
+		{"sl-graceful-stop", "Warm pair 250/90: the primary publishes 0 as the backup promotes to 250, and stops 1 s later", slRun(slGracefulStop, pairSubject)},
+		{"sl-graceful-stop-poll", "the same with seed 001's client: ServiceLevel read every 2 s, a new session per probe (baseline)", slRun(slGracefulStop, seedSubject)},
+		{"sl-hard-kill", "pair 250/240: the primary's process dies (no 0 first)", slRun(slHardKill, pairSubject)},
+		{"sl-freeze", "pair 250/240: the primary's link freezes (no error, no data)", slRun(slFreeze, pairSubject)},
+		{"sl-blip", "pair 250/240: the primary's connection is reset once, the server stays up (must not switch)", slRun(slBlip, pairSubject)},
+		{"sl-connect-standby", "connect while the primary is the standby (90) and the backup 250; from the first sample", slRun(slConnectStandby, pairSubject)},
+		{"sl-healthy-pair", "pair 250/240 for --duration, --runs Pairs side by side (must not switch)", benchSLHealthy},
+	}
+}
+
+// slRun runs one fault against one subject, cfg.runs times.
+func slRun(f slFault, subj slSubject) func(context.Context, benchConfig) (*result, error) {
+	return func(ctx context.Context, cfg benchConfig) (*result, error) { return benchSL(ctx, cfg, f, subj) }
+}
+
+const (
+	slTags        = 16
+	slTagInterval = 100 * time.Millisecond
+)
+
+// slFault is one scenario's levels and fault.
+type slFault struct {
+	levels [2]byte
+	// hit injects the fault and returns a channel closed when the
+	// scenario's own script is over (the stopped server is down).
+	hit func(p *testcluster.OPCUAPair) <-chan struct{}
+	// noSwitch: the scenario must not switch; measure the recovery on the
+	// primary instead.
+	noSwitch bool
+	// fromFirstSample measures from the subject's first ServiceLevel
+	// sample, and the fault is the connect itself.
+	fromFirstSample bool
+}
+
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+var (
+	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
+		p.B().Promote()
+		return p.A().GracefulStop(time.Second).Done()
+	}}
+	slHardKill = slFault{levels: [2]byte{250, 240}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
+		p.A().Kill()
+		return closed()
+	}}
+	slFreeze = slFault{levels: [2]byte{250, 240}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
+		p.A().Freeze()
+		return closed()
+	}}
+	slBlip = slFault{levels: [2]byte{250, 240}, noSwitch: true, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
+		p.A().ResetConns()
+		return closed()
+	}}
+	slConnectStandby = slFault{levels: [2]byte{90, 250}, fromFirstSample: true}
+)
+
+// slRecorder is the consumer: it checks the counters for lost and
+// repeated ticks, and notes when Good values arrive from each endpoint.
+type slRecorder struct {
+	mu       sync.Mutex
+	counters map[uint32]bool
+	last     map[uint32]int64
+	lastSt   map[uint32]ua.StatusCode
+	lost     uint64
+	dup      uint64
+	// Good values of tag 0 (a counter) for the gap.
+	lastGood, gapFrom time.Time
+	maxGap            time.Duration
+	// The first Good value from each endpoint after mark.
+	mark         time.Time
+	firstGood    [2]time.Time
+	firstRefresh [2]time.Time // the first Good value of a snapshot
+	// The first ServiceLevel sample of the primary.
+	firstSample time.Time
+	switches    int
+	causes      map[string]int
+	changed     chan struct{}
+}
+
+func newSLRecorder(tags []testcluster.Tag) *slRecorder {
+	r := &slRecorder{counters: map[uint32]bool{}, last: map[uint32]int64{}, lastSt: map[uint32]ua.StatusCode{}, causes: map[string]int{}, changed: make(chan struct{}, 1)}
+	for i, t := range tags {
+		if t.Kind == testcluster.TagCounter {
+			r.counters[uint32(i)] = true
+		}
+	}
+	return r
+}
+
+func (r *slRecorder) poke() {
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// value records one value; refresh values reconcile (a value already seen
+// is not a duplicate), data changes must each be new: an older tick, or the
+// same tick with the same status again, is a duplicate (the same tick with
+// another status is a status change, as when a server turns its data
+// Bad_OutOfService).
+func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue, refresh bool) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	good := dv != nil && dv.Status == ua.StatusOK
+	if good && !r.mark.IsZero() && now.After(r.mark) {
+		if r.firstGood[ep].IsZero() {
+			r.firstGood[ep] = now
+		}
+		if refresh && r.firstRefresh[ep].IsZero() {
+			r.firstRefresh[ep] = now
+		}
+	}
+	if h == 0 && good {
+		if !r.lastGood.IsZero() && now.Sub(r.lastGood) > r.maxGap && !r.lastGood.Before(r.gapFrom) {
+			r.maxGap = now.Sub(r.lastGood)
+		}
+		r.lastGood = now
+	}
+	if r.counters[h] && dv != nil && dv.Value != nil {
+		if v, ok := dv.Value.Value().(int64); ok {
+			last, seen := r.last[h]
+			switch {
+			case !seen:
+			case v > last+1:
+				r.lost += uint64(v - last - 1)
+			case !refresh && (v < last || v == last && dv.Status == r.lastSt[h]):
+				r.dup++
+			}
+			if !seen || v >= last {
+				r.last[h], r.lastSt[h] = v, dv.Status
+			}
+		}
+	}
+	r.poke()
+}
+
+func (r *slRecorder) failover(cause string) {
+	r.mu.Lock()
+	r.switches++
+	r.causes[cause]++
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *slRecorder) sample() {
+	r.mu.Lock()
+	if r.firstSample.IsZero() {
+		r.firstSample = time.Now()
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *slRecorder) setMark(t time.Time) {
+	r.mu.Lock()
+	r.mark = t
+	r.firstGood = [2]time.Time{}
+	r.firstRefresh = [2]time.Time{}
+	r.mu.Unlock()
+}
+
+// waitGood waits for a Good value from ep after the mark, from a snapshot
+// if refresh is set.
+func (r *slRecorder) waitGood(ctx context.Context, ep servicelevel.Endpoint, refresh bool) (time.Time, error) {
+	for {
+		r.mu.Lock()
+		at := r.firstGood[ep]
+		if refresh {
+			at = r.firstRefresh[ep]
+		}
+		r.mu.Unlock()
+		if !at.IsZero() {
+			return at, nil
+		}
+		select {
+		case <-r.changed:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no Good value from the %s: %w", ep, ctx.Err())
+		}
+	}
+}
+
+func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
+	for {
+		r.mu.Lock()
+		at := r.firstSample
+		r.mu.Unlock()
+		if !at.IsZero() {
+			return at, nil
+		}
+		select {
+		case <-r.changed:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no ServiceLevel sample: %w", ctx.Err())
+		}
+	}
+}
+
+// slSubject is the client under test: a Pair, or the seed's design.
+type slSubject func(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (stop func(), err error)
+
+func slItems(p *testcluster.OPCUAPair) []servicelevel.Item {
+	var items []servicelevel.Item
+	for i, t := range p.Tags()[:slTags] {
+		items = append(items, servicelevel.Item{Handle: uint32(i), NodeID: t.NodeID().String()})
+	}
+	return items
+}
+
+// pairSubject is servicelevel.Pair with its defaults, except a queue of 10
+// per item so that no tick is lost to OPC UA's sampling in steady state.
+func pairSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (func(), error) {
+	pc := servicelevel.PairConfig{Endpoints: p.Endpoints(), QueueSize: new(10)}
+	sp, err := servicelevel.NewPair(pc,
+		servicelevel.WithLogger(cfg.log),
+		servicelevel.WithDataHandler(func(u servicelevel.Update) {
+			switch u.Kind {
+			case servicelevel.UpdateData, servicelevel.UpdateRefreshValue:
+				rec.value(u.Endpoint, u.Handle, u.Value, u.Kind == servicelevel.UpdateRefreshValue)
+			}
+		}),
+		servicelevel.WithEventHandler(func(e servicelevel.Event) {
+			switch {
+			case e.Kind == servicelevel.EventFailover:
+				rec.failover(e.Cause.String())
+			case e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Endpoint == servicelevel.Primary:
+				rec.sample()
+			}
+		}))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sp.AddItems(ctx, slItems(p)); err != nil {
+		sp.Close()
+		return nil, err
+	}
+	if err := sp.Start(ctx); err != nil {
+		sp.Close()
+		return nil, err
+	}
+	return sp.Close, nil
+}
+
+// resetSL brings both servers back up, healed, at the given levels.
+func resetSL(ctx context.Context, p *testcluster.OPCUAPair, levels [2]byte) error {
+	for i, s := range p.Servers() {
+		s.SetLevelEncoding(testcluster.LevelAsByte)
+		if !s.Running() {
+			if err := s.Restart(ctx, levels[i]); err != nil {
+				return err
+			}
+			continue
+		}
+		s.Heal()
+		s.SetLevel(levels[i])
+	}
+	return nil
+}
+
+func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPair, error) {
+	opts := []testcluster.OPCUAOption{testcluster.WithTags(slTags), testcluster.WithTagInterval(slTagInterval)}
+	if cfg.rtt > 0 {
+		opts = append(opts, testcluster.WithOPCUAClientRTT(cfg.rtt))
+	}
+	return testcluster.StartOPCUAPair(ctx, opts...)
+}
+
+// benchSL runs one fault against one subject cfg.runs times.
+func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*result, error) {
+	p, err := startSLCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	r := &result{}
+	causes := map[string]int{}
+	var recovers []float64
+	for run := 1; run <= cfg.runs; run++ {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		o, err := slOnce(ctx, p, cfg, f, subj)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", run, err)
+		}
+		r.Runs++
+		if o.dur > 0 && !f.noSwitch {
+			r.addSwitch(o.dur)
+		}
+		if f.noSwitch {
+			recovers = append(recovers, ms(o.dur))
+		}
+		r.MaxGap = max(r.MaxGap, ms(o.gap))
+		r.Lost += o.lost
+		r.Duplicated += o.dup
+		for c, n := range o.causes {
+			causes[c] += n
+		}
+		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d\n",
+			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup)
+	}
+	sw := total(causes)
+	r.set("switches", sw)
+	if !f.noSwitch || sw > 0 {
+		r.set("cause", causeList(causes))
+	}
+	if len(recovers) > 0 {
+		r.set("recover_ms_p50", percentile(recovers, 50))
+		r.set("recover_ms_p99", percentile(recovers, 99))
+		r.set("recover_ms_max", slices.Max(recovers))
+	}
+	r.set("rtt_ms", ms(cfg.rtt))
+	return r, nil
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func causeList(m map[string]int) string {
+	var parts []string
+	for c, n := range m {
+		parts = append(parts, fmt.Sprintf("%s x%d", c, n))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+type slOutcome struct {
+	dur       time.Duration
+	gap       time.Duration
+	lost, dup uint64
+	causes    map[string]int
+}
+
+func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
+	var o slOutcome
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := resetSL(rctx, p, f.levels); err != nil {
+		return o, err
+	}
+	rec := newSLRecorder(p.Tags())
+	if f.fromFirstSample {
+		rec.setMark(time.Now()) // the connect is the fault
+	}
+	stop, err := subj(rctx, p, cfg, rec)
+	if err != nil {
+		return o, err
+	}
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	var start time.Time
+	if f.fromFirstSample {
+		if start, err = rec.waitFirstSample(rctx); err != nil {
+			return o, err
+		}
+	} else {
+		// A random phase against the subjects' polls and heartbeats.
+		if err := sleepCtx(rctx, 500*time.Millisecond+rand.N(2*time.Second)); err != nil {
+			return o, err
+		}
+		start = time.Now()
+		rec.setMark(start)
+		rec.mu.Lock()
+		rec.gapFrom = start.Add(-time.Second)
+		rec.mu.Unlock()
+	}
+	down := closed()
+	if f.hit != nil {
+		down = f.hit(p)
+	}
+	// A switch ends with the first Good value from the backup; a blip
+	// with the primary's snapshot after its reconnect.
+	want := servicelevel.Backup
+	if f.noSwitch {
+		want = servicelevel.Primary
+	}
+	at, err := rec.waitGood(rctx, want, f.noSwitch)
+	if err != nil {
+		return o, err
+	}
+	o.dur = at.Sub(start)
+	// Let the scenario play out (the stopped server goes down), then a
+	// little longer: what happens after the switch counts too.
+	select {
+	case <-down:
+	case <-rctx.Done():
+		return o, rctx.Err()
+	}
+	settle := 500 * time.Millisecond
+	if f.noSwitch {
+		settle = 2 * time.Second // long enough for a wrong switch to show
+	}
+	if err := sleepCtx(rctx, settle); err != nil {
+		return o, err
+	}
+	stop()
+	stop = nil
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	o.gap, o.lost, o.dup = rec.maxGap, rec.lost, rec.dup
+	o.causes = maps.Clone(rec.causes)
+	return o, nil
+}
+
+// benchSLHealthy runs cfg.runs Pairs side by side on a healthy 250/240 pair
+// for cfg.duration: none may switch.
+func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
+	p, err := startSLCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	recs := make([]*slRecorder, cfg.runs)
+	var stops []func()
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	for i := range recs {
+		recs[i] = newSLRecorder(p.Tags())
+		recs[i].gapFrom = start
+		stop, err := pairSubject(sctx, p, cfg, recs[i])
+		if err != nil {
+			return nil, fmt.Errorf("pair %d: %w", i+1, err)
+		}
+		stops = append(stops, stop)
+	}
+	fmt.Fprintf(cfg.progress, "  %d pairs up, watching for %v\n", cfg.runs, cfg.duration)
+	if err := sleepCtx(ctx, cfg.duration); err != nil {
+		return nil, err
+	}
+	r := &result{Runs: cfg.runs}
+	causes := map[string]int{}
+	for i, rec := range recs {
+		rec.mu.Lock()
+		r.Lost += rec.lost
+		r.Duplicated += rec.dup
+		r.MaxGap = max(r.MaxGap, ms(rec.maxGap))
+		for c, n := range rec.causes {
+			causes[c] += n
+		}
+		fmt.Fprintf(cfg.progress, "  pair %d: switches %d, max gap %.3f ms, lost %d, dup %d\n", i+1, rec.switches, ms(rec.maxGap), rec.lost, rec.dup)
+		rec.mu.Unlock()
+	}
+	sw := total(causes)
+	r.set("switches", sw)
+	if sw > 0 {
+		r.set("cause", causeList(causes))
+	}
+	r.set("duration_s", cfg.duration.Seconds())
+	return r, nil
+}
+
+// ---- the seed's design, as the baseline ----
+
+// seedSubject is the client of seeds 001 and 000, as measured there: one
+// session on the active endpoint carrying the data, ServiceLevel read every
+// 2 s on it (no subscription to it, no heartbeat), and every probe of the
+// other endpoint a new short-lived session (connect, read, close; 15 s
+// budget). Its decisions are the same servicelevel.Policy with the seed's
+// defaults (10 s window, 60 s dwell, 3 retries 5 s apart); with no warm
+// standby it never learns the standby's level, so it always retries the
+// slow way, as the seed does.
+func seedSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (func(), error) {
+	pol, err := servicelevel.NewPolicy(servicelevel.FailoverConfig{})
+	if err != nil {
+		return nil, err
+	}
+	sc := &seedClient{eps: [2]string{p.Endpoints()[0], p.Endpoints()[1]}, rec: rec, pol: pol,
+		evc: make(chan func(), 64), quit: make(chan struct{}), done: make(chan struct{})}
+	for _, it := range slItems(p) {
+		n, err := ua.ParseNodeID(it.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		sc.items = append(sc.items, n)
+	}
+	up := make(chan struct{})
+	sc.up = up
+	go sc.run()
+	select {
+	case <-up:
+		return sc.stop, nil
+	case <-ctx.Done():
+		sc.stop()
+		return nil, ctx.Err()
+	}
+}
+
+const (
+	seedPoll         = 2 * time.Second
+	seedProbeBudget  = 15 * time.Second
+	seedPublishEvery = 100 * time.Millisecond
+)
+
+type seedClient struct {
+	eps   [2]string
+	items []*ua.NodeID
+	rec   *slRecorder
+	pol   *servicelevel.Policy
+	evc   chan func()
+	quit  chan struct{}
+	done  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+	up    chan struct{}
+
+	// loop
+	conn     *seedConn
+	gen      int
+	nextPoll time.Time
+}
+
+type seedConn struct {
+	ep     servicelevel.Endpoint
+	c      *opcua.Client
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (sc *seedClient) stop() {
+	sc.once.Do(func() {
+		close(sc.quit)
+		<-sc.done
+		sc.wg.Wait()
+	})
+}
+
+func (sc *seedClient) post(f func()) bool {
+	select {
+	case sc.evc <- f:
+		return true
+	case <-sc.quit:
+		return false
+	}
+}
+
+func (sc *seedClient) run() {
+	defer close(sc.done)
+	defer func() {
+		if sc.conn != nil {
+			sc.conn.close()
+		}
+	}()
+	sc.exec(sc.pol.Start(time.Now()))
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		wake := time.Hour
+		if at, ok := sc.pol.NextDeadline(); ok {
+			wake = min(wake, max(time.Until(at), 0))
+		}
+		if sc.conn != nil && !sc.nextPoll.IsZero() {
+			wake = min(wake, max(time.Until(sc.nextPoll), 0))
+		}
+		t.Reset(wake)
+		select {
+		case <-sc.quit:
+			return
+		case f := <-sc.evc:
+			f()
+		case <-t.C:
+			now := time.Now()
+			if sc.conn != nil && !sc.nextPoll.IsZero() && !now.Before(sc.nextPoll) {
+				sc.nextPoll = now.Add(seedPoll)
+				sc.poll(sc.conn)
+			}
+			if at, ok := sc.pol.NextDeadline(); ok && !at.After(now) {
+				sc.exec(sc.pol.Tick(now))
+			}
+		}
+	}
+}
+
+func (sc *seedClient) exec(d servicelevel.Decision) {
+	switch d.Action {
+	case servicelevel.ActionProbe:
+		sc.probe(d.To, d.Probe)
+	case servicelevel.ActionSwitch:
+		sc.rec.failover(d.Cause.String())
+		sc.connect(d.To, d.DialTimeout)
+	case servicelevel.ActionConnect:
+		sc.connect(d.To, d.DialTimeout)
+	}
+}
+
+// connect drops the current session and opens one on ep.
+func (sc *seedClient) connect(ep servicelevel.Endpoint, timeout time.Duration) {
+	if sc.conn != nil {
+		sc.conn.close()
+		sc.conn = nil
+	}
+	sc.gen++
+	gen := sc.gen
+	sc.wg.Add(1)
+	go func() {
+		defer sc.wg.Done()
+		conn, err := sc.dial(ep, timeout, gen)
+		posted := sc.post(func() {
+			if err != nil {
+				sc.exec(sc.pol.ConnectFailed(time.Now()))
+				return
+			}
+			if gen != sc.gen {
+				conn.close()
+				return
+			}
+			sc.conn = conn
+			sc.exec(sc.pol.SessionUp(time.Now()))
+			// The seed judges the first sample of a session at once.
+			sc.nextPoll = time.Now()
+			if sc.up != nil {
+				close(sc.up)
+				sc.up = nil
+			}
+		})
+		if !posted && err == nil {
+			conn.close()
+		}
+	}()
+}
+
+func (sc *seedClient) dial(ep servicelevel.Endpoint, timeout time.Duration, gen int) (*seedConn, error) {
+	c, err := opcua.NewClient(sc.eps[ep], opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false),
+		opcua.DialTimeout(timeout), opcua.RequestTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := c.Connect(ctx); err != nil {
+		c.Close(ctx)
+		return nil, err
+	}
+	var sub *ua.CreateSubscriptionResponse
+	err = c.Send(ctx, &ua.CreateSubscriptionRequest{RequestedPublishingInterval: float64(seedPublishEvery / time.Millisecond),
+		RequestedLifetimeCount: 600, RequestedMaxKeepAliveCount: 10, PublishingEnabled: true},
+		func(v ua.Response) error { sub, _ = v.(*ua.CreateSubscriptionResponse); return nil })
+	if err == nil && sub == nil {
+		err = errors.New("no CreateSubscriptionResponse")
+	}
+	var reqs []*ua.MonitoredItemCreateRequest
+	for i, n := range sc.items {
+		reqs = append(reqs, &ua.MonitoredItemCreateRequest{
+			ItemToMonitor:  &ua.ReadValueID{NodeID: n, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+			MonitoringMode: ua.MonitoringModeReporting,
+			RequestedParameters: &ua.MonitoringParameters{ClientHandle: uint32(i), SamplingInterval: 100, QueueSize: 10,
+				DiscardOldest: true, Filter: ua.NewExtensionObject(nil)},
+		})
+	}
+	if err == nil {
+		err = c.Send(ctx, &ua.CreateMonitoredItemsRequest{SubscriptionID: sub.SubscriptionID,
+			TimestampsToReturn: ua.TimestampsToReturnBoth, ItemsToCreate: reqs}, func(ua.Response) error { return nil })
+	}
+	if err != nil {
+		c.Close(ctx)
+		return nil, err
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	conn := &seedConn{ep: ep, c: c, cancel: ccancel}
+	conn.wg.Add(1)
+	go func() {
+		defer conn.wg.Done()
+		var acks []*ua.SubscriptionAcknowledgement
+		for {
+			var res *ua.PublishResponse
+			if acks == nil {
+				acks = []*ua.SubscriptionAcknowledgement{}
+			}
+			err := c.Send(cctx, &ua.PublishRequest{SubscriptionAcknowledgements: acks},
+				func(v ua.Response) error { res, _ = v.(*ua.PublishResponse); return nil })
+			acks = nil
+			if cctx.Err() != nil {
+				return
+			}
+			if err != nil || res == nil {
+				sc.post(func() {
+					if sc.gen == gen && sc.conn == conn {
+						sc.conn = nil
+						conn.close()
+						sc.exec(sc.pol.LinkLost(time.Now()))
+					}
+				})
+				return
+			}
+			nm := res.NotificationMessage
+			if nm == nil {
+				continue
+			}
+			if len(nm.NotificationData) > 0 {
+				acks = append(acks, &ua.SubscriptionAcknowledgement{SubscriptionID: res.SubscriptionID, SequenceNumber: nm.SequenceNumber})
+			}
+			for _, eo := range nm.NotificationData {
+				if dcn, ok := eo.Value.(*ua.DataChangeNotification); ok {
+					for _, n := range dcn.MonitoredItems {
+						sc.rec.value(ep, n.ClientHandle, n.Value, false)
+					}
+				}
+			}
+		}
+	}()
+	return conn, nil
+}
+
+func (c *seedConn) close() {
+	c.cancel()
+	c.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	c.c.Close(ctx)
+}
+
+var seedServiceLevel = ua.NewNumericNodeID(0, id.Server_ServiceLevel)
+
+func readLevel(ctx context.Context, c *opcua.Client) servicelevel.Level {
+	res, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: seedServiceLevel, AttributeID: ua.AttributeIDValue}}})
+	if err != nil || len(res.Results) != 1 || res.Results[0].Value == nil {
+		return servicelevel.Unknown()
+	}
+	return servicelevel.LevelFromValue(res.Results[0].Value.Value(), res.Results[0].Status == ua.StatusOK)
+}
+
+func (sc *seedClient) poll(conn *seedConn) {
+	sc.wg.Add(1)
+	go func() {
+		defer sc.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l := readLevel(ctx, conn.c)
+		sc.post(func() {
+			if sc.conn == conn {
+				sc.exec(sc.pol.ActiveLevel(time.Now(), l))
+			}
+		})
+	}()
+}
+
+// probe asks ep with a session of its own, as the seed does.
+func (sc *seedClient) probe(ep servicelevel.Endpoint, id servicelevel.ProbeID) {
+	sc.wg.Add(1)
+	go func() {
+		defer sc.wg.Done()
+		l := servicelevel.Unknown()
+		ctx, cancel := context.WithTimeout(context.Background(), seedProbeBudget)
+		defer cancel()
+		c, err := opcua.NewClient(sc.eps[ep], opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false))
+		if err == nil {
+			if err = c.Connect(ctx); err == nil {
+				l = readLevel(ctx, c)
+			}
+			c.Close(ctx)
+		}
+		sc.post(func() { sc.exec(sc.pol.ProbeResult(time.Now(), id, l)) })
+	}()
+}

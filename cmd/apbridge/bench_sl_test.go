@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Every sl-* scenario runs once through the bench's own command line and
+// reports its fields; the switch scenarios switch once with the expected
+// cause, the no-switch ones do not switch. The figures themselves are the
+// bench's job (docs/servicelevel.md), not this test's.
+func TestSLScenariosRun(t *testing.T) {
+	want := []struct {
+		name     string
+		switches int
+		cause    string
+	}{
+		{"sl-graceful-stop", 1, "ServiceLevel 0 x1"},
+		{"sl-hard-kill", 1, "connect retries exhausted x1"},
+		{"sl-freeze", 1, "connect retries exhausted x1"},
+		{"sl-blip", 0, ""},
+		{"sl-connect-standby", 1, "connect-time preference x1"},
+		{"sl-healthy-pair", 0, ""},
+		{"sl-graceful-stop-poll", 1, ""}, // its cause depends on the poll's phase
+	}
+	args := []string{"--json", "--runs", "1", "--duration", "3s"}
+	for _, w := range want {
+		if w.name == "sl-graceful-stop-poll" && testing.Short() {
+			continue // up to 16 s: the seed's retry cycle
+		}
+		args = append(args, w.name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, args, &out, &progress); err != nil {
+		t.Fatalf("bench: %v\n%s", err, progress.String())
+	}
+	got := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		got[m["scenario"].(string)] = m
+	}
+	for _, w := range want {
+		m, ok := got[w.name]
+		if !ok {
+			if w.name == "sl-graceful-stop-poll" && testing.Short() {
+				continue
+			}
+			t.Errorf("%s: no result", w.name)
+			continue
+		}
+		for _, f := range []string{"runs", "switch_ms_p50", "switch_ms_p99", "switch_ms_max", "max_gap_ms", "lost", "duplicated", "switches"} {
+			if _, ok := m[f]; !ok {
+				t.Errorf("%s: no %s field", w.name, f)
+			}
+		}
+		runs := m["runs"].(float64)
+		if sw := m["switches"].(float64); int(sw) != w.switches*int(runs) {
+			t.Errorf("%s: %v switches in %v runs, want %d per run", w.name, sw, runs, w.switches)
+		}
+		if w.cause != "" && m["cause"] != w.cause {
+			t.Errorf("%s: cause %v, want %s per run", w.name, m["cause"], w.cause)
+		}
+		if w.switches > 0 && m["switch_ms_p50"].(float64) <= 0 {
+			t.Errorf("%s: no switch time", w.name)
+		}
+		if d := m["duplicated"].(float64); d != 0 {
+			t.Errorf("%s: %v ticks delivered twice", w.name, d)
+		}
+		t.Logf("%s: %v", w.name, m)
+	}
+	if m := got["sl-blip"]; m != nil && m["recover_ms_p50"] == nil {
+		t.Errorf("sl-blip: no recovery time")
+	}
+}
