@@ -1,0 +1,204 @@
+package bridge_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// opcuaEnv is a relay of a Warm OPC UA pair onto the embedded cluster.
+type opcuaEnv struct {
+	cl   *testcluster.NATSCluster
+	pair *testcluster.OPCUAPair
+	conn *apconn.Conn
+	src  *bridge.OPCUASource
+	b    *bridge.Bridge
+	nc   *nats.Conn
+
+	mu      sync.Mutex
+	updates map[string][]bridge.Update
+	refresh int
+}
+
+func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.OPCUAOption) *opcuaEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := &opcuaEnv{updates: map[string][]bridge.Update{}}
+	var err error
+	if e.cl, err = testcluster.StartNATS(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.cl.Close)
+	if e.pair, err = testcluster.StartOPCUAPair(ctx, pairOpts...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.pair.Close)
+	if e.conn, err = apconn.Connect(ctx, e.cl.URLs()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.conn.Close)
+	if e.nc, err = nats.Connect(e.cl.Node(2).URL()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.nc.Close)
+	e.nc.Subscribe("apbridge.opc1.>", func(m *nats.Msg) {
+		u, err := bridge.DecodeJSON(m.Data)
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		e.updates[u.Tag] = append(e.updates[u.Tag], u)
+		e.mu.Unlock()
+	})
+	e.nc.Subscribe("apbridge.events.opc1", func(m *nats.Msg) {
+		if strings.Contains(string(m.Data), "refresh-start") {
+			e.mu.Lock()
+			e.refresh++
+			e.mu.Unlock()
+		}
+	})
+	e.nc.Flush()
+	cfg := servicelevel.PairConfig{Endpoints: e.pair.Endpoints()}
+	if e.src, err = bridge.NewOPCUASource("opc1", cfg, zerolog.Nop()); err != nil {
+		t.Fatal(err)
+	}
+	if e.b, err = bridge.New(e.conn, bridge.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	var tags []bridge.TagConfig
+	for _, tg := range e.pair.Tags() {
+		tags = append(tags, bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String(), Writable: tg.Writable()})
+	}
+	if err := e.b.AddSource(e.src, tags); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.b.Close() })
+	return e
+}
+
+func (e *opcuaEnv) count(tag string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.updates[tag])
+}
+
+func (e *opcuaEnv) last(tag string) bridge.Update {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	u := e.updates[tag]
+	if len(u) == 0 {
+		return bridge.Update{}
+	}
+	return u[len(u)-1]
+}
+
+// seqGaps counts, over every tag, the updates the relay numbered but the
+// consumer did not see, and the ones it saw twice.
+func (e *opcuaEnv) seqGaps() (lost, dup int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, us := range e.updates {
+		var prev uint64
+		for _, u := range us {
+			switch {
+			case u.Seq <= prev:
+				dup++
+			case u.Seq > prev+1:
+				lost += int(u.Seq - prev - 1)
+			}
+			if u.Seq > prev {
+				prev = u.Seq
+			}
+		}
+	}
+	return lost, dup
+}
+
+func TestOPCUASourceRelaysTags(t *testing.T) {
+	e := startOPCUAEnv(t, testcluster.WithTags(8))
+	counter := e.pair.Tags()[0].Name
+	waitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
+	u := e.last(counter)
+	if u.Status.Quality() != bridge.QualityGood || u.SourceTime.IsZero() || u.ServerTime.IsZero() {
+		t.Fatalf("update %+v: want Good with both timestamps", u)
+	}
+	if _, ok := u.Value.(uint64); !ok {
+		if _, ok := u.Value.(int64); !ok {
+			if _, ok := u.Value.(uint32); !ok {
+				t.Logf("counter value type %T", u.Value)
+			}
+		}
+	}
+	// Every tag reports, with Good quality.
+	for _, tg := range e.pair.Tags() {
+		waitFor(t, tg.Name, 10*time.Second, func() bool { return e.count(tg.Name) > 0 })
+	}
+	st := e.b.Stats()[0]
+	if st.Health.State != bridge.StateConnected || !st.Health.Writable || st.Failed != 0 {
+		t.Fatalf("source stats %+v", st)
+	}
+}
+
+func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
+	e := startOPCUAEnv(t, testcluster.WithTags(8), testcluster.WithServiceLevels(250, 90))
+	counter := e.pair.Tags()[0].Name
+	waitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
+	before := e.count(counter)
+	// The Warm primary leaves: publishes 0, the backup promotes to 250,
+	// and the primary stops a second later.
+	e.pair.A().GracefulStop(time.Second)
+	e.pair.B().Promote()
+	waitFor(t, "updates from the backup", 10*time.Second, func() bool {
+		return e.b.Stats()[0].Health.Endpoint == e.pair.B().Endpoint() && e.count(counter) > before+5
+	})
+	if lost, dup := e.seqGaps(); lost != 0 || dup != 0 {
+		t.Fatalf("relay lost %d and duplicated %d updates across the failover", lost, dup)
+	}
+	e.mu.Lock()
+	refreshes := e.refresh
+	e.mu.Unlock()
+	if refreshes < 2 {
+		t.Fatalf("%d refresh frames, want the startup one and the promotion's", refreshes)
+	}
+	if st := e.b.Stats()[0]; !strings.Contains(st.Health.LastSwitch, "failover") {
+		t.Fatalf("health %+v does not name the failover", st.Health)
+	}
+}
+
+func TestOPCUAWriteGate(t *testing.T) {
+	e := startOPCUAEnv(t, testcluster.WithTags(2), testcluster.WithSetpoints(1))
+	sp := e.pair.Setpoints()[0]
+	waitFor(t, "setpoint value", 10*time.Second, func() bool { return e.count(sp.Name) > 0 })
+	ws, _ := e.b.WriteSubject("opc1", sp.Name)
+	m := request(t, e.nc, ws, `12.5`)
+	if m.Header.Get("Nats-Service-Error-Code") != "" || !strings.Contains(string(m.Data), `"ok":true`) {
+		t.Fatalf("write on the healthy primary: %v %s", m.Header, m.Data)
+	}
+	if v, ok := e.pair.Setpoint(sp.Name); !ok || v != 12.5 {
+		t.Fatalf("setpoint at the server = %v", v)
+	}
+	// The primary becomes a standby (90): refused, never sent.
+	writes := len(e.pair.Writes())
+	e.pair.A().Demote()
+	waitFor(t, "the demotion seen", 10*time.Second, func() bool { return !e.b.Stats()[0].Health.Writable })
+	m = request(t, e.nc, ws, `13.5`)
+	if m.Header.Get("Nats-Service-Error-Code") != "503" {
+		t.Fatalf("write on a standby answered %v %s", m.Header, m.Data)
+	}
+	if len(e.pair.Writes()) != writes {
+		t.Fatal("a write reached a standby")
+	}
+}
