@@ -1,6 +1,8 @@
 // Command apbridge relays OPC UA tags to NATS through broker maintenance and
 // server failover, and carries the demo and the benchmarks that show it.
 //
+//	apbridge run --config FILE         relay the configured tags
+//	apbridge validate --config FILE    check a config without connecting
 //	apbridge demo                      scripted maintenance on the embedded cluster
 //	apbridge bench [flags] [SCENARIO...] failover benchmarks on the embedded cluster
 //
@@ -34,6 +36,8 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"run", "relay the configured OPC UA tags to NATS (--config FILE)", runRun},
+		{"validate", "check a config file without connecting (--config FILE)", runValidate},
 		{"demo", "run the scripted maintenance demo on the embedded cluster", runDemo},
 		{"bench", "run failover benchmarks on the embedded cluster", runBench},
 	}

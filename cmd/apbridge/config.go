@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/ldm"
+	"github.com/apbridge/apbridge/servicelevel"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the file `apbridge run --config` reads. docs/configuration.md
+// describes every field; examples/site.yaml is a commented example.
+type Config struct {
+	// Instance names the relay in its status, logs and micro service.
+	Instance string `yaml:"instance"`
+	// LogLevel is debug, info, warn or error (default info).
+	LogLevel string `yaml:"logLevel"`
+	// HTTP serves /healthz, /readyz and /metrics.
+	HTTP HTTPConfig `yaml:"http"`
+	// NATS is the cluster the relay publishes to.
+	NATS NATSConfig `yaml:"nats"`
+	// Service sets the subjects of the relay's own services.
+	Service ServiceConfig `yaml:"service"`
+	// Subject is the template of tag subjects (default
+	// "apbridge.{source}.{tag}").
+	Subject string `yaml:"subject"`
+	// NoHeaders leaves quality and timestamps out of NATS headers.
+	NoHeaders bool `yaml:"noHeaders"`
+	// Subscribe tunes the subscribe-storm guard of every source.
+	Subscribe SubscribeConfig `yaml:"subscribe"`
+	// Sink is "core" (default): updates are published on core NATS.
+	Sink string `yaml:"sink"`
+	// Sources are the OPC UA server pairs and their tags.
+	Sources []SourceConfig `yaml:"sources"`
+}
+
+// HTTPConfig is the health and metrics listener.
+type HTTPConfig struct {
+	// Listen is host:port; "" turns the listener off. Default ":9464".
+	Listen *string `yaml:"listen"`
+}
+
+// NATSConfig is the connection to the NATS cluster.
+type NATSConfig struct {
+	Servers          []string  `yaml:"servers"`
+	Name             string    `yaml:"name"`
+	LameDuckHandling *string   `yaml:"lameDuckHandling"`
+	Credentials      string    `yaml:"credentials"`
+	User             string    `yaml:"user"`
+	Password         string    `yaml:"password"`
+	Token            string    `yaml:"token"`
+	TLS              *TLSFiles `yaml:"tls"`
+	// FastCutover trades strict per-publisher order at a switch for no
+	// silence at all (see docs/apconn.md).
+	FastCutover bool `yaml:"fastCutover"`
+}
+
+// TLSFiles are the PEM files of a TLS client.
+type TLSFiles struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// ServiceConfig sets the relay's service subjects.
+type ServiceConfig struct {
+	// Prefix of <prefix>.status, .snapshot, .write.<subject>, .events.<source>.
+	Prefix string `yaml:"prefix"`
+}
+
+// SubscribeConfig tunes the guard; zero fields take the defaults.
+type SubscribeConfig struct {
+	RetryFloor      time.Duration `yaml:"retryFloor"`
+	RetryCeiling    time.Duration `yaml:"retryCeiling"`
+	InFlightCeiling time.Duration `yaml:"inFlightCeiling"`
+}
+
+// SourceConfig is one redundant OPC UA server pair.
+type SourceConfig struct {
+	Name string `yaml:"name"`
+	// Type is "opcua" (the only one so far, and the default).
+	Type string `yaml:"type"`
+	// The pair's endpoints, failover rules and timing.
+	servicelevel.PairConfig `yaml:",inline"`
+	Security                bridge.OPCUASecurity `yaml:"security"`
+	Tags                    []bridge.TagConfig   `yaml:"tags"`
+	Browse                  []bridge.BrowseRoot  `yaml:"browse"`
+}
+
+// envRef is ${NAME} or ${NAME:-default}.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
+
+// expandEnv replaces ${NAME} with the environment variable, so secrets can
+// stay out of the file. An unset variable without a default is an error.
+// Comments are left alone, so a file can explain the syntax; lines keep
+// their numbers, so decoding errors point at the right line.
+func expandEnv(data []byte) ([]byte, error) {
+	var missing []string
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for i, line := range lines {
+		code, comment := splitComment(line)
+		lines[i] = append(expandLine(code, &missing), comment...)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
+	}
+	return bytes.Join(lines, nil), nil
+}
+
+// splitComment cuts a YAML line at a comment: a '#' at the start of the
+// line or after a space, outside quotes.
+func splitComment(line []byte) (code, comment []byte) {
+	var quote byte
+	for i, c := range line {
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
+			return line[:i], line[i:]
+		}
+	}
+	return line, nil
+}
+
+func expandLine(data []byte, missing *[]string) []byte {
+	return envRef.ReplaceAllFunc(data, func(m []byte) []byte {
+		sub := envRef.FindSubmatch(m)
+		name := string(sub[1])
+		if v, ok := os.LookupEnv(name); ok {
+			return []byte(v)
+		}
+		if len(sub[2]) > 0 {
+			return sub[3]
+		}
+		*missing = append(*missing, name)
+		return m
+	})
+}
+
+// LoadConfig reads, expands and checks a config file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(data)
+}
+
+// ParseConfig decodes a config strictly (an unknown field is an error with
+// its line) and validates it.
+func ParseConfig(data []byte) (*Config, error) {
+	data, err := expandEnv(data)
+	if err != nil {
+		return nil, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks every field and reports every problem at once, each
+// naming its field and the allowed values.
+func (c *Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		add("logLevel: %q is not valid (valid: debug, info, warn, error)", c.LogLevel)
+	}
+	if c.HTTP.Listen != nil && *c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(*c.HTTP.Listen); err != nil {
+			add("http.listen: %q is not host:port (%v)", *c.HTTP.Listen, err)
+		}
+	}
+	if len(c.NATS.Servers) == 0 {
+		add("nats.servers: at least one server URL is required")
+	}
+	for i, s := range c.NATS.Servers {
+		if err := checkNATSURL(s); err != nil {
+			add("nats.servers[%d]: %v", i, err)
+		}
+	}
+	if c.NATS.LameDuckHandling != nil {
+		if _, err := ldm.Parse(*c.NATS.LameDuckHandling); err != nil {
+			add("nats.lameDuckHandling: %q is not valid (valid: NONE, SWITCH_TO_PASSIVE, PASSIVE_ONLY)", *c.NATS.LameDuckHandling)
+		}
+	}
+	auth := 0
+	for _, set := range []bool{c.NATS.Credentials != "", c.NATS.User != "", c.NATS.Token != ""} {
+		if set {
+			auth++
+		}
+	}
+	if auth > 1 {
+		add("nats: credentials, user/password and token are alternatives: give one")
+	}
+	if (c.NATS.User == "") != (c.NATS.Password == "") {
+		add("nats: user and password go together")
+	}
+	if c.NATS.Credentials != "" {
+		if _, err := os.Stat(c.NATS.Credentials); err != nil {
+			add("nats.credentials: %v", err)
+		}
+	}
+	if t := c.NATS.TLS; t != nil {
+		if (t.Cert == "") != (t.Key == "") {
+			add("nats.tls: cert and key go together")
+		}
+		for name, f := range map[string]string{"ca": t.CA, "cert": t.Cert, "key": t.Key} {
+			if f != "" {
+				if _, err := os.Stat(f); err != nil {
+					add("nats.tls.%s: %v", name, err)
+				}
+			}
+		}
+	}
+	if c.Service.Prefix != "" {
+		if err := bridge.ValidateSubject(c.Service.Prefix); err != nil {
+			add("service.prefix: %v", err)
+		}
+	}
+	if c.Subject != "" {
+		if _, err := bridge.NewMapper(c.Subject); err != nil {
+			add("subject: %v", err)
+		}
+	}
+	if g := c.guard(); true {
+		if err := g.Validate(); err != nil {
+			add("%v", err)
+		}
+	}
+	switch c.Sink {
+	case "", "core":
+	default:
+		add("sink: %q is not valid (valid: core)", c.Sink)
+	}
+	if len(c.Sources) == 0 {
+		add("sources: at least one source is required")
+	}
+	names := map[string]bool{}
+	for i, s := range c.Sources {
+		f := fmt.Sprintf("sources[%d]", i)
+		if s.Name == "" {
+			add("%s.name: required", f)
+		} else if names[s.Name] {
+			add("%s.name: %q is used by another source", f, s.Name)
+		}
+		names[s.Name] = true
+		if s.Type != "" && s.Type != "opcua" {
+			add("%s.type: %q is not valid (valid: opcua)", f, s.Type)
+		}
+		if err := s.PairConfig.Validate(); err != nil {
+			for _, e := range splitJoined(err) {
+				add("%s.%v", f, e)
+			}
+		}
+		if err := s.Security.Validate(f+".security", len(s.Endpoints)); err != nil {
+			for _, e := range splitJoined(err) {
+				add("%v", e)
+			}
+		}
+		if len(s.Tags) == 0 && len(s.Browse) == 0 {
+			add("%s: give tags, browse roots, or both", f)
+		}
+		seen := map[string]bool{}
+		for j, t := range s.Tags {
+			tf := fmt.Sprintf("%s.tags[%d]", f, j)
+			switch {
+			case t.Name == "":
+				add("%s.name: required", tf)
+			case seen[t.Name]:
+				add("%s.name: tag %q is listed twice", tf, t.Name)
+			}
+			seen[t.Name] = true
+			if t.Address == "" {
+				add("%s.address: required (an OPC UA node ID such as ns=2;s=Line1.Temp)", tf)
+			} else if err := bridge.ValidateNodeID(t.Address); err != nil {
+				add("%s.address: %q is not a node ID: %v", tf, t.Address, err)
+			}
+			if t.Subject != "" {
+				if err := bridge.ValidateSubject(t.Subject); err != nil {
+					add("%s.subject: %v", tf, err)
+				}
+			}
+		}
+		for j, b := range s.Browse {
+			bf := fmt.Sprintf("%s.browse[%d]", f, j)
+			if err := bridge.ValidateNodeID(b.Node); err != nil {
+				add("%s.node: %q is not a node ID: %v", bf, b.Node, err)
+			}
+			if b.MaxDepth < 0 || b.MaxDepth > 100 {
+				add("%s.maxDepth: %d is out of range (valid 0-100; 0 means 10)", bf, b.MaxDepth)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// splitJoined unwraps an errors.Join into its parts.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, splitJoined(e)...)
+		}
+		return out
+	}
+	return []error{err}
+}
+
+func (c *Config) guard() bridge.GuardConfig {
+	g := bridge.DefaultGuardConfig()
+	if c.Subscribe.RetryFloor != 0 {
+		g.RetryFloor = c.Subscribe.RetryFloor
+	}
+	if c.Subscribe.RetryCeiling != 0 {
+		g.RetryCeiling = c.Subscribe.RetryCeiling
+	}
+	if c.Subscribe.InFlightCeiling != 0 {
+		g.InFlightCeiling = c.Subscribe.InFlightCeiling
+	}
+	return g
+}
+
+func (c *Config) handling() ldm.LameDuckHandling {
+	if c.NATS.LameDuckHandling == nil {
+		return ldm.Default
+	}
+	h, _ := ldm.Parse(*c.NATS.LameDuckHandling)
+	return h
+}
+
+func (c *Config) httpListen() string {
+	if c.HTTP.Listen == nil {
+		return ":9464"
+	}
+	return *c.HTTP.Listen
+}
+
+func checkNATSURL(s string) error {
+	if s == "" {
+		return errors.New("empty URL")
+	}
+	u := s
+	if !strings.Contains(u, "://") {
+		u = "nats://" + u
+	}
+	scheme := u[:strings.Index(u, "://")]
+	switch scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return fmt.Errorf("%q: scheme %q is not valid (valid: nats, tls, ws, wss)", s, scheme)
+	}
+	host := strings.TrimPrefix(u, scheme+"://")
+	if i := strings.LastIndexByte(host, '@'); i >= 0 {
+		host = host[i+1:]
+	}
+	if host == "" || strings.HasPrefix(host, ":") {
+		return fmt.Errorf("%q: no host", s)
+	}
+	return nil
+}

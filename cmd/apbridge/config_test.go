@@ -1,0 +1,160 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const goodConfig = `
+instance: site-a
+nats:
+  servers: [nats://127.0.0.1:4222, nats://127.0.0.1:4223]
+  lameDuckHandling: switch-to-passive
+sources:
+  - name: line1
+    endpoints: [opc.tcp://127.0.0.1:4840, opc.tcp://127.0.0.1:4841]
+    serviceLevelFailover: {enabled: true, degradedWindowSeconds: 10, minDwellSeconds: 60}
+    tags:
+      - {name: Line1.Temp, address: "ns=2;s=Line1.Temp"}
+      - {name: Line1.SP, address: "ns=2;s=Line1.SP", writable: true}
+`
+
+func TestGoodConfig(t *testing.T) {
+	c, err := ParseConfig([]byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Instance != "site-a" || len(c.Sources) != 1 || len(c.Sources[0].Tags) != 2 || c.handling().String() != "SWITCH_TO_PASSIVE" {
+		t.Fatalf("config %+v", c)
+	}
+	if c.httpListen() != ":9464" {
+		t.Fatalf("default http listen %q", c.httpListen())
+	}
+}
+
+// edit replaces old with new in the good config.
+func edit(old, new string) string { return strings.Replace(goodConfig, old, new, 1) }
+
+func TestBadConfigs(t *testing.T) {
+	tests := []struct {
+		name, cfg, want string
+	}{
+		{"unknown field", edit("instance: site-a", "instance: site-a\ncolour: blue"), "field colour not found"},
+		{"duration as a number", edit("instance: site-a", "instance: site-a\nsubscribe: {retryFloor: 5}"), "cannot unmarshal"},
+		{"log level", edit("instance: site-a", "instance: site-a\nlogLevel: loud"), "logLevel: \"loud\" is not valid (valid: debug, info, warn, error)"},
+		{"http listen", edit("instance: site-a", "instance: site-a\nhttp: {listen: nowhere}"), "http.listen"},
+		{"no nats servers", edit("  servers: [nats://127.0.0.1:4222, nats://127.0.0.1:4223]", "  servers: []"), "nats.servers: at least one"},
+		{"nats url scheme", edit("nats://127.0.0.1:4223", "http://127.0.0.1:4223"), "nats.servers[1]: \"http://127.0.0.1:4223\": scheme \"http\" is not valid (valid: nats, tls, ws, wss)"},
+		{"nats url host", edit("nats://127.0.0.1:4223", "nats://:4223"), "nats.servers[1]"},
+		{"ldm handling", edit("switch-to-passive", "sometimes"), "nats.lameDuckHandling: \"sometimes\" is not valid (valid: NONE, SWITCH_TO_PASSIVE, PASSIVE_ONLY)"},
+		{"two auth methods", edit("  lameDuckHandling", "  token: abc\n  user: u\n  password: p\n  lameDuckHandling"), "alternatives"},
+		{"user without password", edit("  lameDuckHandling", "  user: u\n  lameDuckHandling"), "user and password go together"},
+		{"missing creds file", edit("  lameDuckHandling", "  credentials: /nonexistent/relay.creds\n  lameDuckHandling"), "nats.credentials"},
+		{"tls cert without key", edit("  lameDuckHandling", "  tls: {cert: /etc/hosts}\n  lameDuckHandling"), "nats.tls: cert and key go together"},
+		{"prefix", edit("instance: site-a", "instance: site-a\nservice: {prefix: 'a b'}"), "service.prefix"},
+		{"subject template", edit("instance: site-a", "instance: site-a\nsubject: 'plant.*.{tag}'"), "subject: subject template"},
+		{"subject placeholder", edit("instance: site-a", "instance: site-a\nsubject: 'plant.{line}'"), "unknown placeholder {line}"},
+		{"guard ceiling below floor", edit("instance: site-a", "instance: site-a\nsubscribe: {retryFloor: 10s, retryCeiling: 5s}"), "subscribe.retryCeiling"},
+		{"sink", edit("instance: site-a", "instance: site-a\nsink: kafka"), "sink: \"kafka\" is not valid"},
+		{"no sources", "nats: {servers: [nats://127.0.0.1:4222]}\n", "sources: at least one source"},
+		{"source name", edit("  - name: line1", "  - name: ''"), "sources[0].name: required"},
+		{"source type", edit("  - name: line1", "  - name: line1\n    type: modbus"), "sources[0].type: \"modbus\" is not valid (valid: opcua)"},
+		{"one endpoint twice", edit("opc.tcp://127.0.0.1:4841", "opc.tcp://127.0.0.1:4840"), "sources[0].endpoints[1]"},
+		{"endpoint scheme", edit("opc.tcp://127.0.0.1:4841", "http://127.0.0.1:4841"), "sources[0].endpoints[1]"},
+		{"degraded window", edit("degradedWindowSeconds: 10", "degradedWindowSeconds: 0"), "sources[0].serviceLevelFailover.degradedWindowSeconds: 0 is out of range (valid 1-3600)"},
+		{"dwell", edit("minDwellSeconds: 60", "minDwellSeconds: 100000"), "sources[0].serviceLevelFailover.minDwellSeconds: 100000 is out of range (valid 0-86400)"},
+		{"mode", edit("    tags:", "    mode: lukewarm\n    tags:"), "sources[0].mode"},
+		{"security policy", edit("    tags:", "    security: {policy: Basic512, mode: Sign}\n    tags:"), "sources[0].security.policy: \"Basic512\" is not valid"},
+		{"security without cert", edit("    tags:", "    security: {policy: Basic256Sha256, mode: SignAndEncrypt}\n    tags:"), "certFile and keyFile are required"},
+		{"policy without mode", edit("    tags:", "    security: {policy: Basic256Sha256, certFile: c.pem, keyFile: k.pem}\n    tags:"), "must both be None or both be set"},
+		{"server certs count", edit("    tags:", "    security: {serverCerts: [a.der]}\n    tags:"), "serverCerts: 1 given, want one per endpoint (2)"},
+		{"no tags", edit("    tags:\n      - {name: Line1.Temp, address: \"ns=2;s=Line1.Temp\"}\n      - {name: Line1.SP, address: \"ns=2;s=Line1.SP\", writable: true}\n", ""), "give tags, browse roots, or both"},
+		{"tag twice", edit("name: Line1.SP", "name: Line1.Temp"), "sources[0].tags[1].name: tag \"Line1.Temp\" is listed twice"},
+		{"tag address", edit(`"ns=2;s=Line1.SP"`, `"Line1.SP"`), "sources[0].tags[1].address: \"Line1.SP\" is not a node ID"},
+		{"tag subject", edit(`writable: true}`, `writable: true, subject: "a..b"}`), "sources[0].tags[1].subject"},
+		{"browse node", edit("    tags:", "    browse: [{node: 'Line1'}]\n    tags:"), "sources[0].browse[0].node"},
+		{"browse depth", edit("    tags:", "    browse: [{node: 'i=85', maxDepth: 500}]\n    tags:"), "sources[0].browse[0].maxDepth: 500 is out of range"},
+		{"two sources one name", goodConfig + "  - name: line1\n    endpoints: [opc.tcp://h:1]\n    tags: [{name: A, address: 'i=1'}]\n", "sources[1].name: \"line1\" is used by another source"},
+		{"env var unset", edit("instance: site-a", "instance: ${APBRIDGE_TEST_UNSET_VAR}"), "environment variables not set: APBRIDGE_TEST_UNSET_VAR"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.cfg))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", tt.cfg)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecretsFromEnvironment(t *testing.T) {
+	t.Setenv("APBRIDGE_TEST_PASSWORD", "s3cret")
+	cfg := edit("    tags:", "    security: {username: relay, password: '${APBRIDGE_TEST_PASSWORD}'}\n    tags:")
+	c, err := ParseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Sources[0].Security.Password != "s3cret" {
+		t.Fatalf("password %q", c.Sources[0].Security.Password)
+	}
+	d, err := ParseConfig([]byte(edit("instance: site-a", "instance: ${APBRIDGE_TEST_UNSET:-fallback}")))
+	if err != nil || d.Instance != "fallback" {
+		t.Fatalf("default: %v %v", d, err)
+	}
+}
+
+func TestValidateCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte(goodConfig), 0o600)
+	var out, errOut strings.Builder
+	if code := run([]string{"validate", "--config", good}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "valid (1 sources, 2 tags listed") {
+		t.Fatalf("output %q", out.String())
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte(edit("degradedWindowSeconds: 10", "degradedWindowSeconds: 0")+"logLevel: loud\n"), 0o600)
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"validate", "--config", bad}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d for a bad config", code)
+	}
+	// Every problem is reported, one per line.
+	if !strings.Contains(errOut.String(), "logLevel") || !strings.Contains(errOut.String(), "degradedWindowSeconds") {
+		t.Fatalf("stderr %q", errOut.String())
+	}
+}
+
+// TestExampleConfig keeps examples/site.yaml true: it parses, and the only
+// complaints are the files of a real site that this machine lacks.
+func TestExampleConfig(t *testing.T) {
+	t.Setenv("APBRIDGE_OPC_PASSWORD", "secret")
+	data, err := os.ReadFile("../../examples/site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseConfig(data)
+	for _, e := range splitJoined(err) {
+		if !strings.Contains(e.Error(), "no such file") {
+			t.Errorf("examples/site.yaml: %v", e)
+		}
+	}
+}
+
+func TestEnvExpansionSkipsComments(t *testing.T) {
+	out, err := expandEnv([]byte("# use ${NAME} for secrets\na: '${APBRIDGE_X:-1}' # or ${OTHER}\nb: \"x # ${APBRIDGE_X:-2}\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# use ${NAME} for secrets\na: '1' # or ${OTHER}\nb: \"x # 2\"\n"
+	if string(out) != want {
+		t.Fatalf("got %q\nwant %q", out, want)
+	}
+}

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics reads the relay's counters at scrape time: the bridge and the
+// connection keep them, so there is nothing to update on the hot path.
+type metrics struct{ r *relay }
+
+var (
+	mSwitches = prometheus.NewDesc("apbridge_nats_switches_total",
+		"Promotions of the passive NATS connection, by cause.", []string{"cause"}, nil)
+	mNATSUp = prometheus.NewDesc("apbridge_nats_status",
+		"1 for the NATS connection's current status (connected, degraded, reconnecting, closed).", []string{"status"}, nil)
+	mReplayed = prometheus.NewDesc("apbridge_nats_replayed_total",
+		"Publishes sent again on a new active broker because the old one had not confirmed them.", nil, nil)
+	mLameDuck = prometheus.NewDesc("apbridge_nats_lame_duck_notices_total",
+		"Lame-duck notices received from the brokers.", nil, nil)
+	mUpdatesIn = prometheus.NewDesc("apbridge_updates_in_total",
+		"Tag updates received from a source.", []string{"source"}, nil)
+	mUpdatesOut = prometheus.NewDesc("apbridge_updates_out_total",
+		"Tag updates handed to NATS.", []string{"source"}, nil)
+	mPublishErrors = prometheus.NewDesc("apbridge_publish_errors_total",
+		"Tag updates NATS did not accept.", []string{"source"}, nil)
+	mUnsupported = prometheus.NewDesc("apbridge_unsupported_values_total",
+		"Tag updates whose value type the relay cannot carry (published as Bad).", []string{"source"}, nil)
+	mSourceState = prometheus.NewDesc("apbridge_source_state",
+		"1 for a source's current state (connecting, connected, degraded, down, closed).", []string{"source", "state"}, nil)
+	mServiceLevel = prometheus.NewDesc("apbridge_source_service_level",
+		"The ServiceLevel of the server a source reads from (-1 unknown).", []string{"source"}, nil)
+	mTags = prometheus.NewDesc("apbridge_tags",
+		"Tags of a source by the quality of their last value, or failed (not subscribed) and no_value.", []string{"source", "quality"}, nil)
+	mSubRequests = prometheus.NewDesc("apbridge_subscribe_requests_total",
+		"Subscribe requests sent to a source.", []string{"source"}, nil)
+	mSubFailures = prometheus.NewDesc("apbridge_subscribe_retries_total",
+		"Subscribe requests that failed in whole or in part and will be retried.", []string{"source"}, nil)
+	mSubLost = prometheus.NewDesc("apbridge_subscribe_lost_replies_total",
+		"Subscribe requests presumed lost after the in-flight ceiling.", []string{"source"}, nil)
+	mWrites = prometheus.NewDesc("apbridge_writes_total",
+		"Write-back requests, and those that failed.", []string{"source", "result"}, nil)
+	mRefreshes = prometheus.NewDesc("apbridge_source_refreshes_total",
+		"Snapshot refreshes of a source (after it connected or switched servers).", []string{"source"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	cs := m.r.conn.Stats()
+	for _, cause := range []string{"lame-duck", "active-down", "link-timeout", "manual"} {
+		counter(mSwitches, float64(cs.SwitchesByCause[cause]), cause)
+	}
+	status := m.r.conn.Status().String()
+	for _, s := range []string{"connected", "degraded", "reconnecting", "closed"} {
+		gauge(mNATSUp, b2f(s == status), s)
+	}
+	counter(mReplayed, float64(cs.Replayed))
+	counter(mLameDuck, float64(cs.LameDuckNotices))
+	for _, s := range m.r.b.Stats() {
+		counter(mUpdatesIn, float64(s.Updates), s.Name)
+		counter(mUpdatesOut, float64(s.Published), s.Name)
+		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
+		counter(mUnsupported, float64(s.Unsupported), s.Name)
+		for _, st := range []bridge.State{bridge.StateConnecting, bridge.StateConnected, bridge.StateDegraded, bridge.StateDown, bridge.StateClosed} {
+			gauge(mSourceState, b2f(s.Health.State == st), s.Name, string(st))
+		}
+		gauge(mServiceLevel, float64(s.Health.Level), s.Name)
+		gauge(mTags, float64(s.Good), s.Name, "good")
+		gauge(mTags, float64(s.Uncertain), s.Name, "uncertain")
+		gauge(mTags, float64(s.Bad), s.Name, "bad")
+		gauge(mTags, float64(s.Failed), s.Name, "failed")
+		gauge(mTags, float64(s.NoValue), s.Name, "no_value")
+		counter(mSubRequests, float64(s.SubscribeRequests), s.Name)
+		counter(mSubFailures, float64(s.SubscribeFailures), s.Name)
+		counter(mSubLost, float64(s.LostReplies), s.Name)
+		counter(mWrites, float64(s.Writes-s.WriteErrors), s.Name, "ok")
+		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
+		counter(mRefreshes, float64(s.Refreshes), s.Name)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

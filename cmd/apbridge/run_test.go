@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+func writeRelayConfig(t *testing.T, cl *testcluster.NATSCluster, pair *testcluster.OPCUAPair, extra string) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "instance: test\nhttp: {listen: '127.0.0.1:0'}\nnats:\n  servers: [%s]\n", strings.Join(cl.URLs(), ", "))
+	fmt.Fprintf(&b, "sources:\n  - name: opc1\n    endpoints: [%s]\n    tags:\n", strings.Join(pair.Endpoints(), ", "))
+	for _, tg := range pair.Tags() {
+		fmt.Fprintf(&b, "      - {name: %s, address: '%s', writable: %v}\n", tg.Name, tg.NodeID(), tg.Writable())
+	}
+	b.WriteString(extra)
+	path := filepath.Join(t.TempDir(), "apbridge.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRelayEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	c, err := LoadConfig(writeRelayConfig(t, cl, pair, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(cl.Node(2).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var got atomic.Int64
+	nc.Subscribe("apbridge.opc1.>", func(m *nats.Msg) {
+		if _, err := bridge.DecodeJSON(m.Data); err == nil {
+			got.Add(1)
+		}
+	})
+	nc.Flush()
+	r, err := startRelay(ctx, c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + r.httpLn.Addr().String()
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() < 20 || !ready(base) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d updates, ready %v", got.Load(), ready(base))
+		}
+		time.Sleep(20 * time.Millisecond) // poll with a deadline
+	}
+	body := get(t, base+"/metrics")
+	for _, want := range []string{`apbridge_updates_out_total{source="opc1"}`, `apbridge_nats_status{status="connected"} 1`,
+		`apbridge_source_state{source="opc1",state="connected"} 1`, `apbridge_tags{quality="good",source="opc1"}`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if s := get(t, base+"/healthz"); !strings.Contains(s, "ok") {
+		t.Fatalf("healthz %q", s)
+	}
+	// Both servers gone: not ready, and /readyz says why.
+	pair.A().Kill()
+	pair.B().Kill()
+	deadline = time.Now().Add(10 * time.Second)
+	for ready(base) {
+		if time.Now().After(deadline) {
+			t.Fatal("still ready with both servers dead")
+		}
+		time.Sleep(20 * time.Millisecond) // poll with a deadline
+	}
+	if s := get(t, base+"/readyz"); !strings.Contains(s, "source opc1") {
+		t.Fatalf("readyz %q", s)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	if err := r.stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ready(base string) bool {
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestRunCommandStopsOnSignal runs `apbridge run` as a user would and
+// cancels it as SIGTERM does: it exits cleanly.
+func TestRunCommandStopsOnSignal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	path := writeRelayConfig(t, cl, pair, "")
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var stderr strings.Builder
+	go func() { done <- runRun(rctx, []string{"--config", path}, io.Discard, &syncWriter{w: &stderr}) }()
+	nc, err := nats.Connect(cl.Node(1).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m, err := nc.Request("apbridge.status", nil, 200*time.Millisecond); err == nil && strings.Contains(string(m.Data), `"state":"connected"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("relay never reported a connected source")
+		}
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}
+
+// syncWriter serializes writes: the relay logs from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
