@@ -164,14 +164,20 @@ func (p *FaultProxy) closeAll(reset bool) int {
 		conns = append(conns, c)
 	}
 	p.mu.Unlock()
+	n := 0
 	for _, c := range conns {
-		c.close(reset)
+		if c.close(reset) {
+			n++
+		}
 	}
-	return len(conns)
+	return n
 }
 
-func (c *proxiedConn) close(reset bool) {
+// close closes both sides; it reports whether this call closed them (a
+// connection reset a moment ago is still in the map until its pipes end).
+func (c *proxiedConn) close(reset bool) (closed bool) {
 	c.once.Do(func() {
+		closed = true
 		close(c.done)
 		if reset {
 			for _, nc := range []net.Conn{c.client, c.server} {
@@ -183,6 +189,7 @@ func (c *proxiedConn) close(reset bool) {
 		c.client.Close()
 		c.server.Close()
 	})
+	return closed
 }
 
 func (p *FaultProxy) acceptLoop() {
