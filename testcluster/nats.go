@@ -220,6 +220,11 @@ func (n *Node) options() (*server.Options, error) {
 	if cfg.jetStream {
 		o.JetStream = true
 		o.StoreDir = filepath.Join(n.c.dir, "js", n.name)
+		if len(n.c.nodes) == 1 {
+			// A lone node with a cluster block would wait for JetStream
+			// peers that never come: run it as a plain server.
+			o.Cluster = server.ClusterOpts{}
+		}
 	}
 	if n.c.ca != nil {
 		o.TLS = true
