@@ -94,6 +94,28 @@ type coreSink struct{ conn *apconn.Conn }
 func (s coreSink) Publish(_ string, m *nats.Msg, _ *Update) error { return s.conn.PublishOwned(m) }
 func (s coreSink) Flush(ctx context.Context) error                { return s.conn.Flush(ctx) }
 
+// sinkBinder is a sink that needs the bridge's subjects before it takes
+// updates (the JetStream sink sets its stream up and checks that it
+// captures every tag subject and none of the service subjects).
+type sinkBinder interface {
+	bind(ctx context.Context, prefix string, tags map[string][]string) error
+}
+
+// sinkAborter is a sink whose Publish can block (backpressure): abort makes
+// blocked and later calls return at once.
+type sinkAborter interface{ abort() }
+
+// tagSubjects returns every tag subject by source name.
+func (b *Bridge) tagSubjects(sources []*runner) map[string][]string {
+	out := make(map[string][]string, len(sources))
+	for _, r := range sources {
+		for _, ts := range r.tags {
+			out[r.src.Name()] = append(out[r.src.Name()], ts.subject)
+		}
+	}
+	return out
+}
+
 // Option configures a Bridge.
 type Option func(*Bridge)
 
@@ -236,6 +258,12 @@ func (b *Bridge) Start(ctx context.Context) error {
 	sources := append([]*runner(nil), b.sources...)
 	b.mu.Unlock()
 
+	if bs, ok := b.sink.(sinkBinder); ok {
+		if err := bs.bind(ctx, b.cfg.Prefix, b.tagSubjects(sources)); err != nil {
+			b.Close()
+			return err
+		}
+	}
 	b.stopEvent = b.conn.OnEvent(b.onConnEvent)
 	if err := b.startService(); err != nil {
 		b.Close()
@@ -288,6 +316,13 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	started := b.started
 	sources := append([]*runner(nil), b.sources...)
 	b.mu.Unlock()
+	// A source blocked in a full sink must not hang the shutdown: the sink
+	// is aborted when ctx ends, or after the 10 s the flush gets too.
+	if a, ok := b.sink.(sinkAborter); ok {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		defer context.AfterFunc(actx, a.abort)()
+	}
 	var errs []error
 	for _, r := range sources {
 		if started {
@@ -383,8 +418,14 @@ func (r *runner) Update(handle uint32, u Update) {
 	ts.seq++
 	u.Tag, u.Seq = ts.cfg.Name, ts.seq
 	ts.last, ts.have = u, true
-	err := r.publishLocked(ts.subject, &u)
+	m, err := r.encodeLocked(ts.subject, &u)
 	r.mu.Unlock()
+	// Outside r.mu: a sink may block here (backpressure), and status,
+	// snapshot and write-back must not wait for it. The order of a tag's
+	// updates is kept by the source calling Update one at a time.
+	if err == nil {
+		err = r.b.sink.Publish(r.src.Name(), m, &u)
+	}
 	if err != nil {
 		r.counters.publishErrors.Add(1)
 		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
@@ -393,14 +434,13 @@ func (r *runner) Update(handle uint32, u Update) {
 	r.counters.published.Add(1)
 }
 
-// publishLocked encodes u and hands it to the connection; r.mu is held so
-// that a tag's updates reach the connection in order.
-func (r *runner) publishLocked(subject string, u *Update) error {
+// encodeLocked encodes u as the message for the sink; r.mu is held.
+func (r *runner) encodeLocked(subject string, u *Update) (*nats.Msg, error) {
 	// A fresh buffer per message: the sink keeps the message until the
 	// broker confirms it. Sized from the last one, it rarely grows.
 	data, err := AppendJSON(make([]byte, 0, r.lastLen+32), u)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.lastLen = len(data)
 	m := &nats.Msg{Subject: subject, Data: data}
@@ -411,7 +451,7 @@ func (r *runner) publishLocked(subject string, u *Update) error {
 			m.Header[HeaderRefresh] = []string{"true"}
 		}
 	}
-	return r.b.sink.Publish(r.src.Name(), m, u)
+	return m, nil
 }
 
 // RefreshStart implements Handler.

@@ -115,6 +115,8 @@ type Status struct {
 	Started  time.Time     `json:"started"`
 	NATS     NATSStatus    `json:"nats"`
 	Sources  []SourceStats `json:"sources"`
+	// JetStream is set when the bridge stores updates with a JetStreamSink.
+	JetStream *JetStreamStatus `json:"jetstream,omitempty"`
 }
 
 // NATSStatus describes the bridge's ApConnection.
@@ -147,6 +149,10 @@ func (b *Bridge) Status() Status {
 	}
 	if p, ok := b.conn.PassiveServer(); ok {
 		st.NATS.Passive = &p
+	}
+	if js, ok := b.sink.(*JetStreamSink); ok {
+		jst := js.Status()
+		st.JetStream = &jst
 	}
 	if e := b.lastSw.Load(); e != nil {
 		st.NATS.LastSwitch = &SwitchInfo{At: e.At, Cause: e.Cause.String(), From: e.From.Name, To: e.To.Name,

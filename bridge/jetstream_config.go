@@ -1,0 +1,290 @@
+package bridge
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jsm.go/api"
+)
+
+// Sink kinds, the values of SinkConfig.Sink.
+const (
+	// SinkCore publishes on core NATS through the ApConnection: at most
+	// once, the fastest, nothing stored.
+	SinkCore = "core"
+	// SinkJetStream stores every update in a replicated JetStream stream,
+	// exactly once by message ID, through every failover.
+	SinkJetStream = "jetstream"
+)
+
+// SinkConfig chooses where the bridge puts tag updates. The YAML config of
+// `apbridge run` embeds it at its top level:
+//
+//	sink: jetstream
+//	jetstream:
+//	  stream: PLANT
+//	  replicas: 3
+type SinkConfig struct {
+	// Sink is "core" (the default) or "jetstream".
+	Sink string `yaml:"sink,omitempty" json:"sink,omitempty"`
+	// JetStream configures the stream and the publishing; it is read only
+	// when Sink is "jetstream".
+	JetStream JetStreamConfig `yaml:"jetstream,omitempty" json:"jetstream,omitzero"`
+}
+
+// Validate checks the sink kind and, for "jetstream", the stream settings.
+// Errors name the YAML field and the allowed values.
+func (c SinkConfig) Validate() error {
+	switch c.Sink {
+	case "", SinkCore:
+		return nil
+	case SinkJetStream:
+		return c.JetStream.Validate()
+	}
+	return fmt.Errorf("sink: %q is not a sink (valid: %s, %s)", c.Sink, SinkCore, SinkJetStream)
+}
+
+// JetStreamConfig configures the JetStream sink: the stream it stores
+// updates in (created from these settings if missing, refused if an existing
+// one differs, never changed) and the publishing window. The zero value of
+// a field means its default; docs/jetstream.md describes each.
+type JetStreamConfig struct {
+	// Stream is the stream's name. Default "APBRIDGE".
+	Stream string `yaml:"stream,omitempty" json:"stream,omitempty"`
+	// Subjects the stream captures. They must cover every tag subject of
+	// the bridge and none of its service subjects (<prefix>.status,
+	// .snapshot, .write.>, .events.>). Default: worked out at Start from
+	// the tags, one "<common prefix of a source's tag subjects>.>" per
+	// source, e.g. "apbridge.line1.>".
+	Subjects []string `yaml:"subjects,omitempty" json:"subjects,omitempty"`
+	// Replicas is the stream's replica count, 1-5. Default 3 (R3: one
+	// broker may be down or in maintenance without losing writes).
+	Replicas int `yaml:"replicas,omitempty" json:"replicas,omitempty"`
+	// Storage is "file" (default) or "memory".
+	Storage string `yaml:"storage,omitempty" json:"storage,omitempty"`
+	// Retention is "limits" (default), "interest" or "workqueue".
+	Retention string `yaml:"retention,omitempty" json:"retention,omitempty"`
+	// Discard is what the stream does at a limit: "old" (default) drops
+	// the oldest messages, "new" refuses new ones (the sink then retries
+	// and applies backpressure until there is room).
+	Discard string `yaml:"discard,omitempty" json:"discard,omitempty"`
+	// DuplicateWindow is how long the stream remembers message IDs to drop
+	// repeats: it must cover the longest republish delay (a switch plus
+	// AckTimeout, and the lag between hot-hot relays). 100ms-24h, default
+	// 2m. Memory on each broker grows with it: about 100 bytes per update
+	// stored within the window.
+	DuplicateWindow time.Duration `yaml:"duplicate_window,omitempty" json:"duplicate_window,omitempty"`
+	// MaxAge, MaxBytes, MaxMsgs, MaxMsgsPerSubject and MaxMsgSize are the
+	// stream's limits; 0 means no limit.
+	MaxAge            time.Duration `yaml:"max_age,omitempty" json:"max_age,omitempty"`
+	MaxBytes          int64         `yaml:"max_bytes,omitempty" json:"max_bytes,omitempty"`
+	MaxMsgs           int64         `yaml:"max_msgs,omitempty" json:"max_msgs,omitempty"`
+	MaxMsgsPerSubject int64         `yaml:"max_msgs_per_subject,omitempty" json:"max_msgs_per_subject,omitempty"`
+	MaxMsgSize        int32         `yaml:"max_msg_size,omitempty" json:"max_msg_size,omitempty"`
+
+	// MaxPending bounds the updates published but not yet acknowledged by
+	// the stream, 1-1000000, default 4096. When the window is full,
+	// Publish blocks: backpressure toward the source.
+	MaxPending int `yaml:"max_pending,omitempty" json:"max_pending,omitempty"`
+	// MaxPendingBytes bounds the same window in bytes, 1 KiB-1 GiB,
+	// default 16 MiB.
+	MaxPendingBytes int `yaml:"max_pending_bytes,omitempty" json:"max_pending_bytes,omitempty"`
+	// AckTimeout is how long a publish waits for its acknowledgement
+	// before it is sent again, 100ms-1m, default 2s.
+	AckTimeout time.Duration `yaml:"ack_timeout,omitempty" json:"ack_timeout,omitempty"`
+
+	// HealthInterval is how often stream health and connection RTT are
+	// checked, 100ms-10m, default 5s.
+	HealthInterval time.Duration `yaml:"health_interval,omitempty" json:"health_interval,omitempty"`
+	// RTTWarning and RTTCritical are the connection round-trip thresholds
+	// of the health check; over RTTCritical the sink is not ready.
+	// Defaults 250ms and 1s; 0 < warning <= critical <= 1m.
+	RTTWarning  time.Duration `yaml:"rtt_warning,omitempty" json:"rtt_warning,omitempty"`
+	RTTCritical time.Duration `yaml:"rtt_critical,omitempty" json:"rtt_critical,omitempty"`
+	// ReplicaLagCritical is how many operations a replica may be behind
+	// the leader before the stream counts as unhealthy, default 100000.
+	ReplicaLagCritical uint64 `yaml:"replica_lag_critical,omitempty" json:"replica_lag_critical,omitempty"`
+	// ReplicaSeenCritical is how long a replica may go unseen by the
+	// leader before the stream counts as unhealthy, 1s-1h, default 10s.
+	ReplicaSeenCritical time.Duration `yaml:"replica_seen_critical,omitempty" json:"replica_seen_critical,omitempty"`
+}
+
+// DefaultJetStreamConfig returns the defaults of every field.
+func DefaultJetStreamConfig() JetStreamConfig {
+	var c JetStreamConfig
+	c.setDefaults()
+	return c
+}
+
+func (c *JetStreamConfig) setDefaults() {
+	if c.Stream == "" {
+		c.Stream = "APBRIDGE"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 3
+	}
+	if c.Storage == "" {
+		c.Storage = "file"
+	}
+	if c.Retention == "" {
+		c.Retention = "limits"
+	}
+	if c.Discard == "" {
+		c.Discard = "old"
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 4096
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = 16 << 20
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = 2 * time.Second
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = 5 * time.Second
+	}
+	if c.RTTWarning == 0 {
+		c.RTTWarning = 250 * time.Millisecond
+	}
+	if c.RTTCritical == 0 {
+		c.RTTCritical = time.Second
+	}
+	if c.ReplicaLagCritical == 0 {
+		c.ReplicaLagCritical = 100000
+	}
+	if c.ReplicaSeenCritical == 0 {
+		c.ReplicaSeenCritical = 10 * time.Second
+	}
+}
+
+// Validate checks every field after applying the defaults. An error names
+// the field as it is spelled in YAML and the allowed values.
+func (c JetStreamConfig) Validate() error {
+	c.setDefaults()
+	_, err := c.validated()
+	return err
+}
+
+// validated checks c (defaults applied) and returns the stream
+// configuration it asks for.
+func (c JetStreamConfig) validated() (api.StreamConfig, error) {
+	bad := func(field string, format string, a ...any) error {
+		return fmt.Errorf("jetstream.%s: %s", field, fmt.Sprintf(format, a...))
+	}
+	var sc api.StreamConfig
+	if strings.ContainsAny(c.Stream, ">*. /\\\x00\t\r\n") || len(c.Stream) > 255 {
+		return sc, bad("stream", "%q is not a stream name (1-255 characters, none of . * > / \\ or spaces)", c.Stream)
+	}
+	for i, s := range c.Subjects {
+		if err := validateSubjectPattern(s); err != nil {
+			return sc, bad(fmt.Sprintf("subjects[%d]", i), "%v", err)
+		}
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return sc, bad("replicas", "%d is out of range (valid 1-5)", c.Replicas)
+	}
+	storage := map[string]api.StorageType{"file": api.FileStorage, "memory": api.MemoryStorage}
+	st, ok := storage[c.Storage]
+	if !ok {
+		return sc, bad("storage", "%q is not a storage type (valid: file, memory)", c.Storage)
+	}
+	retention := map[string]api.RetentionPolicy{"limits": api.LimitsPolicy, "interest": api.InterestPolicy, "workqueue": api.WorkQueuePolicy}
+	rt, ok := retention[c.Retention]
+	if !ok {
+		return sc, bad("retention", "%q is not a retention policy (valid: limits, interest, workqueue)", c.Retention)
+	}
+	discard := map[string]api.DiscardPolicy{"old": api.DiscardOld, "new": api.DiscardNew}
+	dp, ok := discard[c.Discard]
+	if !ok {
+		return sc, bad("discard", "%q is not a discard policy (valid: old, new)", c.Discard)
+	}
+	if c.DuplicateWindow < 100*time.Millisecond || c.DuplicateWindow > 24*time.Hour {
+		return sc, bad("duplicate_window", "%v is out of range (valid 100ms-24h)", c.DuplicateWindow)
+	}
+	if c.MaxAge < 0 {
+		return sc, bad("max_age", "%v is negative (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge)
+	}
+	if c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow {
+		return sc, bad("max_age", "%v is shorter than duplicate_window %v (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge, c.DuplicateWindow)
+	}
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"max_bytes", c.MaxBytes}, {"max_msgs", c.MaxMsgs}, {"max_msgs_per_subject", c.MaxMsgsPerSubject}, {"max_msg_size", int64(c.MaxMsgSize)}} {
+		if l.v < 0 {
+			return sc, bad(l.name, "%d is negative (valid: 0 for no limit, or positive)", l.v)
+		}
+	}
+	if c.MaxPending < 1 || c.MaxPending > 1000000 {
+		return sc, bad("max_pending", "%d is out of range (valid 1-1000000)", c.MaxPending)
+	}
+	if c.MaxPendingBytes < 1024 || c.MaxPendingBytes > 1<<30 {
+		return sc, bad("max_pending_bytes", "%d is out of range (valid 1024-1073741824)", c.MaxPendingBytes)
+	}
+	if c.AckTimeout < 100*time.Millisecond || c.AckTimeout > time.Minute {
+		return sc, bad("ack_timeout", "%v is out of range (valid 100ms-1m)", c.AckTimeout)
+	}
+	if c.HealthInterval < 100*time.Millisecond || c.HealthInterval > 10*time.Minute {
+		return sc, bad("health_interval", "%v is out of range (valid 100ms-10m)", c.HealthInterval)
+	}
+	if c.RTTCritical <= 0 || c.RTTCritical > time.Minute {
+		return sc, bad("rtt_critical", "%v is out of range (valid above 0 up to 1m)", c.RTTCritical)
+	}
+	if c.RTTWarning <= 0 || c.RTTWarning > c.RTTCritical {
+		return sc, bad("rtt_warning", "%v is out of range (valid above 0 up to rtt_critical %v)", c.RTTWarning, c.RTTCritical)
+	}
+	if c.ReplicaSeenCritical < time.Second || c.ReplicaSeenCritical > time.Hour {
+		return sc, bad("replica_seen_critical", "%v is out of range (valid 1s-1h)", c.ReplicaSeenCritical)
+	}
+	limit := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	sc = api.StreamConfig{
+		Name:         c.Stream,
+		Description:  "tag updates stored by apbridge",
+		Subjects:     append([]string(nil), c.Subjects...),
+		Retention:    rt,
+		MaxConsumers: -1,
+		MaxMsgsPer:   limit(c.MaxMsgsPerSubject),
+		MaxMsgs:      limit(c.MaxMsgs),
+		MaxBytes:     limit(c.MaxBytes),
+		MaxAge:       c.MaxAge,
+		MaxMsgSize:   int32(limit(int64(c.MaxMsgSize))),
+		Storage:      st,
+		Discard:      dp,
+		Replicas:     c.Replicas,
+		Duplicates:   c.DuplicateWindow,
+	}
+	return sc, nil
+}
+
+// validateSubjectPattern checks a stream subject: tokens separated by
+// dots, none empty, no spaces, "*" and ">" only as whole tokens and ">"
+// only last.
+func validateSubjectPattern(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty subject")
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		switch {
+		case t == "":
+			return fmt.Errorf("%q has an empty token", s)
+		case strings.ContainsAny(t, " \t\r\n"):
+			return fmt.Errorf("%q contains white space", s)
+		case t == ">" && i != len(toks)-1:
+			return fmt.Errorf("%q has > before its last token", s)
+		case t != ">" && t != "*" && strings.ContainsAny(t, "*>"):
+			return fmt.Errorf("%q has a wildcard inside a token", s)
+		}
+	}
+	return nil
+}

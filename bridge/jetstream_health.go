@@ -1,0 +1,264 @@
+package bridge
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/nats-io/jsm.go"
+	"github.com/nats-io/jsm.go/monitor"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// JetStreamHealth is the result of a health check of the sink, graded by
+// jsm.go's monitor package: the stream (a leader, every replica present,
+// online, seen recently and not lagging) and the round trip of the
+// relay's own active connection.
+type JetStreamHealth struct {
+	CheckedAt time.Time `json:"checkedAt"`
+	Stream    string    `json:"stream"`
+	// Leader is the broker that leads the stream.
+	Leader string `json:"leader,omitempty"`
+	// Replicas is the configured replica count; Current how many of them
+	// (the leader included) are online and caught up.
+	Replicas int `json:"replicas"`
+	Current  int `json:"current"`
+	// Messages is how many messages the stream holds.
+	Messages uint64 `json:"messages"`
+	// RTTMs is the active connection's round trip to its broker.
+	RTTMs float64 `json:"rttMs"`
+	// Criticals and Warnings are the monitor's findings: a replica
+	// offline or lagging is critical for the stream's redundancy.
+	Criticals []string `json:"critical,omitempty"`
+	Warnings  []string `json:"warning,omitempty"`
+	// Blocking are the findings that stop the sink from storing updates:
+	// no connection, a round trip over rtt_critical, the stream not
+	// loadable, no leader, fewer current replicas than a quorum. Any makes
+	// the sink not ready.
+	Blocking []string `json:"blocking,omitempty"`
+}
+
+// Healthy reports a check without critical findings.
+func (h JetStreamHealth) Healthy() bool { return len(h.Criticals) == 0 }
+
+// healthLoop checks health at once and then every HealthInterval.
+func (s *JetStreamSink) healthLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HealthInterval)
+	defer t.Stop()
+	var last bool
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, max(s.cfg.HealthInterval, 2*time.Second))
+		h := s.CheckHealth(ctx)
+		cancel()
+		if s.ctx.Err() != nil {
+			return
+		}
+		if ok := h.Healthy(); ok != last || first {
+			if ok {
+				s.log.Info().Str("leader", h.Leader).Int("current", h.Current).Float64("rtt_ms", h.RTTMs).Msg("stream healthy")
+			} else {
+				s.log.Warn().Strs("critical", h.Criticals).Str("leader", h.Leader).Msg("stream not healthy")
+			}
+			last = ok
+		}
+	}
+}
+
+// CheckHealth checks the stream and the connection now, keeps the result
+// for Health, Ready and Status, and returns it. ctx bounds the check.
+func (s *JetStreamSink) CheckHealth(ctx context.Context) JetStreamHealth {
+	h := JetStreamHealth{CheckedAt: time.Now(), Stream: s.cfg.Stream, Replicas: s.cfg.Replicas}
+	r := &monitor.Result{Check: "apbridge", Name: s.cfg.Stream}
+	nc := s.conn.Active()
+	block := func(msg string) {
+		r.Critical(msg)
+		h.Blocking = append(h.Blocking, msg)
+	}
+	if nc == nil || !nc.IsConnected() {
+		block("no active NATS connection")
+	} else {
+		// The round trip as monitor.CheckConnection grades it, but on the
+		// relay's own connection rather than a new one.
+		rctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RTTCritical)
+		start := time.Now()
+		err := nc.FlushWithContext(rctx)
+		rtt := time.Since(start)
+		cancel()
+		h.RTTMs = float64(rtt.Microseconds()) / 1000
+		if err != nil {
+			block(fmt.Sprintf("rtt failed: %v", err))
+		} else {
+			r.Pd(&monitor.PerfDataItem{Name: "rtt", Value: rtt.Seconds(), Warn: s.cfg.RTTWarning.Seconds(),
+				Crit: s.cfg.RTTCritical.Seconds(), Unit: "s", Help: "The round-trip-time of the connection"})
+			switch {
+			case rtt >= s.cfg.RTTCritical:
+				block(fmt.Sprintf("rtt time %v exceeded %v", rtt, s.cfg.RTTCritical))
+			case rtt >= s.cfg.RTTWarning:
+				r.Warnf("rtt time %v exceeded %v", rtt, s.cfg.RTTWarning)
+			default:
+				r.Okf("rtt time %v", rtt)
+			}
+		}
+		timeout := 2 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, max(time.Until(dl), 500*time.Millisecond))
+		}
+		s.checkStream(nc, timeout, r, &h)
+	}
+	h.Criticals, h.Warnings = r.Criticals, r.Warnings
+	s.healthMu.Lock()
+	s.health = h
+	s.healthMu.Unlock()
+	return h
+}
+
+func (s *JetStreamSink) checkStream(nc *nats.Conn, timeout time.Duration, r *monitor.Result, h *JetStreamHealth) {
+	fail := func(err error) bool {
+		if err == nil {
+			return false
+		}
+		msg := fmt.Sprintf("could not load info: %v", err)
+		r.Critical(msg)
+		h.Blocking = append(h.Blocking, msg)
+		return true
+	}
+	mgr, err := jsm.New(nc, jsm.WithTimeout(timeout))
+	if fail(err) {
+		return
+	}
+	st, err := mgr.LoadStream(s.cfg.Stream)
+	if fail(err) {
+		return
+	}
+	nfo, err := st.LatestInformation()
+	if fail(err) {
+		return
+	}
+	opts := monitor.CheckStreamHealthOptions{
+		StreamName:          s.cfg.Stream,
+		ClusterLagCritical:  s.cfg.ReplicaLagCritical,
+		ClusterSeenCritical: s.cfg.ReplicaSeenCritical.Seconds(),
+	}
+	if s.cfg.Replicas > 1 {
+		opts.ClusterExpectedPeers = s.cfg.Replicas
+	}
+	monitor.CheckStreamInfoHealth(nfo, r, opts, monitorLogger{s.log})
+	h.Messages = nfo.State.Msgs
+	if c := nfo.Cluster; c != nil {
+		h.Leader = c.Leader
+		if c.Leader != "" {
+			h.Current = 1
+		}
+		for _, p := range c.Replicas {
+			if p.Current && !p.Offline {
+				h.Current++
+			}
+		}
+	} else {
+		h.Current = 1
+	}
+	var msg string
+	switch quorum := s.cfg.Replicas/2 + 1; {
+	case h.Leader == "" && s.cfg.Replicas > 1:
+		msg = "no stream leader"
+	case h.Current < quorum:
+		msg = fmt.Sprintf("%d of %d replicas current, fewer than a quorum of %d", h.Current, s.cfg.Replicas, quorum)
+	}
+	if msg != "" {
+		r.Critical(msg)
+		h.Blocking = append(h.Blocking, msg)
+	}
+}
+
+// monitorLogger passes the monitor package's log lines to zerolog at
+// debug level.
+type monitorLogger struct{ l zerolog.Logger }
+
+func (m monitorLogger) Tracef(format string, a ...any) { m.l.Trace().Msgf(format, a...) }
+func (m monitorLogger) Debugf(format string, a ...any) { m.l.Debug().Msgf(format, a...) }
+func (m monitorLogger) Infof(format string, a ...any)  { m.l.Debug().Msgf(format, a...) }
+func (m monitorLogger) Warnf(format string, a ...any)  { m.l.Debug().Msgf(format, a...) }
+func (m monitorLogger) Errorf(format string, a ...any) { m.l.Debug().Msgf(format, a...) }
+
+// Health returns the last health check (HealthInterval apart; CheckHealth
+// runs one now).
+func (s *JetStreamSink) Health() JetStreamHealth {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	h := s.health
+	h.Criticals = append([]string(nil), h.Criticals...)
+	h.Warnings = append([]string(nil), h.Warnings...)
+	h.Blocking = append([]string(nil), h.Blocking...)
+	return h
+}
+
+// Ready reports whether the sink can store updates now, and if not, why:
+// one reason per problem, for an HTTP /readyz. It is not ready when it is
+// closed, the stream is not set up, the last health check found a blocking
+// problem (JetStreamHealth.Blocking) or is too old, the ApConnection has
+// no usable active connection, or the oldest unacknowledged update has
+// waited more than three ack timeouts. A replica offline or lagging while
+// a quorum is current leaves it ready (the stream still stores) but shows
+// in the health's criticals. It does no I/O.
+func (s *JetStreamSink) Ready() (bool, []string) {
+	var reasons []string
+	s.mu.Lock()
+	closed := s.closed
+	var oldest time.Duration
+	if s.head != nil {
+		oldest = time.Since(s.head.queuedAt)
+	}
+	s.mu.Unlock()
+	if closed {
+		return false, []string{"jetstream sink closed"}
+	}
+	if s.state.Load() == nil {
+		reasons = append(reasons, fmt.Sprintf("stream %q not set up yet", s.cfg.Stream))
+	}
+	switch st := s.conn.Status(); st {
+	case apconn.StatusReconnecting, apconn.StatusClosed:
+		reasons = append(reasons, "NATS connection "+st.String())
+	}
+	h := s.Health()
+	if h.CheckedAt.IsZero() {
+		reasons = append(reasons, "stream health not checked yet")
+	} else if age := time.Since(h.CheckedAt); age > 3*s.cfg.HealthInterval+5*time.Second {
+		reasons = append(reasons, fmt.Sprintf("stream health last checked %v ago", age.Round(time.Millisecond)))
+	}
+	for _, c := range h.Blocking {
+		reasons = append(reasons, "stream "+s.cfg.Stream+": "+c)
+	}
+	if oldest > 3*s.cfg.AckTimeout {
+		reasons = append(reasons, fmt.Sprintf("oldest unacknowledged update has waited %v (ack_timeout %v)",
+			oldest.Round(time.Millisecond), s.cfg.AckTimeout))
+	}
+	return len(reasons) == 0, reasons
+}
+
+// JetStreamStatus is the JetStream sink's part of the bridge's status.
+type JetStreamStatus struct {
+	// Stream is the stream's name.
+	Stream string `json:"stream"`
+	// Ready and Reasons are what Ready returns.
+	Ready   bool     `json:"ready"`
+	Reasons []string `json:"reasons,omitempty"`
+	// Stats are the sink's counters, Health its last health check.
+	Stats  JetStreamStats  `json:"stats"`
+	Health JetStreamHealth `json:"health"`
+}
+
+// Status returns readiness, counters and the last health check.
+func (s *JetStreamSink) Status() JetStreamStatus {
+	ready, reasons := s.Ready()
+	return JetStreamStatus{Stream: s.cfg.Stream, Ready: ready, Reasons: reasons, Stats: s.Stats(), Health: s.Health()}
+}

@@ -1,0 +1,591 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/jsm.go"
+	"github.com/nats-io/jsm.go/api"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// jsRelay is one relay: an ApConnection, a JetStream sink and a bridge on
+// a view of a shared source.
+type jsRelay struct {
+	conn *apconn.Conn
+	sink *bridge.JetStreamSink
+	b    *bridge.Bridge
+	view *testcluster.SharedRelay
+}
+
+func jsTags(n int) []bridge.TagConfig {
+	out := make([]bridge.TagConfig, n)
+	for i := range out {
+		out[i] = bridge.TagConfig{Name: fmt.Sprintf("Line1.T%02d", i), Address: fmt.Sprintf("ns=1;s=T%02d", i)}
+	}
+	return out
+}
+
+func startJSCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, append([]testcluster.NATSOption{testcluster.WithJetStream()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, cfg bridge.JetStreamConfig,
+	tags []bridge.TagConfig, log zerolog.Logger) *jsRelay {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r := &jsRelay{view: src.Relay()}
+	var err error
+	if r.conn, err = apconn.Connect(ctx, cl.URLs()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.conn.Close)
+	if r.sink, err = bridge.NewJetStreamSink(ctx, r.conn, cfg, bridge.WithJetStreamLogger(log)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sink.Close() })
+	if r.b, err = bridge.New(r.conn, bridge.Config{}, bridge.WithSink(r.sink)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.AddSource(r.view, tags); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.b.Shutdown(ctx)
+	})
+	return r
+}
+
+// kill stops the relay as a crash would: what it had not relayed or not
+// had acknowledged is gone with it.
+func (r *jsRelay) kill() {
+	r.view.Kill()
+	r.sink.Close()
+	r.conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.b.Shutdown(ctx)
+}
+
+func (r *jsRelay) acked() uint64 { return r.sink.Stats().Acked }
+
+// audit reads the stream back and compares it with what src produced.
+func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, b *bridge.Bridge, stream string) testcluster.StreamAudit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var nc *nats.Conn
+	for _, n := range cl.Nodes() {
+		if n.Running() {
+			c, err := nats.Connect(n.URL())
+			if err == nil {
+				nc = c
+				break
+			}
+		}
+	}
+	if nc == nil {
+		t.Fatal("no node to read the stream from")
+	}
+	defer nc.Close()
+	stored, err := testcluster.ReadStream(ctx, nc, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
+	return testcluster.Audit(expected, stored)
+}
+
+// stepDownTo moves the stream's leadership to the node named preferred, or
+// away from the node named avoid.
+func stepDownTo(t *testing.T, cl *testcluster.NATSCluster, stream, preferred, avoid string) *testcluster.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(strings.Join(cl.URLs(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	mgr, err := jsm.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		leader, err := cl.StreamLeader(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (preferred == "" || leader.Name() == preferred) && leader.Name() != avoid {
+			return leader
+		}
+		st, err := mgr.LoadStream(stream)
+		if err == nil {
+			var p *api.Placement
+			if preferred != "" {
+				p = &api.Placement{Preferred: preferred}
+			}
+			err = st.LeaderStepDown(p)
+		}
+		if err != nil && ctx.Err() != nil {
+			t.Fatalf("stream leader not moved: %v", err)
+		}
+		waitFor(t, "a new stream leader", 10*time.Second, func() bool {
+			n, err := cl.StreamLeader(ctx, stream)
+			return err == nil && n != leader
+		})
+	}
+}
+
+// TestJetStreamExactlyOnceThroughFailover relays 10 tags at 2,000
+// updates/s into an R3 stream through each failover cause in turn, and
+// audits the stream after each: every update exactly once, in order per
+// tag.
+func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
+	cl := startJSCluster(t, testcluster.WithLameDuck(1500*time.Millisecond, 500*time.Millisecond))
+	causes := []struct {
+		name string
+		// hit returns the node it faulted and a channel closed once the
+		// node is down.
+		hit func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{})
+	}{
+		{"ldm-stream-leader", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+			a, _ := r.conn.ActiveServer()
+			n := stepDownTo(t, cl, stream, "", a.Name) // the leader, not the bridge's broker
+			return n, n.EnterLameDuck()
+		}},
+		{"ldm-active-broker", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+			a, _ := r.conn.ActiveServer()
+			stepDownTo(t, cl, stream, "", a.Name) // the bridge's broker, not the leader
+			n := cl.NodeByServerID(a.ID)
+			return n, n.EnterLameDuck()
+		}},
+		{"kill-leader-and-active", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+			a, _ := r.conn.ActiveServer()
+			n := stepDownTo(t, cl, stream, a.Name, "") // both at once
+			n.Kill()
+			done := make(chan struct{})
+			close(done)
+			return n, done
+		}},
+	}
+	for i, c := range causes {
+		t.Run(c.name, func(t *testing.T) {
+			src := testcluster.NewSharedSource(fmt.Sprintf("src%d", i))
+			stream := fmt.Sprintf("FAILOVER%d", i)
+			cfg := bridge.JetStreamConfig{Stream: stream, AckTimeout: 500 * time.Millisecond, HealthInterval: 200 * time.Millisecond}
+			r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
+			waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+			src.Sim().Run(5 * time.Millisecond)
+			waitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 500 })
+
+			node, down := c.hit(t, r, stream)
+			select {
+			case <-down:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the node did not go down")
+			}
+			before := r.acked()
+			waitFor(t, "traffic after the fault", 15*time.Second, func() bool { return r.acked() > before+1000 })
+			src.Close()
+			waitFor(t, "the relay handed everything", 15*time.Second, r.view.Idle)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			if err := r.sink.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := audit(t, cl, src, r.b, stream)
+			st := r.sink.Stats()
+			t.Logf("%s: %v; sink %+v", c.name, a, st)
+			if !a.OK() || a.Expected == 0 {
+				t.Fatalf("stream audit: %v", a)
+			}
+			if ready, why := r.sink.Ready(); !ready {
+				t.Logf("not ready after the fault (node %s down): %v", node.Name(), why)
+			}
+			if err := node.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.WaitStreamCurrent(ctx, stream); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestJetStreamHotHot runs two relays on one source into one stream and
+// kills one of them mid-run: the stream holds one copy of every update.
+func TestJetStreamHotHot(t *testing.T) {
+	cl := startJSCluster(t)
+	src := testcluster.NewSharedSource("hot")
+	cfg := bridge.JetStreamConfig{Stream: "HOTHOT", AckTimeout: 500 * time.Millisecond}
+	a := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
+	b := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+	src.Sim().Run(5 * time.Millisecond)
+	waitFor(t, "traffic through both", 10*time.Second, func() bool { return a.acked() > 500 && b.acked() > 500 })
+	a.kill()
+	before := b.acked()
+	waitFor(t, "traffic after the kill", 10*time.Second, func() bool { return b.acked() > before+1000 })
+	src.Close()
+	waitFor(t, "the relay handed everything", 15*time.Second, b.view.Idle)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := b.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	au := audit(t, cl, src, b.b, "HOTHOT")
+	sa, sb := a.sink.Stats(), b.sink.Stats()
+	t.Logf("audit %v; relay A %+v; relay B %+v", au, sa, sb)
+	if !au.OK() || au.Expected == 0 {
+		t.Fatalf("stream audit: %v", au)
+	}
+	if sa.Duplicates+sb.Duplicates == 0 {
+		t.Fatal("the relays never published the same update: not hot-hot")
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) count(sub string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), sub)
+}
+
+// TestJetStreamBackpressure takes the stream's quorum away under traffic:
+// the pending window fills, the source is held (one log line, a metric,
+// not ready), status still answers, and when the quorum is back every
+// update is stored, once, in order.
+func TestJetStreamBackpressure(t *testing.T) {
+	cl := startJSCluster(t)
+	src := testcluster.NewSharedSource("bp").Synchronous()
+	var logs syncBuffer
+	cfg := bridge.JetStreamConfig{Stream: "BACKPRESSURE", MaxPending: 16, AckTimeout: 300 * time.Millisecond,
+		HealthInterval: 200 * time.Millisecond}
+	r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.New(&logs))
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+	src.Sim().Run(5 * time.Millisecond)
+	waitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 200 })
+
+	a, _ := r.conn.ActiveServer()
+	var killed []*testcluster.Node
+	for _, n := range cl.Nodes() {
+		if n.ServerID() != a.ID {
+			n.Kill()
+			killed = append(killed, n)
+		}
+	}
+	waitFor(t, "the window full", 10*time.Second, func() bool { return r.sink.Stats().WindowFull })
+	produced := src.Produced()
+	waitFor(t, "not ready", 10*time.Second, func() bool { ready, _ := r.sink.Ready(); return !ready })
+	// The source is held: it produces nothing more while the window is
+	// full (its emitter is blocked in Publish).
+	if p := src.Produced(); p != produced {
+		t.Fatalf("the source went on producing: %d after %d", p, produced)
+	}
+	st := r.b.Status() // answers while a source is blocked
+	if st.JetStream == nil || !st.JetStream.Stats.WindowFull || st.JetStream.Stats.Blocked == 0 || st.JetStream.Ready {
+		t.Fatalf("status while blocked: %+v", st.JetStream)
+	}
+	_, why := r.sink.Ready()
+	t.Logf("not ready: %v", why)
+	if n := logs.count("pending window full"); n != 1 {
+		t.Fatalf("%d log lines about the full window, want 1", n)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := killed[0].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := r.acked()
+	waitFor(t, "traffic after the quorum is back", 20*time.Second, func() bool { return r.acked() > before+500 })
+	src.Close()
+	if err := r.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	au := audit(t, cl, src, r.b, "BACKPRESSURE")
+	t.Logf("audit %v; sink %+v", au, r.sink.Stats())
+	if !au.OK() || au.Expected == 0 {
+		t.Fatalf("stream audit: %v", au)
+	}
+	if logs.count("backpressure released") != 1 {
+		t.Fatalf("log:\n%s", logs.b.String())
+	}
+}
+
+// TestJetStreamSourceFailoverDeduplicated replays every tag's last update
+// unchanged (a source failover whose new server carries the same source
+// timestamps) and refreshes with new timestamps: the stream keeps the
+// replayed updates once and the refreshed ones as new updates.
+func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
+	cl := startJSCluster(t, testcluster.WithNodes(1))
+	src := testcluster.NewSharedSource("sf").Synchronous()
+	r := startRelay(t, cl, src, bridge.JetStreamConfig{Stream: "SOURCEFAILOVER", Replicas: 1}, jsTags(5), zerolog.Nop())
+	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 5 })
+	for range 3 {
+		src.Sim().EmitAll()
+	}
+	src.ReplayLast("failover")
+	src.Sim().Refresh("failover")
+	src.Sim().EmitAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waitFor(t, "all published", 5*time.Second, func() bool { return r.sink.Stats().Published == 30 })
+	if err := r.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	au := audit(t, cl, src, r.b, "SOURCEFAILOVER")
+	if !au.OK() || au.Expected != 25 || au.Stored != 25 {
+		t.Fatalf("stream audit: %v", au)
+	}
+	if st := r.sink.Stats(); st.Duplicates != 5 || st.Acked != 30 {
+		t.Fatalf("the replay was not dropped as 5 duplicates: %+v", st)
+	}
+}
+
+// TestJetStreamIncompatibleStreamRefused creates streams that differ from
+// the configuration in one setting each: the sink refuses each, naming
+// the setting, and leaves the stream as it was.
+func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
+	cl := startJSCluster(t, testcluster.WithNodes(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(cl.URLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	mgr, err := jsm.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	base := func(i int) bridge.JetStreamConfig {
+		return bridge.JetStreamConfig{Stream: fmt.Sprintf("INC%d", i), Subjects: []string{fmt.Sprintf("inc%d.>", i)}, Replicas: 1}
+	}
+	cases := []struct {
+		setting string // "" for a compatible stream
+		stream  []jsm.StreamOption
+		cfg     func(*bridge.JetStreamConfig)
+	}{
+		{"", []jsm.StreamOption{jsm.DuplicateWindow(5 * time.Minute)}, nil}, // a longer window is fine
+		{"subjects", nil, nil},
+		{"replicas", nil, func(c *bridge.JetStreamConfig) { c.Replicas = 3 }},
+		{"storage", []jsm.StreamOption{jsm.MemoryStorage()}, nil},
+		{"retention", []jsm.StreamOption{jsm.InterestRetention()}, nil},
+		{"discard", []jsm.StreamOption{jsm.DiscardNew(), jsm.MaxMessages(1000)}, func(c *bridge.JetStreamConfig) { c.MaxMsgs = 1000 }},
+		{"duplicate_window", []jsm.StreamOption{jsm.DuplicateWindow(30 * time.Second)}, nil},
+		{"max_age", []jsm.StreamOption{jsm.MaxAge(time.Hour)}, nil},
+		{"max_bytes", []jsm.StreamOption{jsm.MaxBytes(1 << 20)}, nil},
+		{"max_msgs", []jsm.StreamOption{jsm.MaxMessages(10)}, nil},
+		{"max_msgs_per_subject", []jsm.StreamOption{jsm.MaxMessagesPerSubject(1)}, nil},
+		{"max_msg_size", []jsm.StreamOption{jsm.MaxMessageSize(512)}, nil},
+		{"no_ack", []jsm.StreamOption{jsm.NoAck()}, nil},
+	}
+	for i, c := range cases {
+		cfg := base(i)
+		subjects := []string{cfg.Subjects[0]}
+		if c.setting == "subjects" {
+			subjects = []string{fmt.Sprintf("inc%d.a.>", i)}
+		}
+		opts := append([]jsm.StreamOption{jsm.Subjects(subjects...), jsm.FileStorage(), jsm.Replicas(1),
+			jsm.DuplicateWindow(2 * time.Minute), jsm.MaxAge(0)}, c.stream...)
+		st, err := mgr.NewStream(cfg.Stream, opts...)
+		if err != nil {
+			t.Fatalf("%s: create: %v", c.setting, err)
+		}
+		if c.setting != "no_ack" {
+			if _, err := nc.Request(subjects[0][:len(subjects[0])-1]+"x", []byte("kept"), 2*time.Second); err != nil {
+				t.Fatalf("%s: store a message: %v", c.setting, err)
+			}
+		}
+		before := st.Configuration()
+		msgsBefore, err := st.State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.cfg != nil {
+			c.cfg(&cfg)
+		}
+		sink, err := bridge.NewJetStreamSink(ctx, conn, cfg)
+		if c.setting == "" {
+			if err != nil {
+				t.Fatalf("compatible stream refused: %v", err)
+			}
+			sink.Close()
+			continue
+		}
+		var mm *bridge.StreamMismatchError
+		if !errors.As(err, &mm) || len(mm.Settings) != 1 || mm.Settings[0] != c.setting || !strings.Contains(err.Error(), c.setting+":") {
+			t.Errorf("%s: got %v, want a mismatch naming %s", c.setting, err, c.setting)
+			if sink != nil {
+				sink.Close()
+			}
+			continue
+		}
+		after, err := mgr.LoadStream(cfg.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(after.Configuration(), before) {
+			t.Errorf("%s: the stream was changed: %+v", c.setting, after.Configuration())
+		}
+		if state, _ := after.State(); state.Msgs != msgsBefore.Msgs {
+			t.Errorf("%s: the stream holds %d messages, want the %d it had", c.setting, state.Msgs, msgsBefore.Msgs)
+		}
+	}
+}
+
+// TestJetStreamSubjectChecks refuses a stream that would capture the
+// bridge's own service subjects, and tags outside the stream.
+func TestJetStreamSubjectChecks(t *testing.T) {
+	cl := startJSCluster(t, testcluster.WithNodes(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, c := range []struct {
+		stream, subject string
+		want            string
+	}{
+		{"ALL", "apbridge.>", `service subject "apbridge.status"`},
+		{"OTHER", "other.>", `tag subject "apbridge.s.Line1.T00" is not captured`},
+	} {
+		sink, err := bridge.NewJetStreamSink(ctx, conn, bridge.JetStreamConfig{Stream: c.stream, Subjects: []string{c.subject}, Replicas: 1})
+		if err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: %v", c.stream, err)
+		}
+		if err != nil {
+			continue
+		}
+		b, err := bridge.New(conn, bridge.Config{}, bridge.WithSink(sink))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AddSource(testcluster.NewSimSource("s"), jsTags(1)); err != nil {
+			t.Fatal(err)
+		}
+		err = b.Start(ctx)
+		sink.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: start gave %v, want %q", c.stream, err, c.want)
+		}
+	}
+}
+
+func TestMessageIDIsTheSourcesIdentity(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	u := bridge.Update{Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at, ServerTime: at.Add(time.Millisecond), Seq: 7}
+	id := bridge.MessageID("pair1", &u)
+	same := u
+	same.Seq, same.ServerTime = 99, at.Add(time.Second) // relay-local or server-local: not part of the identity
+	same.SourceTime = at.In(time.FixedZone("X", 3600))
+	if got := bridge.MessageID("pair1", &same); got != id {
+		t.Fatalf("same update, other relay: %s != %s", got, id)
+	}
+	for name, v := range map[string]bridge.Update{
+		"value":       {Tag: "T1", Value: 21.6, Status: bridge.StatusGood, SourceTime: at},
+		"type":        {Tag: "T1", Value: float32(21.5), Status: bridge.StatusGood, SourceTime: at},
+		"status":      {Tag: "T1", Value: 21.5, Status: bridge.StatusUncertain, SourceTime: at},
+		"source time": {Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at.Add(time.Nanosecond)},
+		"tag":         {Tag: "T2", Value: 21.5, Status: bridge.StatusGood, SourceTime: at},
+	} {
+		if bridge.MessageID("pair1", &v) == id {
+			t.Errorf("a different %s gives the same ID", name)
+		}
+	}
+	if bridge.MessageID("pair2", &u) == id {
+		t.Error("a different source gives the same ID")
+	}
+	// Without a source timestamp the server timestamp identifies it.
+	a := bridge.Update{Tag: "T1", Value: int64(1), ServerTime: at}
+	b := a
+	b.ServerTime = at.Add(time.Millisecond)
+	if bridge.MessageID("p", &a) == bridge.MessageID("p", &b) {
+		t.Error("server time ignored when there is no source time")
+	}
+}
+
+func TestJetStreamConfigValidate(t *testing.T) {
+	if err := bridge.DefaultJetStreamConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		mod  func(*bridge.JetStreamConfig)
+		want string
+	}{
+		{func(c *bridge.JetStreamConfig) { c.Stream = "a.b" }, "jetstream.stream"},
+		{func(c *bridge.JetStreamConfig) { c.Subjects = []string{"a..b"} }, "jetstream.subjects[0]"},
+		{func(c *bridge.JetStreamConfig) { c.Subjects = []string{"a.>.b"} }, "jetstream.subjects[0]"},
+		{func(c *bridge.JetStreamConfig) { c.Replicas = 7 }, "jetstream.replicas: 7 is out of range (valid 1-5)"},
+		{func(c *bridge.JetStreamConfig) { c.Storage = "disk" }, "jetstream.storage"},
+		{func(c *bridge.JetStreamConfig) { c.Retention = "forever" }, "jetstream.retention"},
+		{func(c *bridge.JetStreamConfig) { c.Discard = "oldest" }, "jetstream.discard"},
+		{func(c *bridge.JetStreamConfig) { c.DuplicateWindow = time.Millisecond }, "jetstream.duplicate_window"},
+		{func(c *bridge.JetStreamConfig) { c.MaxAge = time.Second }, "jetstream.max_age"},
+		{func(c *bridge.JetStreamConfig) { c.MaxBytes = -1 }, "jetstream.max_bytes"},
+		{func(c *bridge.JetStreamConfig) { c.MaxPending = 2000000 }, "jetstream.max_pending"},
+		{func(c *bridge.JetStreamConfig) { c.MaxPendingBytes = 10 }, "jetstream.max_pending_bytes"},
+		{func(c *bridge.JetStreamConfig) { c.AckTimeout = time.Millisecond }, "jetstream.ack_timeout"},
+		{func(c *bridge.JetStreamConfig) { c.HealthInterval = time.Hour }, "jetstream.health_interval"},
+		{func(c *bridge.JetStreamConfig) { c.RTTWarning = 2 * time.Second }, "jetstream.rtt_warning"},
+		{func(c *bridge.JetStreamConfig) { c.ReplicaSeenCritical = time.Millisecond }, "jetstream.replica_seen_critical"},
+	}
+	for _, c := range cases {
+		cfg := bridge.JetStreamConfig{}
+		c.mod(&cfg)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
+		}
+	}
+	if err := (bridge.SinkConfig{Sink: "kafka"}).Validate(); err == nil || !strings.Contains(err.Error(), "sink:") {
+		t.Errorf("bad sink kind: %v", err)
+	}
+	if err := (bridge.SinkConfig{Sink: "jetstream", JetStream: bridge.JetStreamConfig{Replicas: 9}}).Validate(); err == nil {
+		t.Error("bad jetstream settings accepted")
+	}
+}
