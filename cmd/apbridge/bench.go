@@ -128,6 +128,7 @@ func scenarios() []scenario {
 	all = append(all, natsScenarios()...)
 	all = append(all, slScenarios()...)
 	all = append(all, relayScenarios()...)
+	all = append(all, jsScenarios()...)
 	return all
 }
 
