@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -24,6 +25,7 @@ import (
 func relayScenarios() []scenario {
 	return []scenario{
 		{"relay-throughput", "simulated tags through the relay process to a NATS subscriber, against plain nats.go", benchRelayThroughput},
+		{"relay-maintenance", "the demo's maintenance window with 1,000 tags at 10 Hz: lost, duplicated, gaps", benchRelayMaintenance},
 		{"storm", "a source that never answers subscribes for 110 s: requests sent and most in flight", benchStorm},
 	}
 }
@@ -241,5 +243,43 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("max_in_flight", maxIn)
 	r.set("seed_003_before_fix", 22)
 	r.set("recovered", true)
+	return r, nil
+}
+
+// benchRelayMaintenance runs the demo's script (LDM of the relay's broker,
+// graceful stop of the OPC UA primary and its return as standby, a broker
+// kill) with 1,000 tags at 10 Hz, cfg.runs times.
+func benchRelayMaintenance(ctx context.Context, cfg benchConfig) (*result, error) {
+	r := &result{}
+	var opcua []float64
+	var maxGap time.Duration
+	for run := 1; run <= cfg.runs; run++ {
+		d := newDemo(io.Discard)
+		if err := runMaintenance(ctx, d, cfg.grace, 1000, cfg.log); err != nil {
+			return nil, fmt.Errorf("run %d: %w", run, err)
+		}
+		d.mu.Lock()
+		r.Runs++
+		r.Lost += d.lost
+		r.Duplicated += d.dup
+		for _, sw := range d.natsSw {
+			r.addSwitch(sw)
+		}
+		for _, sw := range d.opcuaSw {
+			opcua = append(opcua, ms(sw))
+		}
+		maxGap = max(maxGap, d.maxGap)
+		fmt.Fprintf(cfg.progress, "  run %d: %d updates, lost %d, duplicated %d, longest silence of a counter tag %v\n",
+			run, d.n, d.lost, d.dup, d.maxGap.Round(time.Millisecond))
+		d.mu.Unlock()
+	}
+	// A tag's longest silence, beyond its 100 ms period.
+	r.MaxGap = ms(max(maxGap-100*time.Millisecond, 0))
+	if len(opcua) > 0 {
+		r.set("opcua_failover_ms_p50", percentile(opcua, 50))
+		r.set("opcua_failover_ms_max", percentile(opcua, 100))
+	}
+	r.set("tags", 1000)
+	r.set("grace_ms", ms(cfg.grace))
 	return r, nil
 }

@@ -38,15 +38,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *verbose {
 		log = newLogger(stderr, *pretty, zerolog.InfoLevel)
 	}
-	d := &demo{out: stdout, start: time.Now(), last: map[string]uint64{}}
+	d := newDemo(stdout)
+	if err := runMaintenance(ctx, d, *grace, *nTags, log); err != nil {
+		return err
+	}
+	return d.report()
+}
 
-	d.say("starting a three-node NATS cluster (lame-duck grace %v) and a Warm OPC UA pair (primary 250, standby 90) with %d tags at 10 Hz", *grace, *nTags)
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithLameDuck(*grace+time.Second, *grace))
+func newDemo(out io.Writer) *demo {
+	return &demo{out: out, start: time.Now(), last: map[string]uint64{}}
+}
+
+// runMaintenance runs the scripted maintenance window: it is the demo, and
+// the relay-maintenance benchmark under more load.
+func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int, log zerolog.Logger) error {
+	d.say("starting a three-node NATS cluster (lame-duck grace %v) and a Warm OPC UA pair (primary 250, standby 90) with %d tags at 10 Hz", grace, nTags)
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithLameDuck(grace+time.Second, grace))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(*nTags), testcluster.WithServiceLevels(250, 90))
+	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(nTags), testcluster.WithServiceLevels(250, 90))
 	if err != nil {
 		return err
 	}
@@ -94,19 +106,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	consumer.Flush(ctx)
-	if err := d.waitUpdates(ctx, 5*uint64(*nTags), 15*time.Second); err != nil {
+	if err := d.waitUpdates(ctx, 5*uint64(nTags), 15*time.Second); err != nil {
 		return err
 	}
 	a, _ := relayConn.ActiveServer()
 	p, _ := relayConn.PassiveServer()
-	d.say("relay up: NATS active %s, warm passive %s; OPC UA on %s; %d tags flowing", a.Name, p.Name, pair.A().Name(), *nTags)
+	d.say("relay up: NATS active %s, warm passive %s; OPC UA on %s; %d tags flowing", a.Name, p.Name, pair.A().Name(), nTags)
 
 	step := func(what string, f func() error) error {
 		d.say("%s", what)
 		if err := f(); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		return d.waitUpdates(ctx, d.received()+2*uint64(*nTags), 15*time.Second)
+		return d.waitUpdates(ctx, d.received()+2*uint64(nTags), 15*time.Second)
 	}
 	// 1. Broker maintenance: the relay's active broker goes lame-duck.
 	var ldmNode *testcluster.Node
@@ -166,10 +178,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	consumer.Flush(fctx)
 	cancel()
-	if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-		return err
-	}
-	return d.report()
+	return sleepCtx(ctx, 200*time.Millisecond)
 }
 
 // demo collects what the consumer and the relay report.
@@ -186,6 +195,8 @@ type demo struct {
 	dup      uint64
 	maxGap   time.Duration
 	maxGapAt time.Time
+	natsSw   []time.Duration // NATS switches, from the fault
+	opcuaSw  []time.Duration // OPC UA failovers, from the fault to data again
 	lastAt   map[string]time.Time
 }
 
@@ -203,6 +214,10 @@ func (d *demo) mark(what string) {
 func (d *demo) lastMark() time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.lastMarkLocked()
+}
+
+func (d *demo) lastMarkLocked() time.Time {
 	if len(d.marks) == 0 {
 		return d.start
 	}
@@ -218,6 +233,7 @@ func (d *demo) natsEvent(e apconn.Event) {
 	d.say("  %s", line)
 	d.mu.Lock()
 	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", e.At.Sub(d.start).Seconds(), line))
+	d.natsSw = append(d.natsSw, e.At.Sub(d.lastMarkLocked()))
 	d.mu.Unlock()
 }
 
@@ -235,6 +251,7 @@ func (d *demo) sourceEvent(m *nats.Msg) {
 	d.say("  %s", line)
 	d.mu.Lock()
 	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", ev.At.Sub(d.start).Seconds(), line))
+	d.opcuaSw = append(d.opcuaSw, ev.At.Sub(d.lastMarkLocked()))
 	d.mu.Unlock()
 }
 

@@ -182,3 +182,14 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestDemoExitsZero runs `apbridge demo` as make demo does.
+func TestDemoExitsZero(t *testing.T) {
+	var out strings.Builder
+	if code := run([]string{"demo"}, &syncWriter{w: &out}, io.Discard); code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "OK: no tag update lost") {
+		t.Fatalf("demo output:\n%s", out.String())
+	}
+}
