@@ -294,7 +294,7 @@ func (s *JetStreamSink) Publish(source string, m *nats.Msg, u *Update) error {
 		return err
 	}
 	if maxMsg > 0 && size > maxMsg {
-		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's max_msg_size %d", u.Tag, size, maxMsg)
+		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, maxMsg)
 	}
 	e := &jsEntry{msg: m, subject: m.Subject, size: size, queuedAt: time.Now()}
 
@@ -360,7 +360,7 @@ func (s *JetStreamSink) Publish(source string, m *nats.Msg, u *Update) error {
 }
 
 // msgSize is what a message costs in the window and against the stream's
-// max_msg_size: subject, headers and payload.
+// maxMsgSize: subject, headers and payload.
 func msgSize(m *nats.Msg) int {
 	n := len(m.Subject) + len(m.Data) + 12
 	for k, vs := range m.Header {
@@ -749,8 +749,8 @@ func (s *JetStreamSink) windowFullLocked(now time.Time) {
 		return
 	}
 	f.lastLog = now
-	s.log.Warn().Int("pending", s.count).Int("pending_bytes", s.bytes).Int("max_pending", s.cfg.MaxPending).
-		Int("max_pending_bytes", s.cfg.MaxPendingBytes).Int("episodes_not_logged", f.unlogged).
+	s.log.Warn().Int("pending", s.count).Int("pending_bytes", s.bytes).Int("maxPending", s.cfg.MaxPending).
+		Int("maxPendingBytes", s.cfg.MaxPendingBytes).Int("episodes_not_logged", f.unlogged).
 		Msg("pending window full: publishing blocks until the stream acknowledges (backpressure on the source)")
 	f.unlogged = 0
 }

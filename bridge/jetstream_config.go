@@ -74,40 +74,40 @@ type JetStreamConfig struct {
 	// AckTimeout, and the lag between hot-hot relays). 100ms-24h, default
 	// 2m. Memory on each broker grows with it: about 100 bytes per update
 	// stored within the window.
-	DuplicateWindow time.Duration `yaml:"duplicate_window,omitempty" json:"duplicate_window,omitempty"`
+	DuplicateWindow time.Duration `yaml:"duplicateWindow,omitempty" json:"duplicateWindow,omitempty"`
 	// MaxAge, MaxBytes, MaxMsgs, MaxMsgsPerSubject and MaxMsgSize are the
 	// stream's limits; 0 means no limit.
-	MaxAge            time.Duration `yaml:"max_age,omitempty" json:"max_age,omitempty"`
-	MaxBytes          int64         `yaml:"max_bytes,omitempty" json:"max_bytes,omitempty"`
-	MaxMsgs           int64         `yaml:"max_msgs,omitempty" json:"max_msgs,omitempty"`
-	MaxMsgsPerSubject int64         `yaml:"max_msgs_per_subject,omitempty" json:"max_msgs_per_subject,omitempty"`
-	MaxMsgSize        int32         `yaml:"max_msg_size,omitempty" json:"max_msg_size,omitempty"`
+	MaxAge            time.Duration `yaml:"maxAge,omitempty" json:"maxAge,omitempty"`
+	MaxBytes          int64         `yaml:"maxBytes,omitempty" json:"maxBytes,omitempty"`
+	MaxMsgs           int64         `yaml:"maxMsgs,omitempty" json:"maxMsgs,omitempty"`
+	MaxMsgsPerSubject int64         `yaml:"maxMsgsPerSubject,omitempty" json:"maxMsgsPerSubject,omitempty"`
+	MaxMsgSize        int32         `yaml:"maxMsgSize,omitempty" json:"maxMsgSize,omitempty"`
 
 	// MaxPending bounds the updates published but not yet acknowledged by
 	// the stream, 1-1000000, default 4096. When the window is full,
 	// Publish blocks: backpressure toward the source.
-	MaxPending int `yaml:"max_pending,omitempty" json:"max_pending,omitempty"`
+	MaxPending int `yaml:"maxPending,omitempty" json:"maxPending,omitempty"`
 	// MaxPendingBytes bounds the same window in bytes, 1 KiB-1 GiB,
 	// default 16 MiB.
-	MaxPendingBytes int `yaml:"max_pending_bytes,omitempty" json:"max_pending_bytes,omitempty"`
+	MaxPendingBytes int `yaml:"maxPendingBytes,omitempty" json:"maxPendingBytes,omitempty"`
 	// AckTimeout is how long a publish waits for its acknowledgement
 	// before it is sent again, 100ms-1m, default 2s.
-	AckTimeout time.Duration `yaml:"ack_timeout,omitempty" json:"ack_timeout,omitempty"`
+	AckTimeout time.Duration `yaml:"ackTimeout,omitempty" json:"ackTimeout,omitempty"`
 
 	// HealthInterval is how often stream health and connection RTT are
 	// checked, 100ms-10m, default 5s.
-	HealthInterval time.Duration `yaml:"health_interval,omitempty" json:"health_interval,omitempty"`
+	HealthInterval time.Duration `yaml:"healthInterval,omitempty" json:"healthInterval,omitempty"`
 	// RTTWarning and RTTCritical are the connection round-trip thresholds
 	// of the health check; over RTTCritical the sink is not ready.
 	// Defaults 250ms and 1s; 0 < warning <= critical <= 1m.
-	RTTWarning  time.Duration `yaml:"rtt_warning,omitempty" json:"rtt_warning,omitempty"`
-	RTTCritical time.Duration `yaml:"rtt_critical,omitempty" json:"rtt_critical,omitempty"`
+	RTTWarning  time.Duration `yaml:"rttWarning,omitempty" json:"rttWarning,omitempty"`
+	RTTCritical time.Duration `yaml:"rttCritical,omitempty" json:"rttCritical,omitempty"`
 	// ReplicaLagCritical is how many operations a replica may be behind
 	// the leader before the stream counts as unhealthy, default 100000.
-	ReplicaLagCritical uint64 `yaml:"replica_lag_critical,omitempty" json:"replica_lag_critical,omitempty"`
+	ReplicaLagCritical uint64 `yaml:"replicaLagCritical,omitempty" json:"replicaLagCritical,omitempty"`
 	// ReplicaSeenCritical is how long a replica may go unseen by the
 	// leader before the stream counts as unhealthy, 1s-1h, default 10s.
-	ReplicaSeenCritical time.Duration `yaml:"replica_seen_critical,omitempty" json:"replica_seen_critical,omitempty"`
+	ReplicaSeenCritical time.Duration `yaml:"replicaSeenCritical,omitempty" json:"replicaSeenCritical,omitempty"`
 }
 
 // DefaultJetStreamConfig returns the defaults of every field.
@@ -204,42 +204,42 @@ func (c JetStreamConfig) validated() (api.StreamConfig, error) {
 		return sc, bad("discard", "%q is not a discard policy (valid: old, new)", c.Discard)
 	}
 	if c.DuplicateWindow < 100*time.Millisecond || c.DuplicateWindow > 24*time.Hour {
-		return sc, bad("duplicate_window", "%v is out of range (valid 100ms-24h)", c.DuplicateWindow)
+		return sc, bad("duplicateWindow", "%v is out of range (valid 100ms-24h)", c.DuplicateWindow)
 	}
 	if c.MaxAge < 0 {
-		return sc, bad("max_age", "%v is negative (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge)
+		return sc, bad("maxAge", "%v is negative (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge)
 	}
 	if c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow {
-		return sc, bad("max_age", "%v is shorter than duplicate_window %v (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge, c.DuplicateWindow)
+		return sc, bad("maxAge", "%v is shorter than duplicateWindow %v (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge, c.DuplicateWindow)
 	}
 	for _, l := range []struct {
 		name string
 		v    int64
-	}{{"max_bytes", c.MaxBytes}, {"max_msgs", c.MaxMsgs}, {"max_msgs_per_subject", c.MaxMsgsPerSubject}, {"max_msg_size", int64(c.MaxMsgSize)}} {
+	}{{"maxBytes", c.MaxBytes}, {"maxMsgs", c.MaxMsgs}, {"maxMsgsPerSubject", c.MaxMsgsPerSubject}, {"maxMsgSize", int64(c.MaxMsgSize)}} {
 		if l.v < 0 {
 			return sc, bad(l.name, "%d is negative (valid: 0 for no limit, or positive)", l.v)
 		}
 	}
 	if c.MaxPending < 1 || c.MaxPending > 1000000 {
-		return sc, bad("max_pending", "%d is out of range (valid 1-1000000)", c.MaxPending)
+		return sc, bad("maxPending", "%d is out of range (valid 1-1000000)", c.MaxPending)
 	}
 	if c.MaxPendingBytes < 1024 || c.MaxPendingBytes > 1<<30 {
-		return sc, bad("max_pending_bytes", "%d is out of range (valid 1024-1073741824)", c.MaxPendingBytes)
+		return sc, bad("maxPendingBytes", "%d is out of range (valid 1024-1073741824)", c.MaxPendingBytes)
 	}
 	if c.AckTimeout < 100*time.Millisecond || c.AckTimeout > time.Minute {
-		return sc, bad("ack_timeout", "%v is out of range (valid 100ms-1m)", c.AckTimeout)
+		return sc, bad("ackTimeout", "%v is out of range (valid 100ms-1m)", c.AckTimeout)
 	}
 	if c.HealthInterval < 100*time.Millisecond || c.HealthInterval > 10*time.Minute {
-		return sc, bad("health_interval", "%v is out of range (valid 100ms-10m)", c.HealthInterval)
+		return sc, bad("healthInterval", "%v is out of range (valid 100ms-10m)", c.HealthInterval)
 	}
 	if c.RTTCritical <= 0 || c.RTTCritical > time.Minute {
-		return sc, bad("rtt_critical", "%v is out of range (valid above 0 up to 1m)", c.RTTCritical)
+		return sc, bad("rttCritical", "%v is out of range (valid above 0 up to 1m)", c.RTTCritical)
 	}
 	if c.RTTWarning <= 0 || c.RTTWarning > c.RTTCritical {
-		return sc, bad("rtt_warning", "%v is out of range (valid above 0 up to rtt_critical %v)", c.RTTWarning, c.RTTCritical)
+		return sc, bad("rttWarning", "%v is out of range (valid above 0 up to rttCritical %v)", c.RTTWarning, c.RTTCritical)
 	}
 	if c.ReplicaSeenCritical < time.Second || c.ReplicaSeenCritical > time.Hour {
-		return sc, bad("replica_seen_critical", "%v is out of range (valid 1s-1h)", c.ReplicaSeenCritical)
+		return sc, bad("replicaSeenCritical", "%v is out of range (valid 1s-1h)", c.ReplicaSeenCritical)
 	}
 	limit := func(v int64) int64 {
 		if v == 0 {

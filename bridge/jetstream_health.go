@@ -34,7 +34,7 @@ type JetStreamHealth struct {
 	Criticals []string `json:"critical,omitempty"`
 	Warnings  []string `json:"warning,omitempty"`
 	// Blocking are the findings that stop the sink from storing updates:
-	// no connection, a round trip over rtt_critical, the stream not
+	// no connection, a round trip over rttCritical, the stream not
 	// loadable, no leader, fewer current replicas than a quorum. Any makes
 	// the sink not ready.
 	Blocking []string `json:"blocking,omitempty"`
@@ -239,7 +239,7 @@ func (s *JetStreamSink) Ready() (bool, []string) {
 		reasons = append(reasons, "stream "+s.cfg.Stream+": "+c)
 	}
 	if oldest > 3*s.cfg.AckTimeout {
-		reasons = append(reasons, fmt.Sprintf("oldest unacknowledged update has waited %v (ack_timeout %v)",
+		reasons = append(reasons, fmt.Sprintf("oldest unacknowledged update has waited %v (ackTimeout %v)",
 			oldest.Round(time.Millisecond), s.cfg.AckTimeout))
 	}
 	return len(reasons) == 0, reasons

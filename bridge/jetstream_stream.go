@@ -32,8 +32,8 @@ type StreamMismatchError struct {
 	Stream string
 	// Settings names each differing setting as the YAML configuration
 	// spells it: subjects, replicas, storage, retention, discard,
-	// duplicate_window, max_age, max_bytes, max_msgs,
-	// max_msgs_per_subject, max_msg_size, no_ack, sealed, mirror.
+	// duplicateWindow, maxAge, maxBytes, maxMsgs,
+	// maxMsgsPerSubject, maxMsgSize, no_ack, sealed, mirror.
 	Settings []string
 	// Details says for each setting what the stream has and what the
 	// configuration asks for.
@@ -81,19 +81,19 @@ func compareStream(have, want api.StreamConfig) *StreamMismatchError {
 		add("discard", "stream %s, configured %s", discardNames[have.Discard], discardNames[want.Discard])
 	}
 	if have.Duplicates < want.Duplicates {
-		add("duplicate_window", "stream %v, configured at least %v", have.Duplicates, want.Duplicates)
+		add("duplicateWindow", "stream %v, configured at least %v", have.Duplicates, want.Duplicates)
 	}
 	if have.MaxAge != want.MaxAge {
-		add("max_age", "stream %s, configured %s", limitDur(have.MaxAge), limitDur(want.MaxAge))
+		add("maxAge", "stream %s, configured %s", limitDur(have.MaxAge), limitDur(want.MaxAge))
 	}
 	for _, l := range []struct {
 		name       string
 		have, want int64
 	}{
-		{"max_bytes", have.MaxBytes, want.MaxBytes},
-		{"max_msgs", have.MaxMsgs, want.MaxMsgs},
-		{"max_msgs_per_subject", have.MaxMsgsPer, want.MaxMsgsPer},
-		{"max_msg_size", int64(have.MaxMsgSize), int64(want.MaxMsgSize)},
+		{"maxBytes", have.MaxBytes, want.MaxBytes},
+		{"maxMsgs", have.MaxMsgs, want.MaxMsgs},
+		{"maxMsgsPerSubject", have.MaxMsgsPer, want.MaxMsgsPer},
+		{"maxMsgSize", int64(have.MaxMsgSize), int64(want.MaxMsgSize)},
 	} {
 		if normLimit(l.have) != normLimit(l.want) {
 			add(l.name, "stream %s, configured %s", limitInt(l.have), limitInt(l.want))
@@ -207,7 +207,7 @@ func (s *JetStreamSink) ensureOnce(ctx context.Context, want api.StreamConfig) e
 			st, err = mgr.LoadStream(want.Name)
 		} else if err == nil {
 			s.log.Info().Strs("subjects", want.Subjects).Int("replicas", want.Replicas).
-				Dur("duplicate_window", want.Duplicates).Msg("stream created")
+				Dur("duplicateWindow", want.Duplicates).Msg("stream created")
 		}
 		if err != nil {
 			return fmt.Errorf("bridge: jetstream: create stream %q: %w", want.Name, err)

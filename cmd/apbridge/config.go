@@ -36,8 +36,10 @@ type Config struct {
 	NoHeaders bool `yaml:"noHeaders"`
 	// Subscribe tunes the subscribe-storm guard of every source.
 	Subscribe SubscribeConfig `yaml:"subscribe"`
-	// Sink is "core" (default): updates are published on core NATS.
-	Sink string `yaml:"sink"`
+	// Sink is "core" (default: updates are published on core NATS) or
+	// "jetstream" (stored exactly once in a stream; see docs/jetstream.md),
+	// with its settings under jetstream.
+	bridge.SinkConfig `yaml:",inline"`
 	// Sources are the OPC UA server pairs and their tags.
 	Sources []SourceConfig `yaml:"sources"`
 }
@@ -250,10 +252,10 @@ func (c *Config) Validate() error {
 			add("%v", err)
 		}
 	}
-	switch c.Sink {
-	case "", "core":
-	default:
-		add("sink: %q is not valid (valid: core)", c.Sink)
+	if err := c.SinkConfig.Validate(); err != nil {
+		for _, e := range splitJoined(err) {
+			add("%v", e)
+		}
 	}
 	if len(c.Sources) == 0 {
 		add("sources: at least one source is required")

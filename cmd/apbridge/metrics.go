@@ -42,12 +42,27 @@ var (
 		"Write-back requests, and those that failed.", []string{"source", "result"}, nil)
 	mRefreshes = prometheus.NewDesc("apbridge_source_refreshes_total",
 		"Snapshot refreshes of a source (after it connected or switched servers).", []string{"source"}, nil)
+	mJSAcked = prometheus.NewDesc("apbridge_jetstream_acked_total",
+		"Updates the stream acknowledged; kind=duplicate for those it already had.", []string{"kind"}, nil)
+	mJSRepublished = prometheus.NewDesc("apbridge_jetstream_republished_total",
+		"Updates sent to the stream again (after a switch, a leader election, an ack timeout or an error).", nil, nil)
+	mJSTimeouts = prometheus.NewDesc("apbridge_jetstream_ack_timeouts_total",
+		"Publishes not acknowledged within the ack timeout.", nil, nil)
+	mJSRejected = prometheus.NewDesc("apbridge_jetstream_rejected_total",
+		"Updates the stream refused for good (too large); each is logged.", nil, nil)
+	mJSBlocked = prometheus.NewDesc("apbridge_jetstream_backpressure_total",
+		"Publishes that waited for room in the pending window (backpressure toward the source).", nil, nil)
+	mJSPending = prometheus.NewDesc("apbridge_jetstream_pending",
+		"Updates published and not yet acknowledged by the stream.", nil, nil)
+	mJSReady = prometheus.NewDesc("apbridge_jetstream_ready",
+		"1 when the stream stores (leader, quorum current, recent health check).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
-		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes} {
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
+		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
 }
@@ -90,6 +105,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mWrites, float64(s.Writes-s.WriteErrors), s.Name, "ok")
 		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
+	}
+	if js := m.r.js; js != nil {
+		st := js.Stats()
+		counter(mJSAcked, float64(st.Acked-st.Duplicates), "new")
+		counter(mJSAcked, float64(st.Duplicates), "duplicate")
+		counter(mJSRepublished, float64(st.Republished))
+		counter(mJSTimeouts, float64(st.Timeouts))
+		counter(mJSRejected, float64(st.Rejected))
+		counter(mJSBlocked, float64(st.Blocked))
+		gauge(mJSPending, float64(st.Pending))
+		ready, _ := js.Ready()
+		gauge(mJSReady, b2f(ready))
 	}
 }
 

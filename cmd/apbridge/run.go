@@ -98,6 +98,7 @@ type relay struct {
 	log     zerolog.Logger
 	conn    *apconn.Conn
 	b       *bridge.Bridge
+	js      *bridge.JetStreamSink // nil with the core sink
 	http    *http.Server
 	httpLn  net.Listener
 	httpErr chan error
@@ -131,33 +132,46 @@ func startRelay(ctx context.Context, c *Config, log zerolog.Logger) (*relay, err
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	r := &relay{log: log, conn: conn}
+	bopts := []bridge.Option{bridge.WithLogger(log)}
+	if c.Sink == bridge.SinkJetStream {
+		js, err := bridge.NewJetStreamSink(ctx, conn, c.JetStream, bridge.WithJetStreamLogger(log))
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		r.js = js
+		bopts = append(bopts, bridge.WithSink(js))
+	}
 	b, err := bridge.New(conn, bridge.Config{
 		Instance:  c.Instance,
 		Prefix:    c.Service.Prefix,
 		Subject:   c.Subject,
 		NoHeaders: c.NoHeaders,
 		Guard:     c.guard(),
-	}, bridge.WithLogger(log))
+	}, bopts...)
 	if err != nil {
+		r.closeSink()
 		conn.Close()
 		return nil, err
 	}
 	r.b = b
-	for i, sc := range c.Sources {
-		if err := r.addSource(ctx, i, sc); err != nil {
-			conn.Close()
-			return nil, err
-		}
-	}
-	if err := b.Start(ctx); err != nil {
+	fail := func(err error) (*relay, error) {
+		b.Close()
+		r.closeSink()
 		conn.Close()
 		return nil, err
 	}
+	for i, sc := range c.Sources {
+		if err := r.addSource(ctx, i, sc); err != nil {
+			return fail(err)
+		}
+	}
+	if err := b.Start(ctx); err != nil {
+		return fail(err)
+	}
 	if addr := c.httpListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
-			b.Close()
-			conn.Close()
-			return nil, err
+			return fail(err)
 		}
 	}
 	log.Info().Int("sources", len(c.Sources)).Str("nats", conn.Status().String()).Msg("relay running")
@@ -254,6 +268,7 @@ func (r *relay) stop(ctx context.Context) error {
 	if err := r.b.Shutdown(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	r.closeSink()
 	if err := r.conn.Drain(ctx); err != nil && !errors.Is(err, apconn.ErrClosed) {
 		errs = append(errs, err)
 	}
@@ -295,10 +310,24 @@ func (r *relay) serveHTTP(addr string) error {
 	return nil
 }
 
-// ready reports whether the relay does its job: an active NATS connection
-// and every source connected to a server (a degraded one counts).
+func (r *relay) closeSink() {
+	if r.js != nil {
+		r.js.Close()
+	}
+}
+
+// ready reports whether the relay does its job: an active NATS connection,
+// every source connected to a server (a degraded one counts) and, with the
+// JetStream sink, a stream that stores.
 func (r *relay) ready() (bool, []string) {
 	var reasons []string
+	if r.js != nil {
+		if ok, why := r.js.Ready(); !ok {
+			for _, w := range why {
+				reasons = append(reasons, "jetstream: "+w)
+			}
+		}
+	}
 	switch r.conn.Status() {
 	case apconn.StatusConnected, apconn.StatusDegraded:
 	default:

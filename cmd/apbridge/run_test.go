@@ -193,3 +193,52 @@ func TestDemoExitsZero(t *testing.T) {
 		t.Fatalf("demo output:\n%s", out.String())
 	}
 }
+
+// TestRelayJetStreamSink runs the relay with `sink: jetstream`: the stream
+// is created from the config and stores the updates, and readiness and
+// metrics include it.
+func TestRelayJetStreamSink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithJetStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	c, err := LoadConfig(writeRelayConfig(t, cl, pair, "sink: jetstream\njetstream: {stream: PLANT, replicas: 3, duplicateWindow: 1m}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := startRelay(ctx, c, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + r.httpLn.Addr().String()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := cl.StreamState(ctx, "PLANT")
+		if err == nil && st.Msgs > 50 && ready(base) {
+			if st.Replicas != 3 {
+				t.Fatalf("stream replicas %d", st.Replicas)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %+v (%v), ready %v: %s", st, err, ready(base), get(t, base+"/readyz"))
+		}
+		time.Sleep(50 * time.Millisecond) // poll with a deadline
+	}
+	if body := get(t, base+"/metrics"); !strings.Contains(body, "apbridge_jetstream_ready 1") {
+		t.Fatal("metrics lack apbridge_jetstream_ready 1")
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer scancel()
+	if err := r.stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+}
