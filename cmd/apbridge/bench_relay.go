@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,8 @@ type childRun struct {
 	elapsed  time.Duration
 	cpu      time.Duration
 	maxRSS   int64
+	peakHeap float64 // MiB, sampled by the child
+	peakSys  float64 // MiB the Go runtime took from the OS
 	lat      []float64
 }
 
@@ -84,13 +87,16 @@ func runChild(ctx context.Context, cl *testcluster.NATSCluster, c *counter, args
 		return childRun{}, err
 	}
 	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	if !sc.Scan() || sc.Text() != "ready" {
 		cmd.Wait()
 		return childRun{}, fmt.Errorf("relay child did not start: %q", sc.Text())
 	}
 	c.reset()
 	start := time.Now()
+	var summaryLine string
 	for sc.Scan() {
+		summaryLine = sc.Text()
 	}
 	if err := cmd.Wait(); err != nil {
 		return childRun{}, fmt.Errorf("relay child: %w", err)
@@ -106,12 +112,20 @@ func runChild(ctx context.Context, cl *testcluster.NATSCluster, c *counter, args
 			last = n
 		}
 	}
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage) // CPU time only; see peakRSS
+	var summary struct {
+		PeakHeap float64 `json:"peak_heap_inuse_mib"`
+		PeakSys  float64 `json:"peak_go_sys_mib"`
+		PeakRSS  float64 `json:"peak_rss_mib"`
+	}
+	json.Unmarshal([]byte(summaryLine), &summary)
 	r := childRun{
+		peakHeap: summary.PeakHeap,
+		peakSys:  summary.PeakSys,
 		received: c.n.Load(),
 		elapsed:  elapsed,
 		cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
-		maxRSS:   ru.Maxrss * 1024,
+		maxRSS:   int64(summary.PeakRSS * (1 << 20)),
 	}
 	c.mu.Lock()
 	r.lat = slices.Clone(c.lat)
@@ -184,6 +198,8 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	}
 	res.set("relay_cpu_percent", round0(100*steady.cpu.Seconds()/steady.elapsed.Seconds()))
 	res.set("relay_rss_mib", round3(float64(steady.maxRSS)/(1<<20)))
+	res.set("relay_peak_heap_mib", round3(steady.peakHeap))
+	res.set("relay_go_sys_mib", round3(steady.peakSys))
 	return res, nil
 }
 

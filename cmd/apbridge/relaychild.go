@@ -130,6 +130,27 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	// Sample the heap while publishing: peak RSS alone does not say where
+	// the memory went.
+	var peakHeap, peakSys uint64
+	sampleDone := make(chan struct{})
+	stopSample := make(chan struct{})
+	go func() {
+		defer close(sampleDone)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stopSample:
+				return
+			case <-t.C:
+			}
+			runtime.ReadMemStats(&ms)
+			peakHeap = max(peakHeap, ms.HeapInuse)
+			peakSys = max(peakSys, ms.Sys)
+		}
+	}()
 	start := time.Now()
 	deadline := start.Add(*duration)
 	var sent int
@@ -160,7 +181,10 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	flush(fctx)
-	b, _ := json.Marshal(map[string]any{"sent": sent, "stats": stats()})
+	close(stopSample)
+	<-sampleDone
+	b, _ := json.Marshal(map[string]any{"sent": sent, "peak_heap_inuse_mib": float64(peakHeap) / (1 << 20),
+		"peak_go_sys_mib": float64(peakSys) / (1 << 20), "peak_rss_mib": peakRSS(), "stats": stats()})
 	fmt.Fprintln(stdout, string(b))
 	return nil
 }
@@ -173,4 +197,21 @@ func writeHeapProfile(path string) error {
 	defer f.Close()
 	runtime.GC()
 	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+// peakRSS reads the process's own peak resident set (VmHWM) in MiB. The
+// parent's rusage is no good for this: the child is started with vfork,
+// and its maximum then includes the parent's memory before the exec.
+func peakRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
