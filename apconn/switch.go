@@ -559,62 +559,53 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // returns ErrNoPassive if no passive is ready, and once the switch is done
 // or ctx is.
 func (c *Conn) SwitchToPassive(ctx context.Context) error {
-	done := make(chan error, 1)
-	key := new(int) // a manual request is never coalesced with another
-	ok := c.exec.Submit(key, func(ectx context.Context) {
+	return c.manual(ctx, func(ectx context.Context) error {
 		c.mu.Lock()
 		p := c.passive
 		ready := p.ready()
 		c.mu.Unlock()
 		if !ready {
-			done <- ErrNoPassive
-			return
+			return ErrNoPassive
 		}
 		c.promote(ectx, p, CauseManual, time.Now())
 		c.mu.Lock()
 		switched := c.active == p
 		c.mu.Unlock()
 		if !switched {
-			done <- fmt.Errorf("apconn: switch to %s failed", p.server.Name)
-		} else {
-			done <- nil
+			return fmt.Errorf("apconn: switch to %s failed", p.server.Name)
 		}
-		c.reconcile(ectx)
+		return nil
 	})
-	if !ok {
-		return ErrClosed
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // RehomePassive replaces the passive with a fresh one on another broker.
 // It returns once the new passive is armed, or with the reason it could not
 // be (the Conn keeps trying in the background).
 func (c *Conn) RehomePassive(ctx context.Context) error {
-	done := make(chan error, 1)
-	key := new(int)
-	ok := c.exec.Submit(key, func(ectx context.Context) {
+	return c.manual(ctx, func(ectx context.Context) error {
 		c.mu.Lock()
 		p := c.passive
+		c.armRetryAt = time.Time{}
 		c.mu.Unlock()
 		if p != nil {
 			c.retirePassive(p, CauseManual)
 		}
-		c.mu.Lock()
-		c.armRetryAt = time.Time{}
-		c.mu.Unlock()
-		if c.arm(ectx, CauseManual) {
-			done <- nil
-		} else {
-			done <- errors.New("apconn: no broker available for a new passive; retrying in the background")
+		if !c.arm(ectx, CauseManual) {
+			return errors.New("apconn: no broker available for a new passive; retrying in the background")
 		}
+		return nil
 	})
-	if !ok {
+}
+
+// manual runs op on the executor, like every switch, and waits for its
+// result or ctx. A manual request is never coalesced with another; after
+// it, reconcile repairs whatever the operation left (a missing passive).
+func (c *Conn) manual(ctx context.Context, op func(context.Context) error) error {
+	done := make(chan error, 1)
+	if !c.exec.Submit(new(int), func(ectx context.Context) {
+		done <- op(ectx)
+		c.reconcile(ectx)
+	}) {
 		return ErrClosed
 	}
 	select {

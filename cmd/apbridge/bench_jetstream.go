@@ -26,17 +26,7 @@ func jsScenarios() []scenario {
 }
 
 func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*testcluster.NATSCluster, error) {
-	opts := []testcluster.NATSOption{
-		testcluster.WithJetStream(),
-		testcluster.WithLameDuck(cfg.grace+time.Second, cfg.grace),
-	}
-	if cfg.rtt > 0 {
-		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
-	}
-	if cfg.tls {
-		opts = append(opts, testcluster.WithTLS())
-	}
-	return testcluster.StartNATS(ctx, opts...)
+	return startBenchCluster(ctx, cfg, testcluster.WithJetStream())
 }
 
 // jsRelay is one relay of a benchmark: ApConnection, JetStream sink,

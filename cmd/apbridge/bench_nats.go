@@ -188,10 +188,12 @@ func (f fault) apply(cl *testcluster.NATSCluster, s subject) (*testcluster.Node,
 	return n, done, nil
 }
 
-func startBenchCluster(ctx context.Context, cfg benchConfig) (*testcluster.NATSCluster, error) {
-	opts := []testcluster.NATSOption{
+// startBenchCluster starts the three-node cluster of a scenario with the
+// command line's grace period, RTT and TLS, plus extra options.
+func startBenchCluster(ctx context.Context, cfg benchConfig, extra ...testcluster.NATSOption) (*testcluster.NATSCluster, error) {
+	opts := append([]testcluster.NATSOption{
 		testcluster.WithLameDuck(cfg.grace+time.Second, cfg.grace),
-	}
+	}, extra...)
 	if cfg.rtt > 0 {
 		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
 	}

@@ -55,15 +55,20 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		counts := make([]uint64, *tags)
 		var buf []byte
+		// publishOne publishes tag i's next update as the relay would
+		// encode it.
+		publishOne := func(i int, now time.Time) error {
+			counts[i]++
+			u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
+			buf, _ = bridge.AppendJSON(buf[:0], &u)
+			m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
+			bridge.SetHeaders(m.Header, &u)
+			return nc.PublishMsg(m)
+		}
 		emit = func() int {
 			now := time.Now()
 			for i := range subjects {
-				counts[i]++
-				u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
-				buf, _ = bridge.AppendJSON(buf[:0], &u)
-				m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
-				bridge.SetHeaders(m.Header, &u)
-				if err := nc.PublishMsg(m); err != nil {
+				if publishOne(i, now) != nil {
 					return i
 				}
 			}
@@ -73,16 +78,10 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		emitSome = func(n int) int {
 			now := time.Now()
 			for k := 0; k < n; k++ {
-				i := next % len(subjects)
-				next++
-				counts[i]++
-				u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
-				buf, _ = bridge.AppendJSON(buf[:0], &u)
-				m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
-				bridge.SetHeaders(m.Header, &u)
-				if err := nc.PublishMsg(m); err != nil {
+				if publishOne(next%len(subjects), now) != nil {
 					return k
 				}
+				next++
 			}
 			return n
 		}

@@ -30,15 +30,9 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *path == "" {
-		return errors.New("--config is required")
-	}
-	c, err := LoadConfig(*path)
+	c, err := loadConfigFlag(*path, stderr)
 	if err != nil {
-		for _, e := range splitJoined(err) {
-			fmt.Fprintln(stderr, e)
-		}
-		return exitError{code: 1}
+		return err
 	}
 	tags := 0
 	for _, s := range c.Sources {
@@ -46,6 +40,22 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d sources, %d tags listed, %d browse roots)\n", *path, len(c.Sources), tags, countBrowse(c))
 	return nil
+}
+
+// loadConfigFlag loads the file named by --config and prints every
+// problem on its own line: an operator fixes them all in one go.
+func loadConfigFlag(path string, stderr io.Writer) (*Config, error) {
+	if path == "" {
+		return nil, errors.New("--config is required")
+	}
+	c, err := LoadConfig(path)
+	if err != nil {
+		for _, e := range splitJoined(err) {
+			fmt.Fprintln(stderr, e)
+		}
+		return nil, exitError{code: 1}
+	}
+	return c, nil
 }
 
 func countBrowse(c *Config) int {
@@ -66,15 +76,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *path == "" {
-		return errors.New("--config is required")
-	}
-	c, err := LoadConfig(*path)
+	c, err := loadConfigFlag(*path, stderr)
 	if err != nil {
-		for _, e := range splitJoined(err) {
-			fmt.Fprintln(stderr, e)
-		}
-		return exitError{code: 1}
+		return err
 	}
 	level, _ := zerolog.ParseLevel(c.LogLevel)
 	if c.LogLevel == "" {

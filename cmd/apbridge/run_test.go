@@ -35,19 +35,27 @@ func writeRelayConfig(t *testing.T, cl *testcluster.NATSCluster, pair *testclust
 	return path
 }
 
+// startServers starts a NATS cluster and an OPC UA pair with tags tags,
+// closed at the end of the test.
+func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...testcluster.NATSOption) (*testcluster.NATSCluster, *testcluster.OPCUAPair) {
+	t.Helper()
+	cl, err := testcluster.StartNATS(ctx, natsOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pair.Close)
+	return cl, pair
+}
+
 func TestRelayEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.Close()
+	cl, pair := startServers(t, ctx, 4)
 	c, err := LoadConfig(writeRelayConfig(t, cl, pair, ""))
 	if err != nil {
 		t.Fatal(err)
@@ -131,16 +139,7 @@ func get(t *testing.T, url string) string {
 func TestRunCommandStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.Close()
+	cl, pair := startServers(t, ctx, 2, testcluster.WithNodes(2))
 	path := writeRelayConfig(t, cl, pair, "")
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -200,16 +199,7 @@ func TestDemoExitsZero(t *testing.T) {
 func TestRelayJetStreamSink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithJetStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.Close()
+	cl, pair := startServers(t, ctx, 4, testcluster.WithJetStream())
 	c, err := LoadConfig(writeRelayConfig(t, cl, pair, "sink: jetstream\njetstream: {stream: PLANT, replicas: 3, duplicateWindow: 1m}\n"))
 	if err != nil {
 		t.Fatal(err)
