@@ -134,7 +134,7 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Conn, erro
 	c.updateSteerLocked()
 	c.mu.Unlock()
 	c.pub.release(a, false)
-	c.log.Info().Str("server", a.server.Name).Str("url", a.server.URL).Msg("active connected")
+	c.log.Info().Str("server", a.server().Name).Str("url", a.server().URL).Msg("active connected")
 
 	c.wg.Add(1)
 	go c.keep()
@@ -188,10 +188,10 @@ func (c *Conn) onLameDuck(m *member) {
 		return
 	}
 	m.ldm, m.ldmAt = true, now
-	if m.server.ID != "" {
-		c.lame[m.server.ID] = now
+	if m.server().ID != "" {
+		c.lame[m.server().ID] = now
 	}
-	role, srv := m.role, m.server
+	role, srv := m.role, m.server()
 	c.updateSteerLocked()
 	c.mu.Unlock()
 	c.log.Info().Str("role", role.String()).Str("server", srv.Name).Str("url", srv.URL).Msg("broker announced lame-duck mode")
@@ -208,7 +208,7 @@ func (c *Conn) onDisconnect(m *member, err error) {
 	}
 	c.markDownLocked(m, now, CauseActiveDown)
 	c.mu.Unlock()
-	c.log.Debug().Err(err).Str("server", m.server.Name).Msg("connection lost")
+	c.log.Debug().Err(err).Str("server", m.server().Name).Msg("connection lost")
 	c.requestReconcile()
 }
 
@@ -223,8 +223,8 @@ func (c *Conn) markDownLocked(m *member, at time.Time, why Cause) {
 	if m == c.active {
 		c.pub.hold()
 		if !c.passive.ready() {
-			c.log.Warn().Str("server", m.server.Name).Str("cause", why.String()).Msg("active lost with no passive ready: holding publishes while reconnecting")
-			c.disp.emit(Event{Kind: EventActiveDown, Cause: why, Role: RoleActive, From: m.server, At: at, Triggered: at})
+			c.log.Warn().Str("server", m.server().Name).Str("cause", why.String()).Msg("active lost with no passive ready: holding publishes while reconnecting")
+			c.disp.emit(Event{Kind: EventActiveDown, Cause: why, Role: RoleActive, From: m.server(), At: at, Triggered: at})
 		}
 	}
 	if m == c.passive && c.passiveLost.IsZero() {
@@ -243,7 +243,7 @@ func (c *Conn) onReconnect(m *member, nc *nats.Conn) {
 	}
 	m.down, m.forced, m.ldm = false, false, false
 	m.lost = make(chan struct{})
-	m.server = srv
+	m.setServer(srv)
 	c.updateSteerLocked()
 	c.mu.Unlock()
 	c.requestReconcile()
@@ -253,7 +253,7 @@ func (c *Conn) onAsyncError(m *member, err error) {
 	if errors.Is(err, nats.ErrSlowConsumer) {
 		c.stats.slowConsumer.Add(1)
 	}
-	c.log.Warn().Err(err).Str("server", m.server.Name).Msg("async error")
+	c.log.Warn().Err(err).Str("server", m.server().Name).Msg("async error")
 }
 
 // updateSteerLocked publishes what nats.go's reconnect steering may read.
@@ -264,11 +264,11 @@ func (c *Conn) updateSteerLocked() {
 	}
 	v.passiveReady = c.passive.ready()
 	if c.passive != nil {
-		v.avoid[hostPort(c.passive.server.URL)] = true
+		v.avoid[hostPort(c.passive.server().URL)] = true
 	}
 	for _, m := range c.members {
 		if m.ldm {
-			v.avoid[hostPort(m.server.URL)] = true
+			v.avoid[hostPort(m.server().URL)] = true
 		}
 	}
 	c.steer.Store(v)
@@ -331,7 +331,7 @@ func (c *Conn) linkTimeout(m *member) {
 	}
 	c.markDownLocked(m, time.Now(), why)
 	c.mu.Unlock()
-	c.log.Warn().Str("server", m.server.Name).Dur("timeout", c.opts.livenessTimeout).Msg("link stopped answering")
+	c.log.Warn().Str("server", m.server().Name).Dur("timeout", c.opts.livenessTimeout).Msg("link stopped answering")
 	c.requestReconcile()
 }
 
@@ -358,7 +358,7 @@ func (c *Conn) ActiveServer() (s Server, ok bool) {
 	if c.active == nil || c.active.down {
 		return Server{}, false
 	}
-	return c.active.server, true
+	return c.active.server(), true
 }
 
 // PassiveServer returns the broker of the passive connection; ok is false if
@@ -369,7 +369,7 @@ func (c *Conn) PassiveServer() (s Server, ok bool) {
 	if !c.passive.ready() {
 		return Server{}, false
 	}
-	return c.passive.server, true
+	return c.passive.server(), true
 }
 
 // Active returns the nats.Conn that currently carries publishes and

@@ -16,14 +16,18 @@ import (
 )
 
 // member is one nats.Conn of a Conn: the active, the passive, or an old
-// active being retired. Fields after nc are guarded by Conn.mu.
+// active being retired. Fields after nc are guarded by Conn.mu, except the
+// atomics.
 type member struct {
 	gen       uint64
 	nc        *nats.Conn
 	probeSubj string
 
-	role     Role // 0 once retiring
-	server   Server
+	role Role // 0 once retiring
+	// srv is the broker nc is on. nats.go's reconnect handler rewrites it
+	// while the member may still be dialed or proved on the executor, so it
+	// is read without Conn.mu.
+	srv      atomic.Pointer[Server]
 	ldm      bool
 	ldmAt    time.Time
 	down     bool
@@ -41,6 +45,16 @@ type member struct {
 	// reconnect, nats.go sends a queued PING on the new socket.
 	epoch atomic.Uint64
 }
+
+// server returns the broker m is connected to, or was last.
+func (m *member) server() Server {
+	if s := m.srv.Load(); s != nil {
+		return *s
+	}
+	return Server{}
+}
+
+func (m *member) setServer(s Server) { m.srv.Store(&s) }
 
 // errNewSocket is returned by confirm when the member reconnected since its
 // publishes were sent: they are replayed, not confirmed.
@@ -161,7 +175,7 @@ func (c *Conn) dial(urls []string) (*member, error) {
 		return nil, err
 	}
 	m.nc = nc
-	m.server = serverOf(nc)
+	m.setServer(serverOf(nc))
 	if _, err := nc.Subscribe(m.probeSubj, c.onProbe); err != nil {
 		nc.Close()
 		return nil, err
@@ -235,7 +249,7 @@ func (c *Conn) prove(ctx context.Context, a, b *member) error {
 			gotBA, waitBA = true, nil
 		case <-tick.C:
 		case <-ctx.Done():
-			return fmt.Errorf("apconn: no end-to-end path between %s and %s: %w", a.server.Name, b.server.Name, ctx.Err())
+			return fmt.Errorf("apconn: no end-to-end path between %s and %s: %w", a.server().Name, b.server().Name, ctx.Err())
 		}
 	}
 	return nil
@@ -272,7 +286,7 @@ func (c *Conn) flushMember(ctx context.Context, m *member) error {
 	// A PING on a connection that is not connected waits in nats.go's
 	// pending buffer for a reconnect: it would only ever time out.
 	if st := m.nc.Status(); st != nats.CONNECTED {
-		return fmt.Errorf("apconn: %s is %v", m.server.Name, st)
+		return fmt.Errorf("apconn: %s is %v", m.server().Name, st)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.livenessTimeout)
 	defer cancel()

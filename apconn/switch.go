@@ -100,7 +100,7 @@ func (c *Conn) decide() plan {
 			return plan{step: stepRetirePassive, m: p, why: CausePassiveDown}
 		case p.ldm && h.ActsOnPassive():
 			return plan{step: stepRetirePassive, m: p, why: CausePassiveLameDuck}
-		case p.server.ID != "" && p.server.ID == a.server.ID:
+		case p.server().ID != "" && p.server().ID == a.server().ID:
 			return plan{step: stepRetirePassive, m: p, why: CauseSameServer}
 		}
 		return plan{}
@@ -130,8 +130,8 @@ func (c *Conn) resume(a *member) {
 		return
 	}
 	c.stats.replayed.Add(uint64(n))
-	c.log.Info().Str("server", a.server.Name).Int("replayed", n).Msg("active reconnected")
-	c.disp.emit(Event{Kind: EventReconnected, Role: RoleActive, To: a.server, At: time.Now(), Replayed: n})
+	c.log.Info().Str("server", a.server().Name).Int("replayed", n).Msg("active reconnected")
+	c.disp.emit(Event{Kind: EventReconnected, Role: RoleActive, To: a.server(), At: time.Now(), Replayed: n})
 }
 
 // retirePassive closes the passive so that a fresh one is armed.
@@ -148,8 +148,8 @@ func (c *Conn) retirePassive(p *member, why Cause) {
 	}
 	c.mu.Unlock()
 	c.closeMember(p)
-	c.log.Info().Str("server", p.server.Name).Str("cause", why.String()).Msg("passive retired")
-	c.disp.emit(Event{Kind: EventPassiveLost, Cause: why, Role: RolePassive, From: p.server, At: time.Now()})
+	c.log.Info().Str("server", p.server().Name).Str("cause", why.String()).Msg("passive retired")
+	c.disp.emit(Event{Kind: EventPassiveLost, Cause: why, Role: RolePassive, From: p.server(), At: time.Now()})
 }
 
 // candidates lists the servers a new passive may use, best first: the
@@ -161,12 +161,12 @@ func (c *Conn) candidatesLocked() []string {
 	var good, lame []string
 	exclude := map[string]bool{}
 	if c.active != nil && !c.active.down {
-		exclude[hostPort(c.active.server.URL)] = true
+		exclude[hostPort(c.active.server().URL)] = true
 	}
 	lameHost := map[string]bool{}
 	for _, m := range c.members {
 		if m.ldm {
-			lameHost[hostPort(m.server.URL)] = true
+			lameHost[hostPort(m.server().URL)] = true
 		}
 	}
 	add := func(u string) {
@@ -233,12 +233,12 @@ func (c *Conn) arm(ctx context.Context, why Cause) bool {
 	c.mu.Unlock()
 
 	now := time.Now()
-	e := Event{Kind: EventPassiveArmed, Cause: why, Role: RolePassive, To: m.server, At: now}
+	e := Event{Kind: EventPassiveArmed, Cause: why, Role: RolePassive, To: m.server(), At: now}
 	if !lost.IsZero() {
 		e.Triggered, e.Duration = lost, now.Sub(lost)
 	}
 	c.stats.armed.Add(1)
-	c.log.Info().Str("server", m.server.Name).Str("url", m.server.URL).Str("cause", why.String()).
+	c.log.Info().Str("server", m.server().Name).Str("url", m.server().URL).Str("cause", why.String()).
 		Bool("was_degraded", wasDegraded).Dur("rehome", e.Duration).Msg("passive armed")
 	c.disp.emit(e)
 	return true
@@ -253,15 +253,15 @@ func (c *Conn) armOn(ctx context.Context, urls []string, a *member) (*member, er
 		return nil, err
 	}
 	c.mu.Lock()
-	_, lame := c.lame[m.server.ID]
+	_, lame := c.lame[m.server().ID]
 	c.mu.Unlock()
 	switch {
-	case a != nil && m.server.ID == a.server.ID:
+	case a != nil && m.server().ID == a.server().ID:
 		m.nc.Close()
-		return nil, fmt.Errorf("reached the active's broker %s again through %s", a.server.Name, m.server.URL)
+		return nil, fmt.Errorf("reached the active's broker %s again through %s", a.server().Name, m.server().URL)
 	case lame:
 		m.nc.Close()
-		return nil, fmt.Errorf("broker %s is in lame-duck mode", m.server.Name)
+		return nil, fmt.Errorf("broker %s is in lame-duck mode", m.server().Name)
 	}
 	if a != nil {
 		if err := c.prove(ctx, a, m); err != nil {
@@ -410,14 +410,14 @@ func (c *Conn) promote(ctx context.Context, p *member, why Cause, triggered time
 	c.mu.Unlock()
 
 	now := time.Now()
-	e := Event{Kind: EventSwitched, Cause: why, Role: RoleActive, To: p.server, At: now,
+	e := Event{Kind: EventSwitched, Cause: why, Role: RoleActive, To: p.server(), At: now,
 		Triggered: triggered, Duration: now.Sub(triggered), Replayed: replayed}
 	if old != nil {
-		e.From = old.server
+		e.From = old.server()
 	}
 	c.stats.countSwitch(why)
-	c.log.Info().Str("cause", why.String()).Str("from", e.From.Name).Str("to", p.server.Name).
-		Str("to_url", p.server.URL).Dur("duration", e.Duration).Int("replayed", replayed).
+	c.log.Info().Str("cause", why.String()).Str("from", e.From.Name).Str("to", p.server().Name).
+		Str("to_url", p.server().URL).Dur("duration", e.Duration).Int("replayed", replayed).
 		Msg("switched to passive")
 	c.disp.emit(e)
 
@@ -461,7 +461,7 @@ func (c *Conn) promoteFailed(p *member, subs []*Subscription, err error) {
 	c.mu.Lock()
 	c.markDownLocked(p, time.Now(), CausePassiveDown)
 	c.mu.Unlock()
-	c.log.Warn().Err(err).Str("server", p.server.Name).Msg("passive failed during promotion")
+	c.log.Warn().Err(err).Str("server", p.server().Name).Msg("passive failed during promotion")
 }
 
 // retire takes an old active out of service. A live one keeps delivering
@@ -572,7 +572,7 @@ func (c *Conn) SwitchToPassive(ctx context.Context) error {
 		switched := c.active == p
 		c.mu.Unlock()
 		if !switched {
-			return fmt.Errorf("apconn: switch to %s failed", p.server.Name)
+			return fmt.Errorf("apconn: switch to %s failed", p.server().Name)
 		}
 		return nil
 	})
