@@ -53,6 +53,9 @@ type subject interface {
 	passiveID() string
 	// switched delivers the time the path through the new broker opened.
 	switched() <-chan time.Time
+	// noticed delivers the time an LDM notice reached the connection (nil
+	// for a plain connection).
+	noticed() <-chan time.Time
 	// rehomed delivers the time a new passive was armed.
 	rehomed() <-chan time.Time
 	close()
@@ -63,14 +66,14 @@ type factory func(ctx context.Context, cl *testcluster.NATSCluster, cfg benchCon
 // apSubject is an ApConnection under test.
 type apSubject struct {
 	*apconn.Conn
-	sw, rh chan time.Time
+	sw, rh, ldm chan time.Time
 }
 
 func ldmApConn(h ldm.LameDuckHandling, extra ...apconn.Option) factory {
 	return func(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig) (subject, error) {
-		s := &apSubject{sw: make(chan time.Time, 16), rh: make(chan time.Time, 16)}
+		s := &apSubject{sw: make(chan time.Time, 16), rh: make(chan time.Time, 16), ldm: make(chan time.Time, 16)}
 		onEvent := func(e apconn.Event) {
-			ch := map[apconn.EventKind]chan time.Time{apconn.EventSwitched: s.sw, apconn.EventPassiveArmed: s.rh}[e.Kind]
+			ch := map[apconn.EventKind]chan time.Time{apconn.EventSwitched: s.sw, apconn.EventPassiveArmed: s.rh, apconn.EventLameDuck: s.ldm}[e.Kind]
 			if ch != nil {
 				select {
 				case ch <- e.At:
@@ -117,6 +120,7 @@ func (s *apSubject) passiveID() string {
 }
 func (s *apSubject) switched() <-chan time.Time { return s.sw }
 func (s *apSubject) rehomed() <-chan time.Time  { return s.rh }
+func (s *apSubject) noticed() <-chan time.Time  { return s.ldm }
 func (s *apSubject) close()                     { s.Close() }
 
 // plainSubject is nats.go on its own, calling ForceReconnect when its
@@ -154,6 +158,7 @@ func (s *plainSubject) activeID() string                { return s.ConnectedServ
 func (s *plainSubject) passiveID() string               { return "" }
 func (s *plainSubject) switched() <-chan time.Time      { return s.sw }
 func (s *plainSubject) rehomed() <-chan time.Time       { return nil }
+func (s *plainSubject) noticed() <-chan time.Time       { return nil }
 func (s *plainSubject) close()                          { s.Close() }
 
 // fault is what a scenario does to the cluster: lame-duck mode or a kill,
@@ -214,7 +219,7 @@ func benchLDM(ctx context.Context, cfg benchConfig, mk factory, hit fault) (*res
 	}
 	defer cl.Close()
 	r := &result{}
-	var rehomes []float64
+	var rehomes, notices []float64
 	var moved, outOfOrder, sent uint64
 	var rawGap, block float64
 	for run := 1; run <= cfg.runs; run++ {
@@ -232,6 +237,9 @@ func benchLDM(ctx context.Context, cfg benchConfig, mk factory, hit fault) (*res
 		if o.rehome > 0 {
 			rehomes = append(rehomes, ms(o.rehome))
 		}
+		if o.notice > 0 {
+			notices = append(notices, ms(o.notice))
+		}
 		if o.moved {
 			moved++
 		}
@@ -242,8 +250,8 @@ func benchLDM(ctx context.Context, cfg benchConfig, mk factory, hit fault) (*res
 		r.Duplicated += o.rep.Duplicated
 		outOfOrder += o.rep.OutOfOrder
 		sent += o.rep.Sent
-		fmt.Fprintf(cfg.progress, "  run %d: switch %.3f ms, rehome %.3f ms, max gap %.3f ms (at +%.0f ms), lost %d, dup %d, reordered %d\n",
-			run, ms(o.switchDur), ms(o.rehome), ms(o.rep.MaxGap), ms(o.gapAt), o.rep.Lost, o.rep.Duplicated, o.rep.OutOfOrder)
+		fmt.Fprintf(cfg.progress, "  run %d: switch %.3f ms (notice %.3f ms), rehome %.3f ms, max gap %.3f ms (at +%.0f ms), lost %d, dup %d, reordered %d\n",
+			run, ms(o.switchDur), ms(o.notice), ms(o.rehome), ms(o.rep.MaxGap), ms(o.gapAt), o.rep.Lost, o.rep.Duplicated, o.rep.OutOfOrder)
 	}
 	r.set("raw_gap_ms", rawGap)
 	r.set("publish_block_ms", block)
@@ -252,6 +260,11 @@ func benchLDM(ctx context.Context, cfg benchConfig, mk factory, hit fault) (*res
 	r.set("rtt_ms", ms(cfg.rtt))
 	r.set("tls", cfg.tls)
 	r.set("grace_ms", ms(cfg.grace))
+	if len(notices) > 0 {
+		// The broker's share of the switch time: its LDM notice.
+		r.set("notice_ms_p50", percentile(notices, 50))
+		r.set("notice_ms_max", percentile(notices, 100))
+	}
 	if len(rehomes) > 0 {
 		r.set("rehome_ms_p50", percentile(rehomes, 50))
 		r.set("rehome_ms_p99", percentile(rehomes, 99))
@@ -263,6 +276,7 @@ func benchLDM(ctx context.Context, cfg benchConfig, mk factory, hit fault) (*res
 
 type outcome struct {
 	switchDur time.Duration
+	notice    time.Duration // from the LDM call to the notice reaching the connection
 	rehome    time.Duration
 	moved     bool
 	gapAt     time.Duration // when the longest silence ended, from the fault
@@ -365,6 +379,7 @@ func benchOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig
 		}
 		o.switchDur = at.Sub(start)
 	}
+	o.notice = firstAfter(s.noticed(), start)
 	o.moved = s.activeID() != activeBefore
 	s.close()
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -457,6 +472,21 @@ func settleGoroutines() {
 			stable++
 		} else {
 			last, stable = n, 0
+		}
+	}
+}
+
+// firstAfter returns how long after start the first time queued on ch
+// falls, or 0 if none does. It does not wait.
+func firstAfter(ch <-chan time.Time, start time.Time) time.Duration {
+	for {
+		select {
+		case at := <-ch:
+			if at.After(start) {
+				return at.Sub(start)
+			}
+		default:
+			return 0
 		}
 	}
 }
