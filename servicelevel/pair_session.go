@@ -343,7 +343,7 @@ func readValues(ctx context.Context, c *opcua.Client, nodes []*ua.NodeID) ([]*ua
 		return nil, err
 	}
 	if len(res.Results) != len(nodes) {
-		return nil, fmt.Errorf("Read answered %d results for %d nodes", len(res.Results), len(nodes))
+		return nil, fmt.Errorf("servicelevel: the Read answered %d results for %d nodes", len(res.Results), len(nodes))
 	}
 	return res.Results, nil
 }
