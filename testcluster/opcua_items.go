@@ -61,23 +61,35 @@ func parseFilter(eo *ua.ExtensionObject, attr ua.AttributeID) (ua.DataChangeTrig
 	return f.Trigger, ua.StatusOK
 }
 
+// itemsOpLocked makes the checks every monitored-item service starts with:
+// a live session, a known subscription, a batch of n operations that is
+// neither empty nor over the per-operation limit.
+func (e *uaEngine) itemsOpLocked(c *uaConn, h *ua.RequestHeader, subID uint32, n, perOp int) (*uaSub, ua.StatusCode) {
+	sess, code := e.sessionLocked(h)
+	if code != ua.StatusOK {
+		return nil, code
+	}
+	sub := sess.subs[subID]
+	switch {
+	case sub == nil:
+		return nil, ua.StatusBadSubscriptionIDInvalid
+	case n == 0:
+		return nil, ua.StatusBadNothingToDo
+	case c.tooManyOps(n, perOp):
+		return nil, ua.StatusBadTooManyOperations
+	}
+	return sub, ua.StatusOK
+}
+
 func (e *uaEngine) createMonitoredItems(c *uaConn, r *ua.CreateMonitoredItemsRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
+	sub, code := e.itemsOpLocked(c, r.RequestHeader, r.SubscriptionID, len(r.ItemsToCreate), 32)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
-	sub := sess.subs[r.SubscriptionID]
-	switch {
-	case sub == nil:
-		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
-	case len(r.ItemsToCreate) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case r.TimestampsToReturn > ua.TimestampsToReturnNeither:
+	if r.TimestampsToReturn > ua.TimestampsToReturnNeither {
 		return serviceFault(r, ua.StatusBadTimestampsToReturnInvalid)
-	case c.tooManyOps(len(r.ItemsToCreate), 32):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	now := time.Now()
 	results := make([]*ua.MonitoredItemCreateResult, len(r.ItemsToCreate))
@@ -168,20 +180,12 @@ func (e *uaEngine) unindexLocked(it *uaItem) {
 func (e *uaEngine) modifyMonitoredItems(c *uaConn, r *ua.ModifyMonitoredItemsRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
+	sub, code := e.itemsOpLocked(c, r.RequestHeader, r.SubscriptionID, len(r.ItemsToModify), 32)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
-	sub := sess.subs[r.SubscriptionID]
-	switch {
-	case sub == nil:
-		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
-	case len(r.ItemsToModify) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case r.TimestampsToReturn > ua.TimestampsToReturnNeither:
+	if r.TimestampsToReturn > ua.TimestampsToReturnNeither {
 		return serviceFault(r, ua.StatusBadTimestampsToReturnInvalid)
-	case c.tooManyOps(len(r.ItemsToModify), 32):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	results := make([]*ua.MonitoredItemModifyResult, len(r.ItemsToModify))
 	for i, m := range r.ItemsToModify {
@@ -218,20 +222,12 @@ func (e *uaEngine) modifyMonitoredItems(c *uaConn, r *ua.ModifyMonitoredItemsReq
 func (e *uaEngine) setMonitoringMode(c *uaConn, r *ua.SetMonitoringModeRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
+	sub, code := e.itemsOpLocked(c, r.RequestHeader, r.SubscriptionID, len(r.MonitoredItemIDs), 4)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
-	sub := sess.subs[r.SubscriptionID]
-	switch {
-	case sub == nil:
-		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
-	case len(r.MonitoredItemIDs) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case r.MonitoringMode > ua.MonitoringModeReporting:
+	if r.MonitoringMode > ua.MonitoringModeReporting {
 		return serviceFault(r, ua.StatusBadMonitoringModeInvalid)
-	case c.tooManyOps(len(r.MonitoredItemIDs), 4):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	now := time.Now()
 	results := make([]ua.StatusCode, len(r.MonitoredItemIDs))
@@ -259,20 +255,12 @@ func (e *uaEngine) setMonitoringMode(c *uaConn, r *ua.SetMonitoringModeRequest) 
 func (e *uaEngine) setTriggering(c *uaConn, r *ua.SetTriggeringRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
+	sub, code := e.itemsOpLocked(c, r.RequestHeader, r.SubscriptionID, len(r.LinksToAdd)+len(r.LinksToRemove), 4)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
-	sub := sess.subs[r.SubscriptionID]
-	switch {
-	case sub == nil:
-		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
-	case sub.items[r.TriggeringItemID] == nil:
+	if sub.items[r.TriggeringItemID] == nil {
 		return serviceFault(r, ua.StatusBadMonitoredItemIDInvalid)
-	case len(r.LinksToAdd)+len(r.LinksToRemove) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case c.tooManyOps(len(r.LinksToAdd)+len(r.LinksToRemove), 4):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	linkResults := func(ids []uint32) []ua.StatusCode {
 		out := make([]ua.StatusCode, len(ids))
@@ -296,18 +284,9 @@ func (e *uaEngine) setTriggering(c *uaConn, r *ua.SetTriggeringRequest) ua.Respo
 func (e *uaEngine) deleteMonitoredItems(c *uaConn, r *ua.DeleteMonitoredItemsRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
+	sub, code := e.itemsOpLocked(c, r.RequestHeader, r.SubscriptionID, len(r.MonitoredItemIDs), 4)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
-	}
-	sub := sess.subs[r.SubscriptionID]
-	switch {
-	case sub == nil:
-		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
-	case len(r.MonitoredItemIDs) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case c.tooManyOps(len(r.MonitoredItemIDs), 4):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	results := make([]ua.StatusCode, len(r.MonitoredItemIDs))
 	removed := false
