@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -28,9 +29,14 @@ type benchConfig struct {
 	// childProfile, if set, is where the relay process of relay-throughput
 	// writes a heap profile.
 	childProfile string
-	log          zerolog.Logger
-	progress     io.Writer
+	// childMemLimit, if set, is the GOMEMLIMIT of those processes.
+	childMemLimit string
+	log           zerolog.Logger
+	progress      io.Writer
 }
+
+// memLimitForm is what the Go runtime accepts in GOMEMLIMIT.
+var memLimitForm = regexp.MustCompile(`^(off|[0-9]+(B|KiB|MiB|GiB|TiB)?)$`)
 
 // scenario is one named benchmark.
 type scenario struct {
@@ -144,7 +150,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
 	fs.DurationVar(&cfg.storm, "storm", 110*time.Second, "how long the storm scenario's source does not answer")
-	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile file for the relay process of relay-throughput")
+	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile of the relay process in relay-throughput's last flat-out run")
+	fs.StringVar(&cfg.childMemLimit, "relay-memlimit", "", "GOMEMLIMIT of the publishing processes of relay-throughput, e.g. 40MiB (default: inherited)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	fs.Usage = func() {
@@ -159,12 +166,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *list {
-		for _, s := range scenarios() {
-			fmt.Fprintf(stdout, "%-22s %s\n", s.name, s.desc)
-		}
-		return nil
-	}
 	if cfg.runs < 1 || cfg.runs > 1000 {
 		return fmt.Errorf("--runs: %d is out of range (valid 1-1000)", cfg.runs)
 	}
@@ -176,6 +177,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.rate < 100*time.Microsecond || cfg.rate > time.Second {
 		return fmt.Errorf("--period: %v is out of range (valid 100µs-1s)", cfg.rate)
+	}
+	if cfg.childMemLimit != "" && !memLimitForm.MatchString(cfg.childMemLimit) {
+		return fmt.Errorf("--relay-memlimit: %q is not a GOMEMLIMIT (valid: a byte count with an optional B, KiB, MiB, GiB or TiB suffix, or off)", cfg.childMemLimit)
+	}
+	if *list {
+		for _, s := range scenarios() {
+			fmt.Fprintf(stdout, "%-22s %s\n", s.name, s.desc)
+		}
+		return nil
 	}
 	cfg.log = zerolog.Nop()
 	if *verbose {

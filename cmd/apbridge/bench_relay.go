@@ -71,13 +71,18 @@ type childRun struct {
 	lat      []float64
 }
 
-func runChild(ctx context.Context, cl *testcluster.NATSCluster, c *counter, args ...string) (childRun, error) {
+// runChild runs one relay-child process; memLimit, if set, is its
+// GOMEMLIMIT.
+func runChild(ctx context.Context, cl *testcluster.NATSCluster, c *counter, memLimit string, args ...string) (childRun, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return childRun{}, err
 	}
 	all := append([]string{"relay-child", "--nats", strings.Join(cl.URLs(), ",")}, args...)
 	cmd := exec.CommandContext(ctx, exe, all...)
+	if memLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+memLimit)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return childRun{}, err
@@ -159,27 +164,32 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	window := 10 * time.Second
 	var plainRates, relayRates []float64
 	var steady childRun
+	var flatRSS, flatHeap float64
 	for run := 1; run <= cfg.runs; run++ {
-		p, err := runChild(ctx, cl, &c, "--plain", "--tags", strconv.Itoa(tags), "--duration", window.String())
+		p, err := runChild(ctx, cl, &c, cfg.childMemLimit, "--plain", "--tags", strconv.Itoa(tags), "--duration", window.String())
 		if err != nil {
 			return nil, err
 		}
-		r, err := runChild(ctx, cl, &c, "--tags", strconv.Itoa(tags), "--duration", window.String())
+		flatArgs := []string{"--tags", strconv.Itoa(tags), "--duration", window.String()}
+		if cfg.childProfile != "" && run == cfg.runs {
+			// Flat out is where the relay's memory peaks.
+			flatArgs = append(flatArgs, "--profile", cfg.childProfile)
+		}
+		r, err := runChild(ctx, cl, &c, cfg.childMemLimit, flatArgs...)
 		if err != nil {
 			return nil, err
 		}
+		flatRSS = max(flatRSS, float64(r.maxRSS)/(1<<20))
+		flatHeap = max(flatHeap, r.peakHeap)
 		pr := float64(p.received) / p.elapsed.Seconds()
 		rr := float64(r.received) / r.elapsed.Seconds()
 		plainRates = append(plainRates, pr)
 		relayRates = append(relayRates, rr)
-		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); relay CPU %.0f%%, peak RSS %.1f MiB\n",
-			run, rr, pr, rr/pr, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20))
+		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); relay CPU %.0f%%, peak RSS %.1f MiB (heap in use %.1f, Go runtime %.1f)\n",
+			run, rr, pr, rr/pr, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20), r.peakHeap, r.peakSys)
 	}
 	steadyArgs := []string{"--tags", strconv.Itoa(tags), "--period", "200ms", "--duration", window.String()}
-	if cfg.childProfile != "" {
-		steadyArgs = append(steadyArgs, "--profile", cfg.childProfile)
-	}
-	steady, err = runChild(ctx, cl, &c, steadyArgs...)
+	steady, err = runChild(ctx, cl, &c, cfg.childMemLimit, steadyArgs...)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +210,14 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	res.set("relay_rss_mib", round3(float64(steady.maxRSS)/(1<<20)))
 	res.set("relay_peak_heap_mib", round3(steady.peakHeap))
 	res.set("relay_go_sys_mib", round3(steady.peakSys))
+	// Flat out, the heap is mostly garbage awaiting the next GC: its size
+	// follows GOGC and GOMEMLIMIT (passed on to the relay process), not a
+	// queue.
+	res.set("relay_flat_out_rss_mib", round3(flatRSS))
+	res.set("relay_flat_out_heap_mib", round3(flatHeap))
+	if cfg.childMemLimit != "" {
+		res.set("relay_gomemlimit", cfg.childMemLimit)
+	}
 	return res, nil
 }
 

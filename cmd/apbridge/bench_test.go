@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+)
+
+// Bad bench flags are refused before anything starts, with the flag and
+// what it accepts.
+func TestBenchFlagErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--runs", "0"}, "--runs: 0 is out of range (valid 1-1000)"},
+		{[]string{"--rtt", "-1ms"}, "--rtt: -1ms is out of range (valid 0-10s)"},
+		{[]string{"--grace", "10ms"}, "--grace: 10ms is out of range (valid 100ms-5m)"},
+		{[]string{"--period", "2s"}, "--period: 2s is out of range"},
+		{[]string{"--relay-memlimit", "40M"}, `--relay-memlimit: "40M" is not a GOMEMLIMIT`},
+		{[]string{"ldm-swich"}, `unknown scenario "ldm-swich" (valid: ldm-none,`},
+	}
+	for _, c := range cases {
+		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want %q", c.args, err, c.want)
+		}
+	}
+	// The control: a valid memory limit passes validation (-list then exits
+	// before any scenario runs).
+	if err := runBench(context.Background(), []string{"--relay-memlimit", "40MiB", "-list"}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("valid flags refused: %v", err)
+	}
+}
