@@ -172,7 +172,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	}
 	b := &Bridge{
 		conn: conn, sink: coreSink{conn}, cfg: cfg, mapper: m, log: zerolog.Nop(), now: time.Now,
-		bySubject: map[string]*tagState{},
+		bySubject: map[string]*tagState{}, svc: &service{},
 	}
 	for _, o := range opts {
 		o(b)
@@ -265,7 +265,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		}
 	}
 	b.stopEvent = b.conn.OnEvent(b.onConnEvent)
-	if err := b.startService(); err != nil {
+	if err := b.moveService(); err != nil {
 		b.Close()
 		return err
 	}

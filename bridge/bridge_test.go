@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -449,5 +450,50 @@ func TestNoUpdateLostThroughLDM(t *testing.T) {
 	defer mu.Unlock()
 	if gaps != 0 {
 		t.Fatalf("%d sequence gaps or repeats", gaps)
+	}
+}
+
+// TestCloseRacingASwitch: a switch whose event reaches the bridge while it
+// closes must neither race Close nor start the service again on the new
+// active.
+func TestCloseRacingASwitch(t *testing.T) {
+	e := setup(t, bridge.Config{}, tagsN(1, false))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 5 {
+		prefix := fmt.Sprintf("race%d", i)
+		// Handlers run one after another in the order they were added:
+		// this one holds the switch's event back from the bridge's until
+		// Close is called.
+		gate := make(chan struct{})
+		stop := e.conn.OnEvent(func(ev apconn.Event) {
+			if ev.Kind == apconn.EventSwitched {
+				<-gate
+			}
+		})
+		b, err := bridge.New(e.conn, bridge.Config{Instance: prefix, Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		answers := func() bool {
+			_, err := e.nc.Request(prefix+".status", nil, 200*time.Millisecond)
+			return err == nil
+		}
+		// The control: it answers, once its interest has crossed the routes.
+		waitFor(t, "the service to answer", 5*time.Second, answers)
+		waitFor(t, "a passive", 10*time.Second, func() bool { _, ok := e.conn.PassiveServer(); return ok })
+		if err := e.conn.SwitchToPassive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
+		b.Close()
+		stop()
+		// Stopping is not instant either (the unsubscribe crosses the
+		// routes); a service started again after Close would answer for good.
+		waitFor(t, fmt.Sprintf("round %d: the closed bridge's service to stop answering", i), 5*time.Second,
+			func() bool { return !answers() })
 	}
 }

@@ -23,14 +23,15 @@ const Version = "0.1.0"
 // write-back. It lives on the active nats.Conn, so it is moved at every
 // switch: started on the new active before it is stopped on the old one.
 type service struct {
-	mu  sync.Mutex
-	svc micro.Service
-	nc  *nats.Conn
-}
-
-func (b *Bridge) startService() error {
-	b.svc = &service{}
-	return b.moveService()
+	mu      sync.Mutex
+	svc     micro.Service
+	nc      *nats.Conn
+	stopped bool // no service is started again
+	// retiring counts old services answering out their overlap. It is
+	// added to only under mu while not stopped, and waited on after
+	// stopped is set, so a switch racing Close cannot add to it after
+	// the wait began.
+	retiring sync.WaitGroup
 }
 
 func (b *Bridge) moveService() error {
@@ -41,7 +42,7 @@ func (b *Bridge) moveService() error {
 	s := b.svc
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.nc == nc {
+	if s.stopped || s.nc == nc {
 		return nil
 	}
 	svc, err := micro.AddService(nc, micro.Config{
@@ -71,9 +72,9 @@ func (b *Bridge) moveService() error {
 	old := s.svc
 	s.svc, s.nc = svc, nc
 	if old != nil {
-		b.wg.Add(1)
+		s.retiring.Add(1)
 		go func() {
-			defer b.wg.Done()
+			defer s.retiring.Done()
 			t := time.NewTimer(250 * time.Millisecond)
 			defer t.Stop()
 			select {
@@ -86,16 +87,17 @@ func (b *Bridge) moveService() error {
 	return nil
 }
 
+// stopService stops the service for good and waits for the retiring ones.
 func (b *Bridge) stopService() {
-	if b.svc == nil {
-		return
+	s := b.svc
+	s.mu.Lock()
+	s.stopped = true
+	if s.svc != nil {
+		s.svc.Stop()
+		s.svc = nil
 	}
-	b.svc.mu.Lock()
-	defer b.svc.mu.Unlock()
-	if b.svc.svc != nil {
-		b.svc.svc.Stop()
-		b.svc.svc = nil
-	}
+	s.mu.Unlock()
+	s.retiring.Wait()
 }
 
 func marshalJSON(v any) ([]byte, error) {
