@@ -179,8 +179,10 @@ func WithOverlap(overlap, tail time.Duration) Option {
 // no silence at a switch, but a publisher's messages can reach subscribers
 // out of order when the old broker still has a backlog of them as the first
 // ones reach the new broker: a burst published just before the switch. The
-// cutover still waits for the measured difference between the two brokers'
-// one-way latencies, which keeps the order of a steady publisher.
+// cutover still waits until nats.go has written the last publish to the old
+// broker's socket (at most 10 ms), then for the measured difference between
+// the two brokers' one-way latencies plus 1 ms, which keeps the order of a
+// steady publisher unless a broker falls that far behind.
 //
 // By default a switch holds new publishes (Publish still returns at once)
 // until the old active has confirmed every publish sent to it, so that no

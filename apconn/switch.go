@@ -446,13 +446,30 @@ func (c *Conn) proveInterest(ctx context.Context, p, old *member) error {
 // skewCutover holds publishes only for the difference between the two
 // brokers' one-way latencies since the last publish handed to old, so that
 // a steady publisher's next message cannot overtake its last one.
+//
+// The skew counts from when the last publish left for old's broker: nats.go
+// buffers a publish until its flusher goroutine writes it, which a loaded
+// machine can delay past the skew. The margin covers the brokers' own
+// scheduling.
 func (c *Conn) skewCutover(ctx context.Context, old, p *member) {
 	_, _, lastPub := c.pub.hold()
-	skew := (old.rtt.min()-p.rtt.min())/2 + 200*time.Microsecond
-	if wait := time.Until(lastPub.Add(skew)); wait > 0 {
+	left := lastPub
+	for giveUp := time.Now().Add(maxFlushWait); time.Now().Before(giveUp); {
+		if n, err := old.nc.Buffered(); err != nil || n == 0 {
+			break
+		}
+		sleepCtx(ctx, 50*time.Microsecond)
+		left = time.Now()
+	}
+	skew := (old.rtt.min()-p.rtt.min())/2 + time.Millisecond
+	if wait := time.Until(left.Add(skew)); wait > 0 {
 		sleepCtx(ctx, wait)
 	}
 }
+
+// maxFlushWait bounds how long a fast cutover waits for old's write buffer
+// to drain: fast means a bounded hold.
+const maxFlushWait = 10 * time.Millisecond
 
 func (c *Conn) promoteFailed(p *member, subs []*Subscription, err error) {
 	for _, s := range subs {
