@@ -181,8 +181,10 @@ func WithOverlap(overlap, tail time.Duration) Option {
 // ones reach the new broker: a burst published just before the switch. The
 // cutover still waits until nats.go has written the last publish to the old
 // broker's socket (at most 10 ms), then for the measured difference between
-// the two brokers' one-way latencies plus 1 ms, which keeps the order of a
-// steady publisher unless a broker falls that far behind.
+// the two brokers' one-way latencies plus 5 ms, which keeps the order of a
+// steady publisher unless a broker falls that far behind. On a LAN the
+// default ordered cutover is the quicker of the two; this one pays off
+// where the round trip to the old broker is long.
 //
 // By default a switch holds new publishes (Publish still returns at once)
 // until the old active has confirmed every publish sent to it, so that no

@@ -449,8 +449,10 @@ func (c *Conn) proveInterest(ctx context.Context, p, old *member) error {
 //
 // The skew counts from when the last publish left for old's broker: nats.go
 // buffers a publish until its flusher goroutine writes it, which a loaded
-// machine can delay past the skew. The margin covers the brokers' own
-// scheduling.
+// machine can delay past the skew. fastSlack covers the brokers' own
+// scheduling. Waiting for old's PONG instead does not order better: the
+// broker writes the PONG to the client and the message to the route from
+// different goroutines, and under load the PONG can come first.
 func (c *Conn) skewCutover(ctx context.Context, old, p *member) {
 	_, _, lastPub := c.pub.hold()
 	left := lastPub
@@ -461,15 +463,20 @@ func (c *Conn) skewCutover(ctx context.Context, old, p *member) {
 		sleepCtx(ctx, 50*time.Microsecond)
 		left = time.Now()
 	}
-	skew := (old.rtt.min()-p.rtt.min())/2 + time.Millisecond
+	skew := (old.rtt.min()-p.rtt.min())/2 + fastSlack
 	if wait := time.Until(left.Add(skew)); wait > 0 {
 		sleepCtx(ctx, wait)
 	}
 }
 
-// maxFlushWait bounds how long a fast cutover waits for old's write buffer
-// to drain: fast means a bounded hold.
-const maxFlushWait = 10 * time.Millisecond
+const (
+	// maxFlushWait bounds how long a fast cutover waits for old's write
+	// buffer to drain: fast means a bounded hold.
+	maxFlushWait = 10 * time.Millisecond
+	// fastSlack is what a fast cutover allows the brokers beyond the
+	// latency difference, for their own scheduling.
+	fastSlack = 5 * time.Millisecond
+)
 
 func (c *Conn) promoteFailed(p *member, subs []*Subscription, err error) {
 	for _, s := range subs {
