@@ -176,7 +176,8 @@ func WithOverlap(overlap, tail time.Duration) Option {
 
 // WithFastCutover makes a switch move publishing to the new active without
 // waiting for the old one to confirm what it was sent. Subscribers then see
-// no silence at a switch, but a publisher's messages can reach subscribers
+// a few milliseconds of silence at a switch instead of a round trip to the
+// old broker, but a publisher's messages can reach subscribers
 // out of order when the old broker still has a backlog of them as the first
 // ones reach the new broker: a burst published just before the switch. The
 // cutover still waits until nats.go has written the last publish to the old

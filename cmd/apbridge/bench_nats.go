@@ -28,7 +28,7 @@ func natsScenarios() []scenario {
 			func(ctx context.Context, cfg benchConfig) (*result, error) {
 				return benchLDM(ctx, cfg, ldmApConn(ldm.SwitchToPassive), faultActiveLDM)
 			}},
-		{"ldm-switch-fast", "SWITCH_TO_PASSIVE with WithFastCutover: no publish hold at the switch",
+		{"ldm-switch-fast", "SWITCH_TO_PASSIVE with WithFastCutover: a bounded publish hold, not a round trip to the old broker",
 			func(ctx context.Context, cfg benchConfig) (*result, error) {
 				return benchLDM(ctx, cfg, ldmApConn(ldm.SwitchToPassive, apconn.WithFastCutover()), faultActiveLDM)
 			}},

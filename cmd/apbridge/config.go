@@ -60,8 +60,9 @@ type NATSConfig struct {
 	Password         string    `yaml:"password"`
 	Token            string    `yaml:"token"`
 	TLS              *TLSFiles `yaml:"tls"`
-	// FastCutover trades strict per-publisher order at a switch for no
-	// silence at all (see docs/apconn.md).
+	// FastCutover trades strict per-publisher order at a switch for a
+	// bounded hold instead of a round trip to the old broker; it pays off
+	// across long links (see docs/apconn.md).
 	FastCutover bool `yaml:"fastCutover"`
 }
 
