@@ -267,7 +267,13 @@ func (s *testSub) next(handle uint32, timeout time.Duration) notification {
 	s.t.Helper()
 	n, ok := s.tryNext(handle, timeout)
 	if !ok {
-		s.t.Fatalf("no notification for handle %d within %v", handle, timeout)
+		// What gopcua's publish loop reported says whether the server or
+		// the client stopped.
+		var errs []error
+		for len(s.errs) > 0 {
+			errs = append(errs, <-s.errs)
+		}
+		s.t.Fatalf("no notification for handle %d within %v (subscription errors: %v)", handle, timeout, errs)
 	}
 	return n
 }
