@@ -312,10 +312,18 @@ func TestJetStreamBackpressure(t *testing.T) {
 		}
 	}
 	waitFor(t, "the window full", 10*time.Second, func() bool { return r.sink.Stats().WindowFull })
-	produced := src.Produced()
 	waitFor(t, "not ready", 10*time.Second, func() bool { ready, _ := r.sink.Ready(); return !ready })
-	// The source is held: it produces nothing more while the window is
-	// full (its emitter is blocked in Publish).
+	// Acks for what reached the quorum before the kills can still free a
+	// few slots just after the window first fills; once the source is
+	// blocked in Publish it stays held. It produced 10 updates every 5 ms
+	// before (the "traffic" wait above), so a source that was not held
+	// would produce hundreds in this observation window.
+	waitFor(t, "the source blocked", 10*time.Second, func() bool {
+		st := r.sink.Stats()
+		return st.WindowFull && st.Blocked > 0
+	})
+	produced := src.Produced()
+	<-time.After(500 * time.Millisecond) // observing that nothing happens
 	if p := src.Produced(); p != produced {
 		t.Fatalf("the source went on producing: %d after %d", p, produced)
 	}
