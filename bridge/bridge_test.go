@@ -61,6 +61,25 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 	return &env{cl: cl, conn: conn, nc: nc, src: src, b: b}
 }
 
+// singleNodeConn is an ApConnection on a one-node cluster, for tests that
+// need a broker but no switch.
+func singleNodeConn(t *testing.T) *apconn.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
 func tagsN(n int, writable bool) []bridge.TagConfig {
 	out := make([]bridge.TagConfig, n)
 	for i := range out {
@@ -277,16 +296,7 @@ func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
 		InFlightCeiling: 300 * time.Millisecond, Jitter: 0}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	conn, err := apconn.Connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := singleNodeConn(t)
 	src := testcluster.NewSimSource("slow")
 	src.HangSubscribes(true)
 	b, err := bridge.New(conn, bridge.Config{Guard: guard})
@@ -348,18 +358,7 @@ func TestBadTagsRetriedWithBackoff(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	conn, err := apconn.Connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := singleNodeConn(t)
 	if _, err := bridge.New(conn, bridge.Config{Subject: "a.*.{tag}"}); err == nil {
 		t.Error("wildcard template accepted")
 	}

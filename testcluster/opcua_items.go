@@ -61,22 +61,32 @@ func parseFilter(eo *ua.ExtensionObject, attr ua.AttributeID) (ua.DataChangeTrig
 	return f.Trigger, ua.StatusOK
 }
 
-// itemsOpLocked makes the checks every monitored-item service starts with:
-// a live session, a known subscription, a batch of n operations that is
-// neither empty nor over the per-operation limit.
-func (e *uaEngine) itemsOpLocked(c *uaConn, h *ua.RequestHeader, subID uint32, n, perOp int) (*uaSub, ua.StatusCode) {
+// batchLocked makes the checks every batch service starts with: a live
+// session and a batch of n operations that is neither empty nor over the
+// per-operation limit.
+func (e *uaEngine) batchLocked(c *uaConn, h *ua.RequestHeader, n, perOp int) (*uaSession, ua.StatusCode) {
 	sess, code := e.sessionLocked(h)
-	if code != ua.StatusOK {
-		return nil, code
-	}
-	sub := sess.subs[subID]
 	switch {
-	case sub == nil:
-		return nil, ua.StatusBadSubscriptionIDInvalid
+	case code != ua.StatusOK:
+		return nil, code
 	case n == 0:
 		return nil, ua.StatusBadNothingToDo
 	case c.tooManyOps(n, perOp):
 		return nil, ua.StatusBadTooManyOperations
+	}
+	return sess, ua.StatusOK
+}
+
+// itemsOpLocked is batchLocked for the monitored-item services, which also
+// name a subscription.
+func (e *uaEngine) itemsOpLocked(c *uaConn, h *ua.RequestHeader, subID uint32, n, perOp int) (*uaSub, ua.StatusCode) {
+	sess, code := e.batchLocked(c, h, n, perOp)
+	if code != ua.StatusOK {
+		return nil, code
+	}
+	sub := sess.subs[subID]
+	if sub == nil {
+		return nil, ua.StatusBadSubscriptionIDInvalid
 	}
 	return sub, ua.StatusOK
 }

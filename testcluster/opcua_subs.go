@@ -246,14 +246,9 @@ func (e *uaEngine) modifySubscription(r *ua.ModifySubscriptionRequest) ua.Respon
 func (e *uaEngine) setPublishingMode(c *uaConn, r *ua.SetPublishingModeRequest) ua.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
-	switch {
-	case code != ua.StatusOK:
+	sess, code := e.batchLocked(c, r.RequestHeader, len(r.SubscriptionIDs), 4)
+	if code != ua.StatusOK {
 		return serviceFault(r, code)
-	case len(r.SubscriptionIDs) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo)
-	case c.tooManyOps(len(r.SubscriptionIDs), 4):
-		return serviceFault(r, ua.StatusBadTooManyOperations)
 	}
 	results := make([]ua.StatusCode, len(r.SubscriptionIDs))
 	for i, id := range r.SubscriptionIDs {
@@ -280,14 +275,9 @@ func (e *uaEngine) deleteSubscriptions(c *uaConn, r *ua.DeleteSubscriptionsReque
 func (e *uaEngine) deleteSubs(c *uaConn, r *ua.DeleteSubscriptionsRequest) (ua.Response, []*pubReq) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
-	switch {
-	case code != ua.StatusOK:
+	sess, code := e.batchLocked(c, r.RequestHeader, len(r.SubscriptionIDs), 4)
+	if code != ua.StatusOK {
 		return serviceFault(r, code), nil
-	case len(r.SubscriptionIDs) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo), nil
-	case c.tooManyOps(len(r.SubscriptionIDs), 4):
-		return serviceFault(r, ua.StatusBadTooManyOperations), nil
 	}
 	results := make([]ua.StatusCode, len(r.SubscriptionIDs))
 	for i, id := range r.SubscriptionIDs {
@@ -353,14 +343,9 @@ func (e *uaEngine) transferSubscriptions(c *uaConn, r *ua.TransferSubscriptionsR
 func (e *uaEngine) transfer(c *uaConn, r *ua.TransferSubscriptionsRequest) (ua.Response, []pubOut) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sess, code := e.sessionLocked(r.RequestHeader)
-	switch {
-	case code != ua.StatusOK:
+	sess, code := e.batchLocked(c, r.RequestHeader, len(r.SubscriptionIDs), 16)
+	if code != ua.StatusOK {
 		return serviceFault(r, code), nil
-	case len(r.SubscriptionIDs) == 0:
-		return serviceFault(r, ua.StatusBadNothingToDo), nil
-	case c.tooManyOps(len(r.SubscriptionIDs), 16):
-		return serviceFault(r, ua.StatusBadTooManyOperations), nil
 	}
 	now := time.Now()
 	var out []pubOut
