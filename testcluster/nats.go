@@ -145,11 +145,11 @@ func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
 	for i := range cfg.nodes {
 		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
 		var err error
-		if n.clientPort, err = freePort(); err != nil {
+		if n.clientPort, err = stablePort(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if n.clusterPort, err = freePort(); err != nil {
+		if n.clusterPort, err = stablePort(); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -165,7 +165,7 @@ func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
 		c.nodes = append(c.nodes, n)
 	}
 	for _, n := range c.nodes {
-		if err := n.start(); err != nil {
+		if err := n.start(ctx); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -177,15 +177,6 @@ func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("testcluster: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (n *Node) options() (*server.Options, error) {
@@ -234,31 +225,42 @@ func (n *Node) options() (*server.Options, error) {
 	return o, nil
 }
 
-func (n *Node) start() error {
+func (n *Node) start(ctx context.Context) error {
 	o, err := n.options()
 	if err != nil {
 		return err
 	}
 	var srv *server.Server
-	// A freed port can be taken by someone else before we bind it again;
-	// retry a few times so a restart is not flaky for that reason.
-	for attempt := 0; ; attempt++ {
-		srv, err = server.NewServer(o)
-		if err != nil {
-			return fmt.Errorf("testcluster: node %s: %w", n.name, err)
+	// A freed port can be taken by someone else before we bind it again.
+	// The ports come from outside the ephemeral range, so only an explicit
+	// bind can take them; wait a while for it to let go, and say which
+	// port is taken if it does not.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := portsFree(n.clientPort, n.clusterPort)
+		if err == nil {
+			srv, err = server.NewServer(o)
+			if err != nil {
+				return fmt.Errorf("testcluster: node %s: %w", n.name, err)
+			}
+			if n.c.cfg.logger.GetLevel() != zerolog.Disabled {
+				srv.SetLoggerV2(&serverLogger{l: n.c.cfg.logger.With().Str("node", n.name).Logger()}, false, false, false)
+			}
+			srv.Start()
+			if srv.ReadyForConnections(5 * time.Second) {
+				break
+			}
+			srv.Shutdown()
+			err = fmt.Errorf("not ready for connections")
 		}
-		if n.c.cfg.logger.GetLevel() != zerolog.Disabled {
-			srv.SetLoggerV2(&serverLogger{l: n.c.cfg.logger.With().Str("node", n.name).Logger()}, false, false, false)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
+				n.name, n.clientPort, n.clusterPort, err)
 		}
-		srv.Start()
-		if srv.ReadyForConnections(10 * time.Second) {
-			break
+		if cerr := sleepCtx(ctx, 100*time.Millisecond); cerr != nil {
+			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
+				n.name, n.clientPort, n.clusterPort, errors.Join(cerr, err))
 		}
-		srv.Shutdown()
-		if attempt == 4 {
-			return fmt.Errorf("testcluster: node %s did not start on port %d", n.name, n.clientPort)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 	n.mu.Lock()
 	n.srv = srv
@@ -567,7 +569,7 @@ func (n *Node) Restart(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	if err := n.start(); err != nil {
+	if err := n.start(ctx); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, n.c.cfg.readyWait)

@@ -2,6 +2,10 @@ package testcluster
 
 import (
 	"context"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -215,4 +219,60 @@ func TestJetStreamReady(t *testing.T) {
 	if len(m.Data) == 0 {
 		t.Fatal("empty JetStream info")
 	}
+}
+
+// A port freed by a kill must not be handed out as the source port of some
+// other outgoing connection, or the restart cannot bind it (CI saw one held
+// for 50 s): stable ports come from below the ephemeral range.
+func TestRestartablePortsAreOutsideTheEphemeralRange(t *testing.T) {
+	_, ephemeralLow, ok := stablePortRange()
+	if !ok {
+		t.Skip("the ephemeral range leaves no room below it")
+	}
+	c := startCluster(t, WithNodes(2))
+	p := startPair(t)
+	ports := []int{c.Node(0).clientPort, c.Node(0).clusterPort, c.Node(1).clientPort, c.Node(1).clusterPort}
+	for _, s := range []*OPCUAServer{p.A(), p.B()} {
+		u, err := url.Parse(s.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := strconv.Atoi(u.Port())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, port)
+	}
+	for _, port := range ports {
+		if port < stablePortFloor || port >= ephemeralLow {
+			t.Errorf("port %d is outside %d-%d", port, stablePortFloor, ephemeralLow-1)
+		}
+	}
+}
+
+func TestRestartSaysWhichPortIsTaken(t *testing.T) {
+	c := startCluster(t, WithNodes(2))
+	n := c.Node(0)
+	n.Kill()
+	squatter, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = n.Restart(ctx)
+	squatter.Close()
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(n.clientPort)) {
+		t.Fatalf("restart with its port taken: %v", err)
+	}
+	if n.Running() {
+		t.Fatal("node running on a port someone else holds")
+	}
+	// Once the port is free again the same node comes back on it.
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connect(t, c, n.URL())
 }

@@ -187,11 +187,14 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 		return nil, fmt.Errorf("testcluster: opcua %s listen: %w", name, err)
 	}
 	s.ln = ln
-	px, err := NewFaultProxy(ln.Addr().String())
+	// The endpoint must survive Kill and Restart: its port comes from
+	// outside the ephemeral range (see listenStable).
+	pln, err := listenStable()
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
+	px := newFaultProxy(pln, ln.Addr().String())
 	px.SetDelay(p.cfg.delay)
 	s.delay = p.cfg.delay
 	s.proxy, s.addr = px, px.Addr()

@@ -51,10 +51,15 @@ func NewFaultProxyOn(listen, target string) (*FaultProxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testcluster: proxy listen %s: %w", listen, err)
 	}
+	return newFaultProxy(ln, target), nil
+}
+
+// newFaultProxy serves on ln, which it owns from now on.
+func newFaultProxy(ln net.Listener, target string) *FaultProxy {
 	p := &FaultProxy{target: target, ln: ln, conns: make(map[*proxiedConn]struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
-	return p, nil
+	return p
 }
 
 // Addr returns the proxy's listen address (host:port).
