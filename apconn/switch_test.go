@@ -490,6 +490,56 @@ func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testc
 	return nil
 }
 
+// TestFastCutoverWaitsOutTheSlowerLink gives the active a 30 ms round trip
+// and the passive none. Publishes written to the active just before a fast
+// cutover are still 15 ms from its broker when the passive takes over, so
+// unless the cutover waits out the difference a subscriber on a third broker
+// sees the passive's first messages before the active's last ones.
+func TestFastCutoverWaitsOutTheSlowerLink(t *testing.T) {
+	cl := startCluster(t, testcluster.WithClientRTT(30*time.Millisecond))
+	ev := newEvents()
+	c := connect(t, cl, ev, apconn.WithFastCutover(), apconn.WithLiveness(20*time.Millisecond, time.Second))
+	p := passiveNode(t, cl, c)
+	p.Proxy().SetDelay(0)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Second)
+	for apconn.PassiveRTT(c) > 5*time.Millisecond {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("passive round trip still %v", apconn.PassiveRTT(c))
+		}
+	}
+	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ext.Close()
+	outer := testcluster.NewTraffic(c, "order.skew", time.Millisecond)
+	ext.Subscribe("order.skew", func(m *nats.Msg) { outer.Observe(m.Data) })
+	ext.Flush()
+	tr := traffic(t, c, "order.skew")
+	first := tr.Sent() + 1
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ev.reset()
+	if err := c.SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := c.ActiveServer(); s.ID != p.ServerID() {
+		t.Fatalf("switched to %s", s.Name)
+	}
+	rep := settle(t, tr)
+	outer.WaitReceived(ctx, rep.Sent-first+1)
+	if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Duplicated != 0 {
+		t.Fatalf("subscriber on the connection: %+v", rep)
+	}
+	if r := outer.ReportUpTo(rep.Sent); r.OutOfOrder != 0 || r.Duplicated != 0 {
+		t.Fatalf("subscriber outside: %+v", r)
+	}
+}
+
 // switchTimes switches to the passive n times, waiting each time for a new
 // passive.
 func switchTimes(t *testing.T, ctx context.Context, c *apconn.Conn, ev *events, n int) {
