@@ -496,11 +496,11 @@ func TestOPCUAStandbyServesBadOutOfService(t *testing.T) {
 	b := dial(t, p.B().Endpoint())
 	sub := b.subscribe(50 * time.Millisecond)
 	h := sub.monitor(1, counter)[0]
-	if n := sub.next(h, 2*time.Second); n.dv.Status != ua.StatusOK {
+	if n := sub.next(h, 5*time.Second); n.dv.Status != ua.StatusOK {
 		t.Fatalf("B at %d: status %v", p.B().Level(), n.dv.Status)
 	}
 	p.B().Demote()
-	n := sub.next(h, 2*time.Second)
+	n := sub.next(h, 5*time.Second)
 	if n.dv.Status != ua.StatusBadOutOfService {
 		t.Fatalf("B at 90: status %v, want Bad_OutOfService", n.dv.Status)
 	}
@@ -519,7 +519,7 @@ func TestOPCUAStandbyServesBadOutOfService(t *testing.T) {
 		t.Fatalf("read on B at 199: %v", dv.Status)
 	}
 	p.B().SetLevel(200)
-	if n := sub.next(h, 2*time.Second); n.dv.Status != ua.StatusOK {
+	if n := sub.next(h, 5*time.Second); n.dv.Status != ua.StatusOK {
 		t.Fatalf("B back at 200: status %v", n.dv.Status)
 	}
 	// ServiceLevel itself is always Good.
