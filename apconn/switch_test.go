@@ -490,6 +490,37 @@ func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testc
 	return nil
 }
 
+// outsideObserver subscribes to subj on the broker that is neither active
+// nor passive, bypassing any proxy, and observes what arrives there.
+func outsideObserver(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn, subj string) *testcluster.Traffic {
+	t.Helper()
+	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ext.Close)
+	outer := testcluster.NewTraffic(c, subj, time.Millisecond)
+	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { outer.Observe(m.Data) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ext.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return outer
+}
+
+// checkOutside fails the test unless outer saw messages first..sent once
+// each and in order.
+func checkOutside(t *testing.T, ctx context.Context, outer *testcluster.Traffic, first, sent uint64) {
+	t.Helper()
+	if err := outer.WaitReceived(ctx, sent-first+1); err != nil {
+		t.Fatal(err)
+	}
+	if r := outer.ReportUpTo(sent); r.OutOfOrder != 0 || r.Duplicated != 0 {
+		t.Fatalf("subscriber outside: %+v", r)
+	}
+}
+
 // TestFastCutoverWaitsOutTheSlowerLink gives the active a 30 ms round trip
 // and the passive none. Publishes written to the active just before a fast
 // cutover are still 15 ms from its broker when the passive takes over, so
@@ -511,14 +542,7 @@ func TestFastCutoverWaitsOutTheSlowerLink(t *testing.T) {
 			t.Fatalf("passive round trip still %v", apconn.PassiveRTT(c))
 		}
 	}
-	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ext.Close()
-	outer := testcluster.NewTraffic(c, "order.skew", time.Millisecond)
-	ext.Subscribe("order.skew", func(m *nats.Msg) { outer.Observe(m.Data) })
-	ext.Flush()
+	outer := outsideObserver(t, cl, c, "order.skew")
 	tr := traffic(t, c, "order.skew")
 	first := tr.Sent() + 1
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -531,13 +555,10 @@ func TestFastCutoverWaitsOutTheSlowerLink(t *testing.T) {
 		t.Fatalf("switched to %s", s.Name)
 	}
 	rep := settle(t, tr)
-	outer.WaitReceived(ctx, rep.Sent-first+1)
 	if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Duplicated != 0 {
 		t.Fatalf("subscriber on the connection: %+v", rep)
 	}
-	if r := outer.ReportUpTo(rep.Sent); r.OutOfOrder != 0 || r.Duplicated != 0 {
-		t.Fatalf("subscriber outside: %+v", r)
-	}
+	checkOutside(t, ctx, outer, first, rep.Sent)
 }
 
 // switchTimes switches to the passive n times, waiting each time for a new
@@ -567,21 +588,12 @@ func TestOrderKeptAcrossSwitches(t *testing.T) {
 	cl := startCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
 	ev := newEvents()
 	c := connect(t, cl, ev)
-	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ext.Close()
 	const subj = "order.burst"
+	outer := outsideObserver(t, cl, c, subj)
 	inner := testcluster.NewTraffic(c, subj, time.Millisecond)
-	outer := testcluster.NewTraffic(c, subj, time.Millisecond)
 	if _, err := c.Subscribe(subj, func(m *nats.Msg) { inner.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { outer.Observe(m.Data) }); err != nil {
-		t.Fatal(err)
-	}
-	ext.Flush()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c.Flush(ctx)
@@ -636,15 +648,8 @@ func TestFastCutoverKeepsSteadyOrder(t *testing.T) {
 	cl := startCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithFastCutover())
-	ext, err := nats.Connect(thirdNode(t, cl, c).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ext.Close()
+	outer := outsideObserver(t, cl, c, "order.steady")
 	tr := traffic(t, c, "order.steady")
-	outer := testcluster.NewTraffic(c, "order.steady", time.Millisecond)
-	ext.Subscribe("order.steady", func(m *nats.Msg) { outer.Observe(m.Data) })
-	ext.Flush()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	first := tr.Sent() + 1
@@ -653,8 +658,5 @@ func TestFastCutoverKeepsSteadyOrder(t *testing.T) {
 	if rep.Lost != 0 || rep.OutOfOrder != 0 || rep.Duplicated != 0 {
 		t.Fatalf("subscriber on the connection: %+v", rep)
 	}
-	outer.WaitReceived(ctx, rep.Sent-first+1)
-	if r := outer.ReportUpTo(rep.Sent); r.OutOfOrder != 0 || r.Duplicated != 0 {
-		t.Fatalf("subscriber outside: %+v", r)
-	}
+	checkOutside(t, ctx, outer, first, rep.Sent)
 }
