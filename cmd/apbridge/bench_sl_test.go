@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster"
 )
 
 // Every sl-* scenario runs once through the bench's own command line and
@@ -80,4 +83,53 @@ func TestSLScenariosRun(t *testing.T) {
 	if m := got["sl-blip"]; m != nil && m["recover_ms_p50"] == nil {
 		t.Errorf("sl-blip: no recovery time")
 	}
+}
+
+// The seed baseline's new session starts each item with the server's
+// current value, which can be the tick the old session delivered last: a
+// snapshot, not a duplicate. Here values never move and a reset link makes
+// the client open a new session on the same server, so every counter
+// repeats with the same status; a client that counted that would fail.
+func TestSeedBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(slTags), testcluster.WithTagInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := resetSL(ctx, p, [2]byte{250, 240}); err != nil {
+		t.Fatal(err)
+	}
+	rec := newSLRecorder(p.Tags())
+	stop, err := seedSubject(ctx, p, benchConfig{}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	counters := len(rec.counters)
+	waitCounterValues := func(n int) {
+		t.Helper()
+		for {
+			rec.mu.Lock()
+			got, dup := rec.counterValues[servicelevel.Primary], rec.dup
+			rec.mu.Unlock()
+			if dup != 0 {
+				t.Fatalf("%d values of the new session counted as duplicates", dup)
+			}
+			if got >= n {
+				return
+			}
+			select {
+			case <-rec.changed:
+			case <-ctx.Done():
+				t.Fatalf("%d of %d counter values from the primary", got, n)
+			}
+		}
+	}
+	waitCounterValues(counters)
+	if p.A().ResetConns() == 0 {
+		t.Fatal("no connection to reset")
+	}
+	waitCounterValues(2 * counters)
 }
