@@ -84,6 +84,7 @@ type NATSCluster struct {
 	ownDir  bool
 	ca      *CA
 	nodes   []*Node
+	ports   portBlocks // the nodes' ports, theirs until Close
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -145,11 +146,11 @@ func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
 	for i := range cfg.nodes {
 		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
 		var err error
-		if n.clientPort, err = stablePort(); err != nil {
+		if n.clientPort, err = c.ports.port(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if n.clusterPort, err = stablePort(); err != nil {
+		if n.clusterPort, err = c.ports.port(); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -231,10 +232,9 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	var srv *server.Server
-	// A freed port can be taken by someone else before we bind it again.
-	// The ports come from outside the ephemeral range, so only an explicit
-	// bind can take them; wait a while for it to let go, and say which
-	// port is taken if it does not.
+	// The ports come from the cluster's own blocks (see portBlocks), so
+	// only a program that binds them explicitly can hold them; wait a while
+	// for it to let go, and say which port is taken if it does not.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		err := portsFree(n.clientPort, n.clusterPort)
@@ -436,6 +436,7 @@ func (c *NATSCluster) Close() {
 			n.proxy.Close()
 		}
 	}
+	c.ports.release()
 	if c.ownDir {
 		os.RemoveAll(c.dir)
 	}

@@ -108,6 +108,7 @@ type OPCUAPair struct {
 	setpoints []Tag
 	byName    map[string]Tag
 	servers   [2]*OPCUAServer
+	ports     portBlocks // the endpoints' ports, theirs until Close
 
 	tick    atomic.Pointer[simTick]
 	setVals []atomic.Pointer[setpointValue]
@@ -348,5 +349,6 @@ func (p *OPCUAPair) Close() {
 			}()
 		}
 		wg.Wait()
+		p.ports.release()
 	})
 }

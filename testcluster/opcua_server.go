@@ -187,9 +187,9 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 		return nil, fmt.Errorf("testcluster: opcua %s listen: %w", name, err)
 	}
 	s.ln = ln
-	// The endpoint must survive Kill and Restart: its port comes from
-	// outside the ephemeral range (see listenStable).
-	pln, err := listenStable()
+	// The endpoint must survive Kill and Restart: its port comes from the
+	// pair's own blocks (see portBlocks).
+	pln, err := p.ports.listen()
 	if err != nil {
 		ln.Close()
 		return nil, err

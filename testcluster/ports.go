@@ -6,18 +6,31 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Listeners that must come back on the same port after a kill (NATS client
-// and cluster ports, the OPC UA servers' endpoints) take their port from
-// below the kernel's ephemeral range. A port from that range, freed by a
-// kill, can be handed to any outgoing connection on the machine as its
-// source port and stays taken for as long as that connection lives: CI saw
-// a restart fail for 50 s because of it. Ports below the range are only
-// ever taken by explicit binds.
-const stablePortFloor = 10000
+// and cluster ports, the OPC UA servers' endpoints) get ports from a
+// portBlocks that the cluster or pair owns for its lifetime.
+//
+// Two ways to lose such a port were seen in CI:
+//   - A port from the kernel's ephemeral range, freed by a kill, can become
+//     the source port of any outgoing connection on the machine and stays
+//     taken as long as that connection lives. So ports come from below the
+//     ephemeral range, where only explicit binds land.
+//   - A port picked at random and released until the server binds it (or
+//     while its node is dead) can be picked by another cluster, in this
+//     process or in another test binary running beside it. So each cluster
+//     takes whole blocks of ports, locked with flock on a file per block
+//     under the temp directory: no other cluster picks from a locked block,
+//     and the lock goes when the cluster is closed or its process exits.
+const (
+	stablePortFloor = 10000
+	portBlockSize   = 16
+)
 
 // stablePortRange returns the half-open range [lo, hi) that stable ports
 // are drawn from, or ok false when the ephemeral range leaves no room below
@@ -31,21 +44,37 @@ func stablePortRange() (lo, hi int, ok bool) {
 			}
 		}
 	}
-	if hi-stablePortFloor < 1000 {
+	if hi-stablePortFloor < 64*portBlockSize {
 		return 0, 0, false
 	}
 	return stablePortFloor, hi, true
 }
 
-// listenStable listens on a free loopback port outside the ephemeral range.
-func listenStable() (net.Listener, error) {
+// portBlocks hands out the ports of the blocks it holds, each once.
+type portBlocks struct {
+	mu    sync.Mutex
+	locks []*os.File // one per block held; nil entries where locking is unsupported
+	free  []int      // ports of held blocks not handed out yet
+}
+
+// listen listens on loopback on a port of the blocks, taking another block
+// when those run out. A port some unrelated program has bound is skipped.
+func (b *portBlocks) listen() (net.Listener, error) {
 	lo, hi, ok := stablePortRange()
 	if !ok {
 		return net.Listen("tcp", "127.0.0.1:0")
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var lastErr error
-	for range 100 {
-		port := lo + rand.IntN(hi-lo)
+	for range 8 * portBlockSize {
+		if len(b.free) == 0 {
+			if err := b.takeBlockLocked(lo, hi); err != nil {
+				return nil, err
+			}
+		}
+		port := b.free[0]
+		b.free = b.free[1:]
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err == nil {
 			return l, nil
@@ -55,10 +84,10 @@ func listenStable() (net.Listener, error) {
 	return nil, fmt.Errorf("testcluster: no free port in %d-%d: %w", lo, hi-1, lastErr)
 }
 
-// stablePort returns a free loopback port outside the ephemeral range, for
-// a server that binds it itself.
-func stablePort() (int, error) {
-	l, err := listenStable()
+// port returns a port of the blocks that is free right now, for a server
+// that binds it itself.
+func (b *portBlocks) port() (int, error) {
+	l, err := b.listen()
 	if err != nil {
 		return 0, err
 	}
@@ -66,8 +95,46 @@ func stablePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// portsFree reports the first of ports that cannot be bound on loopback
-// right now, with the reason.
+func (b *portBlocks) takeBlockLocked(lo, hi int) error {
+	dir := filepath.Join(os.TempDir(), "apbridge-testcluster-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return fmt.Errorf("testcluster: port locks: %w", err)
+	}
+	n := (hi - lo) / portBlockSize
+	var lastErr error
+	for range 256 {
+		start := lo + rand.IntN(n)*portBlockSize
+		f, err := lockPortBlock(filepath.Join(dir, strconv.Itoa(start)))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		b.locks = append(b.locks, f)
+		for p := start; p < start+portBlockSize; p++ {
+			b.free = append(b.free, p)
+		}
+		return nil
+	}
+	return fmt.Errorf("testcluster: no unlocked block of %d ports in %d-%d: %w", portBlockSize, lo, hi-1, lastErr)
+}
+
+// release gives the blocks back. The ports must no longer be in use.
+func (b *portBlocks) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.locks {
+		if f != nil {
+			f.Close() // closing the file drops its lock
+		}
+	}
+	b.locks, b.free = nil, nil
+}
+
+// errBlockLocked says another cluster holds the block.
+var errBlockLocked = errors.New("port block held by another cluster")
+
+// portsFree reports the ports that cannot be bound on loopback right now,
+// with the reason.
 func portsFree(ports ...int) error {
 	var errs []error
 	for _, p := range ports {
