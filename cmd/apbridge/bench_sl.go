@@ -195,41 +195,46 @@ func (r *slRecorder) setMark(t time.Time) {
 	r.mu.Unlock()
 }
 
-// waitGood waits for a Good value from ep after the mark, from a snapshot
-// if refresh is set.
-func (r *slRecorder) waitGood(ctx context.Context, ep servicelevel.Endpoint, refresh bool) (time.Time, error) {
+// await waits until done, called with r.mu held, reports true.
+func (r *slRecorder) await(ctx context.Context, done func() bool) error {
 	for {
 		r.mu.Lock()
-		at := r.firstGood[ep]
-		if refresh {
-			at = r.firstRefresh[ep]
-		}
+		ok := done()
 		r.mu.Unlock()
-		if !at.IsZero() {
-			return at, nil
+		if ok {
+			return nil
 		}
 		select {
 		case <-r.changed:
 		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("no Good value from the %s: %w", ep, ctx.Err())
+			return ctx.Err()
 		}
 	}
 }
 
-func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
-	for {
-		r.mu.Lock()
-		at := r.firstSample
-		r.mu.Unlock()
-		if !at.IsZero() {
-			return at, nil
+// waitGood waits for a Good value from ep after the mark, from a snapshot
+// if refresh is set.
+func (r *slRecorder) waitGood(ctx context.Context, ep servicelevel.Endpoint, refresh bool) (time.Time, error) {
+	var at time.Time
+	err := r.await(ctx, func() bool {
+		at = r.firstGood[ep]
+		if refresh {
+			at = r.firstRefresh[ep]
 		}
-		select {
-		case <-r.changed:
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("no ServiceLevel sample: %w", ctx.Err())
-		}
+		return !at.IsZero()
+	})
+	if err != nil {
+		return at, fmt.Errorf("no Good value from the %s: %w", ep, err)
 	}
+	return at, nil
+}
+
+func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
+	var at time.Time
+	if err := r.await(ctx, func() bool { at = r.firstSample; return !at.IsZero() }); err != nil {
+		return at, fmt.Errorf("no ServiceLevel sample: %w", err)
+	}
+	return at, nil
 }
 
 // slSubject is the client under test: a Pair, or the seed's design.

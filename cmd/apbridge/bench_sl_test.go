@@ -110,21 +110,17 @@ func TestSeedBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 	counters := len(rec.counters)
 	waitCounterValues := func(n int) {
 		t.Helper()
-		for {
-			rec.mu.Lock()
-			got, dup := rec.counterValues[servicelevel.Primary], rec.dup
-			rec.mu.Unlock()
-			if dup != 0 {
-				t.Fatalf("%d values of the new session counted as duplicates", dup)
-			}
-			if got >= n {
-				return
-			}
-			select {
-			case <-rec.changed:
-			case <-ctx.Done():
-				t.Fatalf("%d of %d counter values from the primary", got, n)
-			}
+		var got int
+		var dup uint64
+		err := rec.await(ctx, func() bool {
+			got, dup = rec.counterValues[servicelevel.Primary], rec.dup
+			return dup != 0 || got >= n
+		})
+		switch {
+		case dup != 0:
+			t.Fatalf("%d values of the new session counted as duplicates", dup)
+		case err != nil:
+			t.Fatalf("%d of %d counter values from the primary: %v", got, n, err)
 		}
 	}
 	waitCounterValues(counters)
