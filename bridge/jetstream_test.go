@@ -94,6 +94,18 @@ func (r *jsRelay) kill() {
 
 func (r *jsRelay) acked() uint64 { return r.sink.Stats().Acked }
 
+// flushAudit waits for the stream to acknowledge everything the relay
+// published, then audits the stream.
+func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, stream string) testcluster.StreamAudit {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := r.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return audit(t, cl, src, r.b, stream)
+}
+
 // audit reads the stream back and compares it with what src produced.
 func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, b *bridge.Bridge, stream string) testcluster.StreamAudit {
 	t.Helper()
@@ -214,12 +226,7 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 			waitFor(t, "traffic after the fault", 15*time.Second, func() bool { return r.acked() > before+1000 })
 			src.Close()
 			waitFor(t, "the relay handed everything", 15*time.Second, r.view.Idle)
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			if err := r.sink.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			a := audit(t, cl, src, r.b, stream)
+			a := r.flushAudit(t, cl, src, stream)
 			st := r.sink.Stats()
 			t.Logf("%s: %v; sink %+v", c.name, a, st)
 			if !a.OK() || a.Expected == 0 {
@@ -228,6 +235,8 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 			if ready, why := r.sink.Ready(); !ready {
 				t.Logf("not ready after the fault (node %s down): %v", node.Name(), why)
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
 			if err := node.Restart(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -254,12 +263,7 @@ func TestJetStreamHotHot(t *testing.T) {
 	waitFor(t, "traffic after the kill", 10*time.Second, func() bool { return b.acked() > before+1000 })
 	src.Close()
 	waitFor(t, "the relay handed everything", 15*time.Second, b.view.Idle)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := b.sink.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	au := audit(t, cl, src, b.b, "HOTHOT")
+	au := b.flushAudit(t, cl, src, "HOTHOT")
 	sa, sb := a.sink.Stats(), b.sink.Stats()
 	t.Logf("audit %v; relay A %+v; relay B %+v", au, sa, sb)
 	if !au.OK() || au.Expected == 0 {
@@ -345,10 +349,7 @@ func TestJetStreamBackpressure(t *testing.T) {
 	before := r.acked()
 	waitFor(t, "traffic after the quorum is back", 20*time.Second, func() bool { return r.acked() > before+500 })
 	src.Close()
-	if err := r.sink.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	au := audit(t, cl, src, r.b, "BACKPRESSURE")
+	au := r.flushAudit(t, cl, src, "BACKPRESSURE")
 	t.Logf("audit %v; sink %+v", au, r.sink.Stats())
 	if !au.OK() || au.Expected == 0 {
 		t.Fatalf("stream audit: %v", au)
@@ -373,13 +374,8 @@ func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
 	src.ReplayLast("failover")
 	src.Sim().Refresh("failover")
 	src.Sim().EmitAll()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	waitFor(t, "all published", 5*time.Second, func() bool { return r.sink.Stats().Published == 30 })
-	if err := r.sink.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	au := audit(t, cl, src, r.b, "SOURCEFAILOVER")
+	au := r.flushAudit(t, cl, src, "SOURCEFAILOVER")
 	if !au.OK() || au.Expected != 25 || au.Stored != 25 {
 		t.Fatalf("stream audit: %v", au)
 	}
