@@ -29,18 +29,9 @@ type env struct {
 
 func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.NATSOption) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cl, conn := clusterConn(t, clusterOpts...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, clusterOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	conn, err := apconn.Connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
 	nc, err := nats.Connect(cl.Node(len(cl.Nodes()) - 1).URL())
 	if err != nil {
 		t.Fatal(err)
@@ -65,9 +56,17 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 // need a broker but no switch.
 func singleNodeConn(t *testing.T) *apconn.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	_, conn := clusterConn(t, testcluster.WithNodes(1))
+	return conn
+}
+
+// clusterConn starts a cluster and an ApConnection on it, both closed when
+// the test ends.
+func clusterConn(t *testing.T, opts ...testcluster.NATSOption) (*testcluster.NATSCluster, *apconn.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	cl, err := testcluster.StartNATS(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func singleNodeConn(t *testing.T) *apconn.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	return conn
+	return cl, conn
 }
 
 func tagsN(n int, writable bool) []bridge.TagConfig {

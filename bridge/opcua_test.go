@@ -34,19 +34,12 @@ func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.OPCUAOption) *opcuaEnv 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := &opcuaEnv{updates: map[string][]bridge.Update{}}
+	e.cl, e.conn = clusterConn(t)
 	var err error
-	if e.cl, err = testcluster.StartNATS(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.cl.Close)
 	if e.pair, err = testcluster.StartOPCUAPair(ctx, pairOpts...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pair.Close)
-	if e.conn, err = apconn.Connect(ctx, e.cl.URLs()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.conn.Close)
 	if e.nc, err = nats.Connect(e.cl.Node(2).URL()); err != nil {
 		t.Fatal(err)
 	}
