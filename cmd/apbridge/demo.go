@@ -211,6 +211,16 @@ func (d *demo) mark(what string) {
 	d.mu.Unlock()
 }
 
+// recordSwitch prints a switch that happened at at, puts it on the
+// timeline and adds its time from the last fault to times.
+func (d *demo) recordSwitch(at time.Time, line string, times *[]time.Duration) {
+	d.say("  %s", line)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", at.Sub(d.start).Seconds(), line))
+	*times = append(*times, at.Sub(d.lastMarkLocked()))
+}
+
 func (d *demo) lastMark() time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -230,11 +240,7 @@ func (d *demo) natsEvent(e apconn.Event) {
 	}
 	line := fmt.Sprintf("NATS switch %s -> %s, cause %s: %v after the trigger, %v after the fault",
 		e.From.Name, e.To.Name, e.Cause, e.Duration.Round(time.Microsecond), e.At.Sub(d.lastMark()).Round(time.Microsecond))
-	d.say("  %s", line)
-	d.mu.Lock()
-	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", e.At.Sub(d.start).Seconds(), line))
-	d.natsSw = append(d.natsSw, e.At.Sub(d.lastMarkLocked()))
-	d.mu.Unlock()
+	d.recordSwitch(e.At, line, &d.natsSw)
 }
 
 func (d *demo) sourceEvent(m *nats.Msg) {
@@ -248,11 +254,7 @@ func (d *demo) sourceEvent(m *nats.Msg) {
 		return
 	}
 	line := fmt.Sprintf("OPC UA %s: data again %v after the fault", ev.Reason, ev.At.Sub(d.lastMark()).Round(time.Millisecond))
-	d.say("  %s", line)
-	d.mu.Lock()
-	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", ev.At.Sub(d.start).Seconds(), line))
-	d.opcuaSw = append(d.opcuaSw, ev.At.Sub(d.lastMarkLocked()))
-	d.mu.Unlock()
+	d.recordSwitch(ev.At, line, &d.opcuaSw)
 }
 
 func (d *demo) update(m *nats.Msg) {
