@@ -60,15 +60,16 @@ type portBlocks struct {
 // listen listens on loopback on a port of the blocks, taking another block
 // when those run out. A port some unrelated program has bound is skipped.
 func (b *portBlocks) listen() (net.Listener, error) {
-	lo, hi, ok := stablePortRange()
-	if !ok {
-		return net.Listen("tcp", "127.0.0.1:0")
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var lastErr error
 	for range 8 * portBlockSize {
 		if len(b.free) == 0 {
+			// The range is read only when a block is needed.
+			lo, hi, ok := stablePortRange()
+			if !ok {
+				return net.Listen("tcp", "127.0.0.1:0")
+			}
 			if err := b.takeBlockLocked(lo, hi); err != nil {
 				return nil, err
 			}
@@ -81,7 +82,7 @@ func (b *portBlocks) listen() (net.Listener, error) {
 		}
 		lastErr = err
 	}
-	return nil, fmt.Errorf("testcluster: no free port in %d-%d: %w", lo, hi-1, lastErr)
+	return nil, fmt.Errorf("testcluster: no free port in %d blocks of %d: %w", len(b.locks), portBlockSize, lastErr)
 }
 
 // port returns a port of the blocks that is free right now, for a server
