@@ -19,11 +19,11 @@ vet:
 
 ## demo: run the scripted maintenance demo on the embedded cluster.
 demo:
-	$(GO) run ./cmd/apbridge demo
+	$(GO) run ./cmd/apbridge-lab demo
 
 ## bench: run every apbridge bench scenario and the Go benchmarks.
 bench:
-	$(GO) run ./cmd/apbridge bench $(BENCH_ARGS)
+	$(GO) run ./cmd/apbridge-lab bench $(BENCH_ARGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 ## lint: gofmt, vet and staticcheck.
@@ -35,9 +35,11 @@ lint: vet
 fmt:
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')
 
-## build: the relay binary in ./bin (not committed).
+## build: the relay (apbridge) and the lab (apbridge-lab: demo, bench) in
+## ./bin (not committed).
 build:
 	$(GO) build -o bin/apbridge ./cmd/apbridge
+	$(GO) build -o bin/apbridge-lab ./cmd/apbridge-lab
 
 clean:
 	rm -rf bin

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
 
@@ -29,8 +26,11 @@ type Config struct {
 	// Subject is the template of tag subjects (see Mapper). Default
 	// "apbridge.{source}.{tag}".
 	Subject string
-	// Headers puts quality, status, type, times and sequence number in
-	// NATS headers too. Default true; set NoHeaders to leave them out.
+	// NoHeaders leaves the NATS headers out of every update message. By
+	// default each message carries the update's quality, status code,
+	// source and server timestamps and sequence number in headers too
+	// (docs/payload.md lists them), so a consumer can filter without
+	// decoding the JSON body.
 	NoHeaders bool
 	// Guard sets the subscribe-storm guard of every source.
 	Guard GuardConfig
@@ -74,59 +74,42 @@ type TagConfig struct {
 	Writable bool `yaml:"writable,omitempty" json:"writable,omitempty"`
 }
 
-// Sink is where the bridge puts encoded updates. The default publishes on
-// the ApConnection (core NATS); a JetStream sink can store them instead.
-// Publish is called from one goroutine per source, in the order of that
-// source's updates; it may block to apply backpressure toward the source.
-// The message is the sink's from then on: the bridge does not touch it
-// again.
-type Sink interface {
-	Publish(source string, m *nats.Msg, u *Update) error
-	// Flush waits until everything published so far is stored or
-	// confirmed by the broker.
-	Flush(ctx context.Context) error
+// Option configures a Bridge. An option that cannot apply returns an
+// error, which New returns.
+type Option func(*options) error
+
+type options struct {
+	sink Sink
+	log  zerolog.Logger
+	now  func() time.Time
 }
-
-// coreSink publishes on the ApConnection: at most once, with the
-// connection's ledger carrying publishes across its switches.
-type coreSink struct{ conn *apconn.Conn }
-
-func (s coreSink) Publish(_ string, m *nats.Msg, _ *Update) error { return s.conn.PublishOwned(m) }
-func (s coreSink) Flush(ctx context.Context) error                { return s.conn.Flush(ctx) }
-
-// sinkBinder is a sink that needs the bridge's subjects before it takes
-// updates (the JetStream sink sets its stream up and checks that it
-// captures every tag subject and none of the service subjects).
-type sinkBinder interface {
-	bind(ctx context.Context, prefix string, tags map[string][]string) error
-}
-
-// sinkAborter is a sink whose Publish can block (backpressure): abort makes
-// blocked and later calls return at once.
-type sinkAborter interface{ abort() }
-
-// tagSubjects returns every tag subject by source name.
-func (b *Bridge) tagSubjects(sources []*runner) map[string][]string {
-	out := make(map[string][]string, len(sources))
-	for _, r := range sources {
-		for _, ts := range r.tags {
-			out[r.src.Name()] = append(out[r.src.Name()], ts.subject)
-		}
-	}
-	return out
-}
-
-// Option configures a Bridge.
-type Option func(*Bridge)
 
 // WithSink replaces the default core NATS publishing.
-func WithSink(s Sink) Option { return func(b *Bridge) { b.sink = s } }
+func WithSink(s Sink) Option {
+	return func(o *options) error {
+		if s == nil {
+			return errors.New("WithSink: nil sink")
+		}
+		o.sink = s
+		return nil
+	}
+}
 
 // WithLogger logs through l (default: no logging).
-func WithLogger(l zerolog.Logger) Option { return func(b *Bridge) { b.log = l } }
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
 
 // WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option { return func(b *Bridge) { b.now = now } }
+func WithClock(now func() time.Time) Option {
+	return func(o *options) error {
+		if now == nil {
+			return errors.New("WithClock: nil clock")
+		}
+		o.now = now
+		return nil
+	}
+}
 
 // Bridge relays the tags of its sources to NATS over an apconn.Conn.
 type Bridge struct {
@@ -170,15 +153,17 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	b := &Bridge{
-		conn: conn, sink: coreSink{conn}, cfg: cfg, mapper: m, log: zerolog.Nop(), now: time.Now,
+	o := options{sink: coreSink{conn}, log: zerolog.Nop(), now: time.Now}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("bridge: %w", err)
+		}
+	}
+	return &Bridge{
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now,
+		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{},
-	}
-	for _, o := range opts {
-		o(b)
-	}
-	b.log = b.log.With().Str("component", "bridge").Logger()
-	return b, nil
+	}, nil
 }
 
 // tagState is a tag as the bridge tracks it.
@@ -258,8 +243,8 @@ func (b *Bridge) Start(ctx context.Context) error {
 	sources := append([]*runner(nil), b.sources...)
 	b.mu.Unlock()
 
-	if bs, ok := b.sink.(sinkBinder); ok {
-		if err := bs.bind(ctx, b.cfg.Prefix, b.tagSubjects(sources)); err != nil {
+	if bs, ok := b.sink.(Binder); ok {
+		if err := bs.Bind(ctx, b.subjects(sources)); err != nil {
 			b.Close()
 			return err
 		}
@@ -298,9 +283,10 @@ func (b *Bridge) onConnEvent(e apconn.Event) {
 	}
 }
 
-// Close stops the sources first, so nothing more comes in, then waits until
-// everything already received is confirmed by the broker (or ctx ends),
-// then stops the services. The Conn is the caller's to close.
+// Close stops the sources first, so nothing more comes in, then waits up
+// to 10 s until everything already received is confirmed by the broker,
+// then stops the services. Use Shutdown to bound the wait yourself. The
+// Conn is the caller's to close. Close is idempotent.
 func (b *Bridge) Close() error {
 	return b.Shutdown(context.Background())
 }
@@ -318,10 +304,10 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	b.mu.Unlock()
 	// A source blocked in a full sink must not hang the shutdown: the sink
 	// is aborted when ctx ends, or after the 10 s the flush gets too.
-	if a, ok := b.sink.(sinkAborter); ok {
+	if a, ok := b.sink.(Aborter); ok {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		defer context.AfterFunc(actx, a.abort)()
+		defer context.AfterFunc(actx, a.Abort)()
 	}
 	var errs []error
 	for _, r := range sources {
@@ -350,297 +336,6 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// runner drives one source: it is the source's Handler and runs its
-// subscribe guard.
-type runner struct {
-	b        *Bridge
-	src      Source
-	tags     []*tagState
-	byHandle map[uint32]*tagState
-
-	mu         sync.Mutex // guards the tags' mutable fields and the fields below
-	refreshing bool
-	health     Health
-	lastLen    int
-
-	guardMu sync.Mutex // guards guard and cancelReq
-	guard   *Guard
-	events  chan guardEvent
-
-	counters sourceCounters
-}
-
-type sourceCounters struct {
-	updates, published, publishErrors, unsupported atomic.Uint64
-	subscribeRequests, subscribeFailures           atomic.Uint64
-	lostReplies, writes, writeErrors               atomic.Uint64
-	refreshes                                      atomic.Uint64
-}
-
-type guardEventKind int
-
-const (
-	evWant guardEventKind = iota + 1
-	evRestored
-	evReply
-)
-
-type guardEvent struct {
-	kind    guardEventKind
-	id      uint64
-	results map[uint32]error // per tag handle
-	err     error            // the request as a whole
-}
-
-func newRunner(b *Bridge, src Source) *runner {
-	r := &runner{
-		b: b, src: src, byHandle: map[uint32]*tagState{},
-		events: make(chan guardEvent, 16),
-		health: Health{State: StateConnecting, Level: -1},
-	}
-	r.guard = NewGuard(b.cfg.Guard, rand.Float64)
-	return r
-}
-
-// Update implements Handler: one tag changed at the source.
-func (r *runner) Update(handle uint32, u Update) {
-	r.counters.updates.Add(1)
-	r.mu.Lock()
-	ts := r.byHandle[handle]
-	if ts == nil {
-		r.mu.Unlock()
-		return
-	}
-	if _, ok := TypeOf(u.Value); !ok {
-		r.counters.unsupported.Add(1)
-		u = Unsupported(ts.cfg.Name, u.Value, u.SourceTime, u.ServerTime)
-	}
-	ts.seq++
-	u.Tag, u.Seq = ts.cfg.Name, ts.seq
-	ts.last, ts.have = u, true
-	m, err := r.encodeLocked(ts.subject, &u)
-	r.mu.Unlock()
-	// Outside r.mu: a sink may block here (backpressure), and status,
-	// snapshot and write-back must not wait for it. The order of a tag's
-	// updates is kept by the source calling Update one at a time.
-	if err == nil {
-		err = r.b.sink.Publish(r.src.Name(), m, &u)
-	}
-	if err != nil {
-		r.counters.publishErrors.Add(1)
-		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
-		return
-	}
-	r.counters.published.Add(1)
-}
-
-// encodeLocked encodes u as the message for the sink; r.mu is held.
-func (r *runner) encodeLocked(subject string, u *Update) (*nats.Msg, error) {
-	// A fresh buffer per message: the sink keeps the message until the
-	// broker confirms it. Sized from the last one, it rarely grows.
-	data, err := AppendJSON(make([]byte, 0, r.lastLen+32), u)
-	if err != nil {
-		return nil, err
-	}
-	r.lastLen = len(data)
-	m := &nats.Msg{Subject: subject, Data: data}
-	if !r.b.cfg.NoHeaders {
-		m.Header = make(nats.Header, 6)
-		SetHeaders(m.Header, u)
-		if r.refreshing {
-			m.Header[HeaderRefresh] = []string{"true"}
-		}
-	}
-	return m, nil
-}
-
-// RefreshStart implements Handler.
-func (r *runner) RefreshStart(reason string) {
-	r.counters.refreshes.Add(1)
-	r.mu.Lock()
-	r.refreshing = true
-	r.mu.Unlock()
-	r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "refresh-start", "reason": reason})
-}
-
-// RefreshEnd implements Handler.
-func (r *runner) RefreshEnd() {
-	r.mu.Lock()
-	r.refreshing = false
-	r.mu.Unlock()
-	r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "refresh-end"})
-}
-
-// HealthChanged implements Handler.
-func (r *runner) HealthChanged(h Health) {
-	r.mu.Lock()
-	prev := r.health
-	r.health = h
-	r.mu.Unlock()
-	if prev.State != h.State || prev.Endpoint != h.Endpoint {
-		r.b.log.Info().Str("source", r.src.Name()).Str("state", string(h.State)).Str("endpoint", h.Endpoint).
-			Int("level", h.Level).Msg("source health")
-		r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "health", "health": h})
-	}
-}
-
-// Restored implements Handler: the source lost its subscriptions.
-func (r *runner) Restored() {
-	r.mu.Lock()
-	for _, ts := range r.tags {
-		ts.subscribed = false
-	}
-	r.mu.Unlock()
-	r.send(guardEvent{kind: evRestored})
-}
-
-func (r *runner) want() { r.send(guardEvent{kind: evWant}) }
-
-func (r *runner) send(e guardEvent) {
-	select {
-	case r.events <- e:
-	case <-r.b.ctx.Done():
-	}
-}
-
-// guardLoop runs the source's subscribe guard: it decides when a subscribe
-// request goes, runs it on a goroutine of its own and cancels it when it is
-// superseded.
-func (r *runner) guardLoop(ctx context.Context) {
-	defer r.b.wg.Done()
-	var inflight sync.WaitGroup
-	// cancelReq cancels the request in flight: when it is superseded, and
-	// on the way out.
-	cancelReq := func() {}
-	defer func() {
-		cancelReq()
-		inflight.Wait()
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		var d GuardDecision
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-r.events:
-			now := r.b.now()
-			r.guardMu.Lock()
-			switch e.kind {
-			case evWant:
-				d = r.guard.Want(now)
-			case evRestored:
-				d = r.guard.Restored(now)
-			case evReply:
-				ok := r.applyReply(e)
-				d = r.guard.Reply(now, e.id, ok)
-			}
-			r.guardMu.Unlock()
-		case <-timer.C:
-			r.guardMu.Lock()
-			before := r.guard.Stats().LostReplies
-			d = r.guard.Tick(r.b.now())
-			if r.guard.Stats().LostReplies > before {
-				r.counters.lostReplies.Add(1)
-				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.b.cfg.Guard.InFlightCeiling).
-					Msg("subscribe unanswered: presuming the reply lost, sending again")
-			}
-			r.guardMu.Unlock()
-		}
-		if d.Send {
-			cancelReq() // superseded
-			rctx, cancel := context.WithCancel(ctx)
-			cancelReq = cancel
-			inflight.Add(1)
-			go func(id uint64) {
-				defer inflight.Done()
-				r.subscribe(rctx, id, d.Reason)
-			}(d.ReqID)
-		}
-		r.guardMu.Lock()
-		next, ok := r.guard.NextDeadline()
-		r.guardMu.Unlock()
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		if ok {
-			timer.Reset(max(time.Until(next), 0))
-		} else {
-			timer.Reset(time.Hour)
-		}
-	}
-}
-
-// subscribe sends one subscribe request for every tag not yet subscribed.
-func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
-	r.mu.Lock()
-	var tags []Tag
-	for _, ts := range r.tags {
-		if !ts.subscribed {
-			tags = append(tags, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
-		}
-	}
-	r.mu.Unlock()
-	r.counters.subscribeRequests.Add(1)
-	r.b.log.Info().Str("source", r.src.Name()).Int("tags", len(tags)).Str("reason", reason).Uint64("request", id).Msg("subscribing")
-	e := guardEvent{kind: evReply, id: id, results: map[uint32]error{}}
-	if len(tags) > 0 {
-		errs, err := r.src.Subscribe(ctx, tags)
-		e.err = err
-		for i, t := range tags {
-			if err == nil && i < len(errs) {
-				e.results[t.Handle] = errs[i]
-			} else if err == nil {
-				e.results[t.Handle] = errors.New("no result from the source")
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return // superseded or closing: the guard has moved on
-	}
-	r.send(e)
-}
-
-// applyReply records per-tag results and reports whether every tag is now
-// subscribed.
-func (r *runner) applyReply(e guardEvent) bool {
-	if e.err != nil {
-		r.counters.subscribeFailures.Add(1)
-		r.b.log.Warn().Err(e.err).Str("source", r.src.Name()).Msg("subscribe failed")
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	all := true
-	failed := 0
-	for h, err := range e.results {
-		ts := r.byHandle[h]
-		if ts == nil {
-			continue
-		}
-		if err != nil {
-			ts.subErr = err.Error()
-			all = false
-			failed++
-			continue
-		}
-		ts.subscribed, ts.subErr = true, ""
-	}
-	for _, ts := range r.tags {
-		if !ts.subscribed {
-			all = false
-		}
-	}
-	if failed > 0 {
-		r.counters.subscribeFailures.Add(1)
-		r.b.log.Warn().Str("source", r.src.Name()).Int("failed", failed).Msg("some tags could not be subscribed; will retry")
-	}
-	return all
-}
-
 // publishEvent publishes a source event on <prefix>.events.<source>.
 func (b *Bridge) publishEvent(source string, v map[string]any) {
 	v["at"] = b.now().UTC()
@@ -649,71 +344,6 @@ func (b *Bridge) publishEvent(source string, v map[string]any) {
 		return
 	}
 	b.conn.Publish(b.cfg.Prefix+".events."+EscapeToken(source), data)
-}
-
-// SourceStats are the counters of one source.
-type SourceStats struct {
-	Name              string `json:"name"`
-	Health            Health `json:"health"`
-	Tags              int    `json:"tags"`
-	Good              int    `json:"good"`
-	Uncertain         int    `json:"uncertain"`
-	Bad               int    `json:"bad"`
-	NoValue           int    `json:"noValue"`
-	Failed            int    `json:"failed"` // not subscribed: the last attempt failed for it
-	Updates           uint64 `json:"updates"`
-	Published         uint64 `json:"published"`
-	PublishErrors     uint64 `json:"publishErrors"`
-	Unsupported       uint64 `json:"unsupported"`
-	SubscribeRequests uint64 `json:"subscribeRequests"`
-	SubscribeFailures uint64 `json:"subscribeFailures"`
-	LostReplies       uint64 `json:"lostReplies"`
-	SubscribeInFlight bool   `json:"subscribeInFlight"`
-	Writes            uint64 `json:"writes"`
-	WriteErrors       uint64 `json:"writeErrors"`
-	Refreshes         uint64 `json:"refreshes"`
-}
-
-// Stats returns the counters of every source.
-func (b *Bridge) Stats() []SourceStats {
-	b.mu.Lock()
-	sources := append([]*runner(nil), b.sources...)
-	b.mu.Unlock()
-	out := make([]SourceStats, 0, len(sources))
-	for _, r := range sources {
-		s := SourceStats{Name: r.src.Name(), Tags: len(r.tags)}
-		r.mu.Lock()
-		s.Health = r.health
-		for _, ts := range r.tags {
-			switch {
-			case !ts.subscribed && ts.subErr != "":
-				s.Failed++
-			case !ts.have:
-				s.NoValue++
-			default:
-				switch ts.last.Status.Quality() {
-				case QualityGood:
-					s.Good++
-				case QualityUncertain:
-					s.Uncertain++
-				default:
-					s.Bad++
-				}
-			}
-		}
-		r.mu.Unlock()
-		r.guardMu.Lock()
-		s.SubscribeInFlight = r.guard.InFlight()
-		r.guardMu.Unlock()
-		c := &r.counters
-		s.Updates, s.Published, s.PublishErrors = c.updates.Load(), c.published.Load(), c.publishErrors.Load()
-		s.Unsupported = c.unsupported.Load()
-		s.SubscribeRequests, s.SubscribeFailures, s.LostReplies = c.subscribeRequests.Load(), c.subscribeFailures.Load(), c.lostReplies.Load()
-		s.Writes, s.WriteErrors, s.Refreshes = c.writes.Load(), c.writeErrors.Load(), c.refreshes.Load()
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
 }
 
 // Subject returns the subject a tag of a source is published on.

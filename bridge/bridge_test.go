@@ -12,6 +12,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
@@ -29,7 +30,7 @@ type env struct {
 
 func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.NATSOption) *env {
 	t.Helper()
-	cl, conn := clusterConn(t, clusterOpts...)
+	cl, conn := testutil.ClusterConn(t, clusterOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc, err := nats.Connect(cl.Node(len(cl.Nodes()) - 1).URL())
@@ -56,27 +57,8 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 // need a broker but no switch.
 func singleNodeConn(t *testing.T) *apconn.Conn {
 	t.Helper()
-	_, conn := clusterConn(t, testcluster.WithNodes(1))
+	_, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
 	return conn
-}
-
-// clusterConn starts a cluster and an ApConnection on it, both closed when
-// the test ends.
-func clusterConn(t *testing.T, opts ...testcluster.NATSOption) (*testcluster.NATSCluster, *apconn.Conn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	conn, err := apconn.Connect(ctx, cl.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	return cl, conn
 }
 
 func tagsN(n int, writable bool) []bridge.TagConfig {
@@ -87,17 +69,6 @@ func tagsN(n int, writable bool) []bridge.TagConfig {
 	return out
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll with a deadline
-	}
-}
-
 func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 	e := setup(t, bridge.Config{}, tagsN(3, false))
 	msgs := make(chan *nats.Msg, 100)
@@ -105,7 +76,7 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.nc.Flush()
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
 	src := time.Date(2026, 11, 30, 1, 2, 3, 4000, time.UTC)
 	e.src.Emit(2, bridge.Update{Value: 21.5, Status: bridge.StatusGood, SourceTime: src, ServerTime: src.Add(time.Millisecond)})
 	e.src.Emit(2, bridge.Update{Value: 22.5, Status: bridge.StatusUncertain, SourceTime: src.Add(time.Second)})
@@ -147,26 +118,17 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 
 func m0(u []bridge.Update) bridge.Update { return u[0] }
 
-func request(t *testing.T, nc *nats.Conn, subj string, data string) *nats.Msg {
-	t.Helper()
-	m, err := nc.Request(subj, []byte(data), 5*time.Second)
-	if err != nil {
-		t.Fatalf("request %s: %v", subj, err)
-	}
-	return m
-}
-
 func TestSnapshotPages(t *testing.T) {
 	e := setup(t, bridge.Config{SnapshotPage: 2}, tagsN(5, false))
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 5 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 5 })
 	e.src.EmitAll()
 	e.src.EmitAll()
-	waitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 10 })
+	testutil.WaitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 10 })
 	var all []bridge.Update
 	after := ""
 	for page := 0; ; page++ {
 		req, _ := json.Marshal(bridge.SnapshotRequest{After: after})
-		m := request(t, e.nc, "apbridge.snapshot", string(req))
+		m := testutil.Request(t, e.nc, "apbridge.snapshot", string(req))
 		var rep bridge.SnapshotReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("%s: %v", m.Data, err)
@@ -195,11 +157,11 @@ func TestSnapshotPages(t *testing.T) {
 		}
 	}
 	// A filter by source that matches nothing.
-	m := request(t, e.nc, "apbridge.snapshot", `{"source":"other"}`)
+	m := testutil.Request(t, e.nc, "apbridge.snapshot", `{"source":"other"}`)
 	if !strings.Contains(string(m.Data), `"updates":[]`) {
 		t.Fatalf("filtered snapshot %s", m.Data)
 	}
-	m = request(t, e.nc, "apbridge.snapshot", `{"limit":`)
+	m = testutil.Request(t, e.nc, "apbridge.snapshot", `{"limit":`)
 	if m.Header.Get("Nats-Service-Error-Code") != "400" {
 		t.Fatalf("malformed snapshot request answered %v %s", m.Header, m.Data)
 	}
@@ -212,9 +174,9 @@ func TestWriteBack(t *testing.T) {
 		{Name: "SrvRO", Address: "ro:x", Writable: true},
 	}
 	e := setup(t, bridge.Config{}, tags)
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
 	e.src.EmitAll() // counters: the tags' type is Int64 now
-	waitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 3 })
+	testutil.WaitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 3 })
 	ws, _ := e.b.WriteSubject("sim1", "SP1")
 
 	type tc struct {
@@ -237,7 +199,7 @@ func TestWriteBack(t *testing.T) {
 		{"unknown tag", "apbridge.write.apbridge.sim1.Nope", `1`, "404", "no tag"},
 	}
 	for _, c := range cases {
-		m := request(t, e.nc, c.subj, c.body)
+		m := testutil.Request(t, e.nc, c.subj, c.body)
 		code := m.Header.Get("Nats-Service-Error-Code")
 		if code != c.code || !strings.Contains(string(m.Data)+m.Header.Get("Nats-Service-Error"), c.contains) {
 			t.Errorf("%s: code %q body %s (%s), want code %q containing %q", c.name, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.contains)
@@ -249,7 +211,7 @@ func TestWriteBack(t *testing.T) {
 	}
 	// The source says it may not be written now (a standby): refused.
 	e.src.SetHealth(bridge.Health{State: bridge.StateDegraded, Level: 90, Writable: false})
-	m := request(t, e.nc, ws, `45`)
+	m := testutil.Request(t, e.nc, ws, `45`)
 	if m.Header.Get("Nats-Service-Error-Code") != "503" || len(e.src.Writes()) != 3 {
 		t.Fatalf("write on a standby answered %v %s", m.Header, m.Data)
 	}
@@ -257,9 +219,9 @@ func TestWriteBack(t *testing.T) {
 
 func TestStatusAndMicroSurviveSwitch(t *testing.T) {
 	e := setup(t, bridge.Config{Instance: "site1"}, tagsN(2, false))
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
 	check := func() bridge.Status {
-		m := request(t, e.nc, "apbridge.status", "")
+		m := testutil.Request(t, e.nc, "apbridge.status", "")
 		var st bridge.Status
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			t.Fatalf("%s: %v", m.Data, err)
@@ -270,7 +232,7 @@ func TestStatusAndMicroSurviveSwitch(t *testing.T) {
 	if st.Instance != "site1" || len(st.Sources) != 1 || st.Sources[0].Tags != 2 || st.NATS.Active == nil || st.NATS.Status != "connected" {
 		t.Fatalf("status %+v", st)
 	}
-	info := request(t, e.nc, "$SRV.INFO.apbridge", "")
+	info := testutil.Request(t, e.nc, "$SRV.INFO.apbridge", "")
 	if !strings.Contains(string(info.Data), `"write"`) || !strings.Contains(string(info.Data), `apbridge.write.\u003e`) {
 		t.Fatalf("micro info %s", info.Data)
 	}
@@ -279,7 +241,7 @@ func TestStatusAndMicroSurviveSwitch(t *testing.T) {
 	if err := e.conn.SwitchToPassive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "status after the switch", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "status after the switch", 5*time.Second, func() bool {
 		m, err := e.nc.Request("apbridge.status", nil, time.Second)
 		if err != nil {
 			return false
@@ -287,7 +249,7 @@ func TestStatusAndMicroSurviveSwitch(t *testing.T) {
 		var st bridge.Status
 		return json.Unmarshal(m.Data, &st) == nil && st.NATS.LastSwitch != nil && st.NATS.LastSwitch.Cause == "manual"
 	})
-	request(t, e.nc, "$SRV.PING.apbridge", "")
+	testutil.Request(t, e.nc, "$SRV.PING.apbridge", "")
 }
 
 func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
@@ -311,7 +273,7 @@ func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
 	}
 	defer b.Close()
 	// Unanswered: one request per in-flight ceiling, never two at once.
-	waitFor(t, "three requests", 5*time.Second, func() bool { n, _ := src.Requests(); return n >= 3 })
+	testutil.WaitFor(t, "three requests", 5*time.Second, func() bool { n, _ := src.Requests(); return n >= 3 })
 	elapsed := time.Since(start)
 	n, maxIn := src.Requests()
 	if maxIn != 1 {
@@ -325,12 +287,12 @@ func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
 	}
 	// Positive control: once the source answers, everything subscribes.
 	src.HangSubscribes(false)
-	waitFor(t, "subscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
-	waitFor(t, "no request in flight", 5*time.Second, func() bool { return !b.Stats()[0].SubscribeInFlight })
+	testutil.WaitFor(t, "subscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
+	testutil.WaitFor(t, "no request in flight", 5*time.Second, func() bool { return !b.Stats()[0].SubscribeInFlight })
 	before, _ := src.Requests()
 	// A restored connection resubscribes everything, once.
 	src.Restore()
-	waitFor(t, "resubscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
+	testutil.WaitFor(t, "resubscribed", 5*time.Second, func() bool { return src.Subscribed() == 4 })
 	if after, _ := src.Requests(); after != before+1 {
 		t.Fatalf("restore sent %d requests, want 1", after-before)
 	}
@@ -341,8 +303,8 @@ func TestBadTagsRetriedWithBackoff(t *testing.T) {
 		InFlightCeiling: time.Second, Jitter: 0}
 	tags := append(tagsN(2, false), bridge.TagConfig{Name: "Missing", Address: "bad:nope"})
 	e := setup(t, bridge.Config{Guard: guard}, tags, testcluster.WithNodes(2))
-	waitFor(t, "good tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
-	waitFor(t, "retries", 5*time.Second, func() bool { n, _ := e.src.Requests(); return n >= 5 })
+	testutil.WaitFor(t, "good tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	testutil.WaitFor(t, "retries", 5*time.Second, func() bool { n, _ := e.src.Requests(); return n >= 5 })
 	st := e.b.Stats()[0]
 	if st.Failed != 1 || st.SubscribeFailures < 4 {
 		t.Fatalf("stats %+v", st)
@@ -423,18 +385,18 @@ func TestNoUpdateLostThroughLDM(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.nc.Flush()
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 20 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 20 })
 	e.src.Run(10 * time.Millisecond)
-	waitFor(t, "traffic", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 200 })
+	testutil.WaitFor(t, "traffic", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 200 })
 	done := e.cl.NodeByServerID(a.ID).EnterLameDuck()
 	<-done
-	waitFor(t, "traffic after eviction", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 4000 })
+	testutil.WaitFor(t, "traffic after eviction", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 4000 })
 	e.src.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e.conn.Flush(ctx)
 	counts := e.src.Counts()
-	waitFor(t, "every update", 5*time.Second, func() bool {
+	testutil.WaitFor(t, "every update", 5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for h, n := range counts {
@@ -451,22 +413,25 @@ func TestNoUpdateLostThroughLDM(t *testing.T) {
 	}
 }
 
-// TestCloseRacingASwitch: a switch whose event reaches the bridge while it
-// closes must neither race Close nor start the service again on the new
-// active.
+// TestCloseRacingASwitch: a switch whose event reaches the bridge after
+// Close must not start the service again on the new active. The
+// connection's dispatcher takes its list of handlers before it runs them,
+// so a handler removed by Close can still be called afterwards with an
+// event that was under way.
 func TestCloseRacingASwitch(t *testing.T) {
 	e := setup(t, bridge.Config{}, tagsN(1, false))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for i := range 5 {
+	for i := range 3 {
 		prefix := fmt.Sprintf("race%d", i)
-		// Handlers run one after another in the order they were added:
-		// this one holds the switch's event back from the bridge's until
-		// Close is called.
-		gate := make(chan struct{})
-		stop := e.conn.OnEvent(func(ev apconn.Event) {
+		// Handlers run one after another in the order they were added.
+		// The first holds the switch's event back until Close has
+		// returned; the last, added after the bridge's own, reports that
+		// the event has gone past the bridge's handler.
+		closed := make(chan struct{})
+		stopGate := e.conn.OnEvent(func(ev apconn.Event) {
 			if ev.Kind == apconn.EventSwitched {
-				<-gate
+				<-closed
 			}
 		})
 		b, err := bridge.New(e.conn, bridge.Config{Instance: prefix, Prefix: prefix})
@@ -476,22 +441,34 @@ func TestCloseRacingASwitch(t *testing.T) {
 		if err := b.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
+		seen := make(chan struct{})
+		stopSeen := e.conn.OnEvent(func(ev apconn.Event) {
+			if ev.Kind == apconn.EventSwitched {
+				close(seen)
+			}
+		})
 		answers := func() bool {
 			_, err := e.nc.Request(prefix+".status", nil, 200*time.Millisecond)
 			return err == nil
 		}
 		// The control: it answers, once its interest has crossed the routes.
-		waitFor(t, "the service to answer", 5*time.Second, answers)
-		waitFor(t, "a passive", 10*time.Second, func() bool { _, ok := e.conn.PassiveServer(); return ok })
+		testutil.WaitFor(t, "the service to answer", 5*time.Second, answers)
+		testutil.WaitFor(t, "a passive", 10*time.Second, func() bool { _, ok := e.conn.PassiveServer(); return ok })
 		if err := e.conn.SwitchToPassive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		close(gate)
 		b.Close()
-		stop()
-		// Stopping is not instant either (the unsubscribe crosses the
-		// routes); a service started again after Close would answer for good.
-		waitFor(t, fmt.Sprintf("round %d: the closed bridge's service to stop answering", i), 5*time.Second,
+		close(closed)
+		select {
+		case <-seen:
+		case <-ctx.Done():
+			t.Fatal("the switch event never went past the bridge's handler")
+		}
+		stopGate()
+		stopSeen()
+		// Stopping is not instant (the unsubscribe crosses the routes); a
+		// service started again after Close would answer for good.
+		testutil.WaitFor(t, fmt.Sprintf("round %d: the closed bridge's service to stop answering", i), 5*time.Second,
 			func() bool { return !answers() })
 	}
 }

@@ -3,62 +3,86 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
-// A bridge relays the tags of a redundant OPC UA pair onto NATS. Here both
-// sides run embedded; a real relay passes its brokers' URLs and its
-// servers' endpoints.
+// meterSource is a Source written outside the bridge package: everything
+// it needs is exported. It reports one fixed reading per subscribed tag.
+type meterSource struct {
+	mu sync.Mutex
+	h  bridge.Handler
+}
+
+func (s *meterSource) Name() string { return "meters" }
+
+func (s *meterSource) Start(_ context.Context, h bridge.Handler) error {
+	s.mu.Lock()
+	s.h = h
+	s.mu.Unlock()
+	h.HealthChanged(bridge.Health{State: bridge.StateConnected, Endpoint: "memory", Level: -1})
+	return nil
+}
+
+func (s *meterSource) Subscribe(_ context.Context, tags []bridge.Tag) ([]error, error) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	now := time.Now()
+	for _, t := range tags {
+		h.Update(t.Handle, bridge.Update{Value: 42.5, Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+	}
+	return make([]error, len(tags)), nil
+}
+
+func (s *meterSource) Unsubscribe(context.Context, []bridge.Tag) error { return nil }
+
+func (s *meterSource) Write(context.Context, bridge.Tag, any) (bridge.StatusCode, error) {
+	return 0, bridge.ErrReadOnly
+}
+
+func (s *meterSource) Health() bridge.Health {
+	return bridge.Health{State: bridge.StateConnected, Endpoint: "memory", Level: -1}
+}
+
+func (s *meterSource) Close() error { return nil }
+
+// A bridge relays the tags of any Source onto NATS. Here the source is a
+// few lines of the user's own and the cluster is embedded; package
+// opcuasource has the OPC UA source.
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx)
+	cluster, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer cluster.Close()
-	servers, err := testcluster.StartOPCUAPair(ctx, testcluster.WithServiceLevels(250, 90))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer servers.Close()
-
-	conn, err := apconn.Connect(ctx, cluster.URLs(), apconn.WithName("line1-relay"))
+	conn, err := apconn.Connect(ctx, cluster.URLs())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer conn.Close()
-	source, err := bridge.NewOPCUASource("line1", servicelevel.PairConfig{Endpoints: servers.Endpoints()}, zerolog.Nop())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	b, err := bridge.New(conn, bridge.Config{Instance: "line1-relay"})
+
+	b, err := bridge.New(conn, bridge.Config{Subject: "site.{source}.{tag}"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer b.Close()
-	if err := b.AddSource(source, []bridge.TagConfig{{Name: "Counter", Address: "ns=1;s=Counter0000"}}); err != nil {
+	if err := b.AddSource(&meterSource{}, []bridge.TagConfig{{Name: "Flow", Address: "m1"}}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	subject, _ := b.Subject("line1", "Counter")
-	fmt.Println("subject:", subject)
-
-	// Any NATS client can consume; this one shares the relay's connection.
-	updates := make(chan *nats.Msg, 64)
-	if _, err := conn.ChanSubscribe(subject, updates); err != nil {
+	updates := make(chan *nats.Msg, 4)
+	if _, err := conn.ChanSubscribe("site.meters.Flow", updates); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -66,20 +90,13 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	for m := range updates {
-		u, err := bridge.DecodeJSON(m.Data)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		if u.Status.Quality() != bridge.QualityGood {
-			continue // the first value may come before the server has one
-		}
-		typ, _ := bridge.TypeOf(u.Value)
-		fmt.Printf("%s: %s, quality header %s\n", u.Tag, typ, m.Header.Get(bridge.HeaderQuality))
-		break
+	m := <-updates
+	u, err := bridge.DecodeJSON(m.Data)
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	fmt.Printf("%s on %s: %v %s seq %d\n", u.Tag, m.Subject, u.Value, u.Status.Quality(), u.Seq)
 	// Output:
-	// subject: apbridge.line1.Counter
-	// Counter: Int64, quality header Good
+	// Flow on site.meters.Flow: 42.5 Good seq 1
 }

@@ -117,8 +117,9 @@ type Status struct {
 	Started  time.Time     `json:"started"`
 	NATS     NATSStatus    `json:"nats"`
 	Sources  []SourceStats `json:"sources"`
-	// JetStream is set when the bridge stores updates with a JetStreamSink.
-	JetStream *JetStreamStatus `json:"jetstream,omitempty"`
+	// Sink is the sink's own state, when it reports one (StatusReporter):
+	// the JetStream sink's stream, readiness, counters and health.
+	Sink any `json:"sink,omitempty"`
 }
 
 // NATSStatus describes the bridge's ApConnection.
@@ -152,9 +153,8 @@ func (b *Bridge) Status() Status {
 	if p, ok := b.conn.PassiveServer(); ok {
 		st.NATS.Passive = &p
 	}
-	if js, ok := b.sink.(*JetStreamSink); ok {
-		jst := js.Status()
-		st.JetStream = &jst
+	if sr, ok := b.sink.(StatusReporter); ok {
+		st.Sink = sr.SinkStatus()
 	}
 	if e := b.lastSw.Load(); e != nil {
 		st.NATS.LastSwitch = &SwitchInfo{At: e.At, Cause: e.Cause.String(), From: e.From.Name, To: e.To.Name,

@@ -1,10 +1,9 @@
-// Command apbridge relays OPC UA tags to NATS through broker maintenance and
-// server failover, and carries the demo and the benchmarks that show it.
+// Command apbridge is the relay: it relays OPC UA tags to NATS through
+// broker maintenance and server failover. It links no test server; the
+// demo and the benchmarks are in apbridge-lab.
 //
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
-//	apbridge demo                      scripted maintenance on the embedded cluster
-//	apbridge bench [flags] [SCENARIO...] failover benchmarks on the embedded cluster
 //
 // Run `apbridge help` for the flags of each command.
 package main
@@ -38,8 +37,6 @@ func commands() []command {
 	return []command{
 		{"run", "relay the configured OPC UA tags to NATS (--config FILE)", runRun},
 		{"validate", "check a config file without connecting (--config FILE)", runValidate},
-		{"demo", "run the scripted maintenance demo on the embedded cluster", runDemo},
-		{"bench", "run failover benchmarks on the embedded cluster", runBench},
 	}
 }
 
@@ -58,13 +55,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if args[0] == "relay-child" { // a process the relay-throughput benchmark starts
-		if err := runRelayChild(ctx, args[1:], stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "apbridge relay-child: %v\n", err)
-			return 1
-		}
-		return 0
-	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue

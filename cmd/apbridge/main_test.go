@@ -6,6 +6,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMain checks that the relay, the demo and the benchmarks stop every
+// TestMain checks that the relay stops every
 // goroutine they start.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

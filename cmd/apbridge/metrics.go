@@ -2,12 +2,13 @@ package main
 
 import (
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics reads the relay's counters at scrape time: the bridge and the
 // connection keep them, so there is nothing to update on the hot path.
-type metrics struct{ r *relay }
+type metrics struct{ r *relay.Relay }
 
 var (
 	mSwitches = prometheus.NewDesc("apbridge_nats_switches_total",
@@ -75,17 +76,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	cs := m.r.conn.Stats()
+	cs := m.r.Conn().Stats()
 	for _, cause := range []string{"lame-duck", "active-down", "link-timeout", "manual"} {
 		counter(mSwitches, float64(cs.SwitchesByCause[cause]), cause)
 	}
-	status := m.r.conn.Status().String()
+	status := m.r.Conn().Status().String()
 	for _, s := range []string{"connected", "degraded", "reconnecting", "closed"} {
 		gauge(mNATSUp, b2f(s == status), s)
 	}
 	counter(mReplayed, float64(cs.Replayed))
 	counter(mLameDuck, float64(cs.LameDuckNotices))
-	for _, s := range m.r.b.Stats() {
+	for _, s := range m.r.Bridge().Stats() {
 		counter(mUpdatesIn, float64(s.Updates), s.Name)
 		counter(mUpdatesOut, float64(s.Published), s.Name)
 		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
@@ -106,7 +107,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
 	}
-	if js := m.r.js; js != nil {
+	if js := m.r.JetStream(); js != nil {
 		st := js.Stats()
 		counter(mJSAcked, float64(st.Acked-st.Duplicates), "new")
 		counter(mJSAcked, float64(st.Duplicates), "duplicate")

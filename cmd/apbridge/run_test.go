@@ -8,12 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -56,7 +57,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, pair := startServers(t, ctx, 4)
-	c, err := LoadConfig(writeRelayConfig(t, cl, pair, ""))
+	c, err := relay.Load(writeRelayConfig(t, cl, pair, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +144,8 @@ func TestRunCommandStopsOnSignal(t *testing.T) {
 	path := writeRelayConfig(t, cl, pair, "")
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var stderr strings.Builder
-	go func() { done <- runRun(rctx, []string{"--config", path}, io.Discard, &syncWriter{w: &stderr}) }()
+	var stderr testutil.SyncBuffer
+	go func() { done <- runRun(rctx, []string{"--config", path}, io.Discard, &stderr) }()
 	nc, err := nats.Connect(cl.Node(1).URL())
 	if err != nil {
 		t.Fatal(err)
@@ -170,29 +171,6 @@ func TestRunCommandStopsOnSignal(t *testing.T) {
 	}
 }
 
-// syncWriter serializes writes: the relay logs from several goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-// TestDemoExitsZero runs `apbridge demo` as make demo does.
-func TestDemoExitsZero(t *testing.T) {
-	var out strings.Builder
-	if code := run([]string{"demo"}, &syncWriter{w: &out}, io.Discard); code != 0 {
-		t.Fatalf("demo exited %d:\n%s", code, out.String())
-	}
-	if !strings.Contains(out.String(), "OK: no tag update lost") {
-		t.Fatalf("demo output:\n%s", out.String())
-	}
-}
-
 // TestRelayJetStreamSink runs the relay with `sink: jetstream`: the stream
 // is created from the config and stores the updates, and readiness and
 // metrics include it.
@@ -200,7 +178,7 @@ func TestRelayJetStreamSink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl, pair := startServers(t, ctx, 4, testcluster.WithJetStream())
-	c, err := LoadConfig(writeRelayConfig(t, cl, pair, "sink: jetstream\njetstream: {stream: PLANT, replicas: 3, duplicateWindow: 1m}\n"))
+	c, err := relay.Load(writeRelayConfig(t, cl, pair, "sink: jetstream\njetstream: {stream: PLANT, replicas: 3, duplicateWindow: 1m}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package relay
 
 import (
 	"bytes"
@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/servicelevel"
 	"gopkg.in/yaml.v3"
 )
 
-// Config is the file `apbridge run --config` reads. docs/configuration.md
+// Config is a relay's configuration: the file `apbridge run --config`
+// reads, and what Start builds a relay from. docs/configuration.md
 // describes every field; examples/site.yaml is a commented example.
 type Config struct {
 	// Instance names the relay in its status, logs and micro service.
@@ -39,9 +41,46 @@ type Config struct {
 	// Sink is "core" (default: updates are published on core NATS) or
 	// "jetstream" (stored exactly once in a stream; see docs/jetstream.md),
 	// with its settings under jetstream.
-	bridge.SinkConfig `yaml:",inline"`
+	SinkConfig `yaml:",inline"`
 	// Sources are the OPC UA server pairs and their tags.
 	Sources []SourceConfig `yaml:"sources"`
+}
+
+// Sink kinds, the values of SinkConfig.Sink.
+const (
+	// SinkCore publishes on core NATS through the ApConnection: at most
+	// once, the fastest, nothing stored.
+	SinkCore = "core"
+	// SinkJetStream stores every update in a replicated JetStream stream,
+	// exactly once by message ID, through every failover.
+	SinkJetStream = "jetstream"
+)
+
+// SinkConfig chooses where the bridge puts tag updates. The YAML config of
+// `apbridge run` embeds it at its top level:
+//
+//	sink: jetstream
+//	jetstream:
+//	  stream: PLANT
+//	  replicas: 3
+type SinkConfig struct {
+	// Sink is "core" (the default) or "jetstream".
+	Sink string `yaml:"sink,omitempty" json:"sink,omitempty"`
+	// JetStream configures the stream and the publishing; it is read only
+	// when Sink is "jetstream".
+	JetStream jetstreamsink.Config `yaml:"jetstream,omitempty" json:"jetstream,omitzero"`
+}
+
+// Validate checks the sink kind and, for "jetstream", the stream settings.
+// Errors name the YAML field and the allowed values.
+func (c SinkConfig) Validate() error {
+	switch c.Sink {
+	case "", SinkCore:
+		return nil
+	case SinkJetStream:
+		return c.JetStream.Validate()
+	}
+	return fmt.Errorf("sink: %q is not a sink (valid: %s, %s)", c.Sink, SinkCore, SinkJetStream)
 }
 
 // HTTPConfig is the health and metrics listener.
@@ -93,77 +132,23 @@ type SourceConfig struct {
 	Type string `yaml:"type"`
 	// The pair's endpoints, failover rules and timing.
 	servicelevel.PairConfig `yaml:",inline"`
-	Security                bridge.OPCUASecurity `yaml:"security"`
-	Tags                    []bridge.TagConfig   `yaml:"tags"`
-	Browse                  []bridge.BrowseRoot  `yaml:"browse"`
+	Security                opcuasource.Security     `yaml:"security"`
+	Tags                    []bridge.TagConfig       `yaml:"tags"`
+	Browse                  []opcuasource.BrowseRoot `yaml:"browse"`
 }
 
-// envRef is ${NAME} or ${NAME:-default}.
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
-
-// expandEnv replaces ${NAME} with the environment variable, so secrets can
-// stay out of the file. An unset variable without a default is an error.
-// Comments are left alone, so a file can explain the syntax; lines keep
-// their numbers, so decoding errors point at the right line.
-func expandEnv(data []byte) ([]byte, error) {
-	var missing []string
-	lines := bytes.SplitAfter(data, []byte("\n"))
-	for i, line := range lines {
-		code, comment := splitComment(line)
-		lines[i] = append(expandLine(code, &missing), comment...)
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
-	}
-	return bytes.Join(lines, nil), nil
-}
-
-// splitComment cuts a YAML line at a comment: a '#' at the start of the
-// line or after a space, outside quotes.
-func splitComment(line []byte) (code, comment []byte) {
-	var quote byte
-	for i, c := range line {
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == '#' && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
-			return line[:i], line[i:]
-		}
-	}
-	return line, nil
-}
-
-func expandLine(data []byte, missing *[]string) []byte {
-	return envRef.ReplaceAllFunc(data, func(m []byte) []byte {
-		sub := envRef.FindSubmatch(m)
-		name := string(sub[1])
-		if v, ok := os.LookupEnv(name); ok {
-			return []byte(v)
-		}
-		if len(sub[2]) > 0 {
-			return sub[3]
-		}
-		*missing = append(*missing, name)
-		return m
-	})
-}
-
-// LoadConfig reads, expands and checks a config file.
-func LoadConfig(path string) (*Config, error) {
+// Load reads, expands and checks a config file.
+func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseConfig(data)
+	return Parse(data)
 }
 
-// ParseConfig decodes a config strictly (an unknown field is an error with
-// its line) and validates it.
-func ParseConfig(data []byte) (*Config, error) {
+// Parse decodes a config strictly (an unknown field is an error with its
+// line), expands ${VAR} references and validates it.
+func Parse(data []byte) (*Config, error) {
 	data, err := expandEnv(data)
 	if err != nil {
 		return nil, err
@@ -181,8 +166,12 @@ func ParseConfig(data []byte) (*Config, error) {
 }
 
 // Validate checks every field and reports every problem at once, each
-// naming its field and the allowed values.
-func (c *Config) Validate() error {
+// naming its field and the allowed values (Errors splits them).
+func (c *Config) Validate() error { return c.validate(false) }
+
+// validate is Validate; withSources allows a config without sources of its
+// own, for a relay given sources by the caller (WithSource).
+func (c *Config) validate(withSources bool) error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 
@@ -254,11 +243,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.SinkConfig.Validate(); err != nil {
-		for _, e := range splitJoined(err) {
+		for _, e := range Errors(err) {
 			add("%v", e)
 		}
 	}
-	if len(c.Sources) == 0 {
+	if len(c.Sources) == 0 && !withSources {
 		add("sources: at least one source is required")
 	}
 	names := map[string]bool{}
@@ -274,12 +263,12 @@ func (c *Config) Validate() error {
 			add("%s.type: %q is not valid (valid: opcua)", f, s.Type)
 		}
 		if err := s.PairConfig.Validate(); err != nil {
-			for _, e := range splitJoined(err) {
+			for _, e := range Errors(err) {
 				add("%s.%v", f, e)
 			}
 		}
 		if err := s.Security.Validate(f+".security", len(s.Endpoints)); err != nil {
-			for _, e := range splitJoined(err) {
+			for _, e := range Errors(err) {
 				add("%v", e)
 			}
 		}
@@ -298,7 +287,7 @@ func (c *Config) Validate() error {
 			seen[t.Name] = true
 			if t.Address == "" {
 				add("%s.address: required (an OPC UA node ID such as ns=2;s=Line1.Temp)", tf)
-			} else if err := bridge.ValidateNodeID(t.Address); err != nil {
+			} else if err := opcuasource.ValidateNodeID(t.Address); err != nil {
 				add("%s.address: %q is not a node ID: %v", tf, t.Address, err)
 			}
 			if t.Subject != "" {
@@ -309,7 +298,7 @@ func (c *Config) Validate() error {
 		}
 		for j, b := range s.Browse {
 			bf := fmt.Sprintf("%s.browse[%d]", f, j)
-			if err := bridge.ValidateNodeID(b.Node); err != nil {
+			if err := opcuasource.ValidateNodeID(b.Node); err != nil {
 				add("%s.node: %q is not a node ID: %v", bf, b.Node, err)
 			}
 			if b.MaxDepth < 0 || b.MaxDepth > 100 {
@@ -320,12 +309,16 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// splitJoined unwraps an errors.Join into its parts.
-func splitJoined(err error) []error {
+// Errors unwraps the errors.Join of Validate, Parse and Load into its
+// parts, one problem each; nil gives none.
+func Errors(err error) []error {
+	if err == nil {
+		return nil
+	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var out []error
 		for _, e := range j.Unwrap() {
-			out = append(out, splitJoined(e)...)
+			out = append(out, Errors(e)...)
 		}
 		return out
 	}
@@ -354,7 +347,9 @@ func (c *Config) handling() ldm.LameDuckHandling {
 	return h
 }
 
-func (c *Config) httpListen() string {
+// HTTPListen returns the health and metrics listener's address: the
+// configured one, ":9464" by default, "" when turned off.
+func (c *Config) HTTPListen() string {
 	if c.HTTP.Listen == nil {
 		return ":9464"
 	}

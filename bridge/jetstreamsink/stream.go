@@ -1,4 +1,4 @@
-package bridge
+package jetstreamsink
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/jsm.go"
+	"github.com/apbridge/apbridge/bridge"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 )
@@ -146,21 +146,14 @@ func transientStreamErr(err error) bool {
 		errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	var apiErr *api.ApiError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrCode {
-		case 10008, 10118: // cluster not available, stream offline
-			return true
-		}
-	}
-	return false
+	return isAPIError(err, errCodeClusterNotAvailable, errCodeStreamOffline)
 }
 
 // ensureStream makes sure the stream exists with settings compatible with
 // the configuration and the given subjects: it is created if missing,
 // refused with a StreamMismatchError if it differs, and never changed.
 // Transient errors are retried until ctx ends.
-func (s *JetStreamSink) ensureStream(ctx context.Context, subjects []string) error {
+func (s *Sink) ensureStream(ctx context.Context, subjects []string) error {
 	s.streamMu.Lock()
 	defer s.streamMu.Unlock()
 	if s.ensured {
@@ -185,7 +178,7 @@ func (s *JetStreamSink) ensureStream(ctx context.Context, subjects []string) err
 	}
 }
 
-func (s *JetStreamSink) ensureOnce(ctx context.Context, want api.StreamConfig) error {
+func (s *Sink) ensureOnce(ctx context.Context, want api.StreamConfig) error {
 	nc := s.conn.Active()
 	if nc == nil {
 		return errNoActive
@@ -194,17 +187,15 @@ func (s *JetStreamSink) ensureOnce(ctx context.Context, want api.StreamConfig) e
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, max(time.Until(dl), 500*time.Millisecond))
 	}
-	mgr, err := jsm.New(nc, jsm.WithTimeout(timeout), jsm.WithPedanticRequests())
-	if err != nil {
-		return fmt.Errorf("bridge: jetstream: %w", err)
-	}
-	st, err := mgr.LoadStream(want.Name)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	nfo, err := streamInfo(rctx, nc, want.Name)
 	switch {
 	case err == nil:
-	case jsm.IsNatsError(err, 10059): // not found
-		st, err = mgr.NewStreamFromDefault(want.Name, want)
-		if jsm.IsNatsError(err, 10058) { // created meanwhile, by another relay
-			st, err = mgr.LoadStream(want.Name)
+	case isAPIError(err, errCodeStreamNotFound):
+		nfo, err = createStream(rctx, nc, want)
+		if isAPIError(err, errCodeStreamNameInUse) { // created meanwhile, by another relay
+			nfo, err = streamInfo(rctx, nc, want.Name)
 		} else if err == nil {
 			s.log.Info().Strs("subjects", want.Subjects).Int("replicas", want.Replicas).
 				Dur("duplicateWindow", want.Duplicates).Msg("stream created")
@@ -215,7 +206,7 @@ func (s *JetStreamSink) ensureOnce(ctx context.Context, want api.StreamConfig) e
 	default:
 		return fmt.Errorf("bridge: jetstream: load stream %q: %w", want.Name, err)
 	}
-	have := st.Configuration()
+	have := nfo.Config
 	if mm := compareStream(have, want); mm != nil {
 		return mm
 	}
@@ -230,7 +221,7 @@ func (s *JetStreamSink) ensureOnce(ctx context.Context, want api.StreamConfig) e
 
 // streamReady returns the stream's subjects and max message size, or an
 // error if the stream has not been set up yet.
-func (s *JetStreamSink) streamReady() ([]string, int, error) {
+func (s *Sink) streamReady() ([]string, int, error) {
 	st := s.state.Load()
 	if st == nil {
 		return nil, 0, fmt.Errorf("bridge: jetstream: stream %q is not set up yet (set jetstream.subjects, or start the bridge)", s.cfg.Stream)
@@ -238,11 +229,13 @@ func (s *JetStreamSink) streamReady() ([]string, int, error) {
 	return st.patterns, st.maxMsg, nil
 }
 
-// bind is called by Bridge.Start with the bridge's service prefix and
-// every tag subject by source: it works out the stream's subjects if the
-// configuration has none, sets the stream up, and checks that it captures
-// every tag subject and none of the bridge's service subjects.
-func (s *JetStreamSink) bind(ctx context.Context, prefix string, tags map[string][]string) error {
+// Bind implements bridge.Binder. Bridge.Start calls it with the bridge's
+// service prefix and every tag subject by source: it works out the
+// stream's subjects if the configuration has none, sets the stream up, and
+// checks that it captures every tag subject and none of the bridge's
+// service subjects.
+func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
+	tags := bs.Tags
 	subjects := s.cfg.Subjects
 	if len(subjects) == 0 {
 		var err error
@@ -250,7 +243,7 @@ func (s *JetStreamSink) bind(ctx context.Context, prefix string, tags map[string
 			return err
 		}
 	}
-	service := []string{prefix + ".status", prefix + ".snapshot", prefix + ".write.>", prefix + ".events.>"}
+	service := bs.Service()
 	check := func(patterns []string, whose string) error {
 		for _, p := range patterns {
 			for _, svc := range service {

@@ -1,4 +1,4 @@
-package bridge
+package jetstreamsink
 
 import (
 	"context"
@@ -6,17 +6,15 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
-	"github.com/nats-io/jsm.go"
-	"github.com/nats-io/jsm.go/monitor"
+	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
-// JetStreamHealth is the result of a health check of the sink, graded by
-// jsm.go's monitor package: the stream (a leader, every replica present,
-// online, seen recently and not lagging) and the round trip of the
-// relay's own active connection.
-type JetStreamHealth struct {
+// Health is the result of a health check of the sink, graded as jsm.go's
+// monitor package (the `nats server check stream` of the NATS CLI) grades
+// a stream: a leader, every replica present, online, seen recently and not
+// lagging; and the round trip of the relay's own active connection.
+type Health struct {
 	CheckedAt time.Time `json:"checkedAt"`
 	Stream    string    `json:"stream"`
 	// Leader is the broker that leads the stream.
@@ -29,8 +27,8 @@ type JetStreamHealth struct {
 	Messages uint64 `json:"messages"`
 	// RTTMs is the active connection's round trip to its broker.
 	RTTMs float64 `json:"rttMs"`
-	// Criticals and Warnings are the monitor's findings: a replica
-	// offline or lagging is critical for the stream's redundancy.
+	// Criticals and Warnings are the check's findings: a replica offline
+	// or lagging is critical for the stream's redundancy.
 	Criticals []string `json:"critical,omitempty"`
 	Warnings  []string `json:"warning,omitempty"`
 	// Blocking are the findings that stop the sink from storing updates:
@@ -41,10 +39,10 @@ type JetStreamHealth struct {
 }
 
 // Healthy reports a check without critical findings.
-func (h JetStreamHealth) Healthy() bool { return len(h.Criticals) == 0 }
+func (h Health) Healthy() bool { return len(h.Criticals) == 0 }
 
 // healthLoop checks health at once and then every HealthInterval.
-func (s *JetStreamSink) healthLoop() {
+func (s *Sink) healthLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.HealthInterval)
 	defer t.Stop()
@@ -76,83 +74,54 @@ func (s *JetStreamSink) healthLoop() {
 
 // CheckHealth checks the stream and the connection now, keeps the result
 // for Health, Ready and Status, and returns it. ctx bounds the check.
-func (s *JetStreamSink) CheckHealth(ctx context.Context) JetStreamHealth {
-	h := JetStreamHealth{CheckedAt: time.Now(), Stream: s.cfg.Stream, Replicas: s.cfg.Replicas}
-	r := &monitor.Result{Check: "apbridge", Name: s.cfg.Stream}
+func (s *Sink) CheckHealth(ctx context.Context) Health {
+	h := Health{CheckedAt: time.Now(), Stream: s.cfg.Stream, Replicas: s.cfg.Replicas}
 	nc := s.conn.Active()
+	critical := func(msg string) { h.Criticals = append(h.Criticals, msg) }
 	block := func(msg string) {
-		r.Critical(msg)
+		critical(msg)
 		h.Blocking = append(h.Blocking, msg)
 	}
 	if nc == nil || !nc.IsConnected() {
 		block("no active NATS connection")
 	} else {
-		// The round trip as monitor.CheckConnection grades it, but on the
-		// relay's own connection rather than a new one.
+		// The round trip on the relay's own connection rather than a new
+		// one, graded against rttWarning and rttCritical.
 		rctx, cancel := context.WithTimeout(ctx, 2*s.cfg.RTTCritical)
 		start := time.Now()
 		err := nc.FlushWithContext(rctx)
 		rtt := time.Since(start)
 		cancel()
 		h.RTTMs = float64(rtt.Microseconds()) / 1000
-		if err != nil {
+		switch {
+		case err != nil:
 			block(fmt.Sprintf("rtt failed: %v", err))
-		} else {
-			r.Pd(&monitor.PerfDataItem{Name: "rtt", Value: rtt.Seconds(), Warn: s.cfg.RTTWarning.Seconds(),
-				Crit: s.cfg.RTTCritical.Seconds(), Unit: "s", Help: "The round-trip-time of the connection"})
-			switch {
-			case rtt >= s.cfg.RTTCritical:
-				block(fmt.Sprintf("rtt time %v exceeded %v", rtt, s.cfg.RTTCritical))
-			case rtt >= s.cfg.RTTWarning:
-				r.Warnf("rtt time %v exceeded %v", rtt, s.cfg.RTTWarning)
-			default:
-				r.Okf("rtt time %v", rtt)
-			}
+		case rtt >= s.cfg.RTTCritical:
+			block(fmt.Sprintf("rtt time %v exceeded %v", rtt, s.cfg.RTTCritical))
+		case rtt >= s.cfg.RTTWarning:
+			h.Warnings = append(h.Warnings, fmt.Sprintf("rtt time %v exceeded %v", rtt, s.cfg.RTTWarning))
 		}
 		timeout := 2 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
 			timeout = min(timeout, max(time.Until(dl), 500*time.Millisecond))
 		}
-		s.checkStream(nc, timeout, r, &h)
+		sctx, cancel := context.WithTimeout(ctx, timeout)
+		s.checkStream(sctx, nc, &h, critical, block)
+		cancel()
 	}
-	h.Criticals, h.Warnings = r.Criticals, r.Warnings
 	s.healthMu.Lock()
 	s.health = h
 	s.healthMu.Unlock()
 	return h
 }
 
-func (s *JetStreamSink) checkStream(nc *nats.Conn, timeout time.Duration, r *monitor.Result, h *JetStreamHealth) {
-	fail := func(err error) bool {
-		if err == nil {
-			return false
-		}
-		msg := fmt.Sprintf("could not load info: %v", err)
-		r.Critical(msg)
-		h.Blocking = append(h.Blocking, msg)
-		return true
-	}
-	mgr, err := jsm.New(nc, jsm.WithTimeout(timeout))
-	if fail(err) {
+// checkStream loads the stream's information and grades its cluster.
+func (s *Sink) checkStream(ctx context.Context, nc *nats.Conn, h *Health, critical, block func(string)) {
+	nfo, err := streamInfo(ctx, nc, s.cfg.Stream)
+	if err != nil {
+		block(fmt.Sprintf("could not load info: %v", err))
 		return
 	}
-	st, err := mgr.LoadStream(s.cfg.Stream)
-	if fail(err) {
-		return
-	}
-	nfo, err := st.LatestInformation()
-	if fail(err) {
-		return
-	}
-	opts := monitor.CheckStreamHealthOptions{
-		StreamName:          s.cfg.Stream,
-		ClusterLagCritical:  s.cfg.ReplicaLagCritical,
-		ClusterSeenCritical: s.cfg.ReplicaSeenCritical.Seconds(),
-	}
-	if s.cfg.Replicas > 1 {
-		opts.ClusterExpectedPeers = s.cfg.Replicas
-	}
-	monitor.CheckStreamInfoHealth(nfo, r, opts, monitorLogger{s.log})
 	h.Messages = nfo.State.Msgs
 	if c := nfo.Cluster; c != nil {
 		h.Leader = c.Leader
@@ -167,6 +136,9 @@ func (s *JetStreamSink) checkStream(nc *nats.Conn, timeout time.Duration, r *mon
 	} else {
 		h.Current = 1
 	}
+	for _, msg := range gradeCluster(nfo, s.cfg.Replicas, s.cfg.ReplicaLagCritical, s.cfg.ReplicaSeenCritical) {
+		critical(msg)
+	}
 	var msg string
 	switch quorum := s.cfg.Replicas/2 + 1; {
 	case h.Leader == "" && s.cfg.Replicas > 1:
@@ -175,24 +147,57 @@ func (s *JetStreamSink) checkStream(nc *nats.Conn, timeout time.Duration, r *mon
 		msg = fmt.Sprintf("%d of %d replicas current, fewer than a quorum of %d", h.Current, s.cfg.Replicas, quorum)
 	}
 	if msg != "" {
-		r.Critical(msg)
-		h.Blocking = append(h.Blocking, msg)
+		block(msg)
 	}
 }
 
-// monitorLogger passes the monitor package's log lines to zerolog at
-// debug level.
-type monitorLogger struct{ l zerolog.Logger }
-
-func (m monitorLogger) Tracef(format string, a ...any) { m.l.Trace().Msgf(format, a...) }
-func (m monitorLogger) Debugf(format string, a ...any) { m.l.Debug().Msgf(format, a...) }
-func (m monitorLogger) Infof(format string, a ...any)  { m.l.Debug().Msgf(format, a...) }
-func (m monitorLogger) Warnf(format string, a ...any)  { m.l.Debug().Msgf(format, a...) }
-func (m monitorLogger) Errorf(format string, a ...any) { m.l.Debug().Msgf(format, a...) }
+// gradeCluster returns the critical findings about a replicated stream's
+// cluster, by the rules of jsm.go's monitor package: a leader, the
+// expected number of peers, and no replica offline, lagging by more than
+// lagCritical operations or unseen for longer than seenCritical (zero
+// turns either check off).
+func gradeCluster(nfo *api.StreamInfo, replicas int, lagCritical uint64, seenCritical time.Duration) []string {
+	if replicas <= 1 {
+		return nil
+	}
+	c := nfo.Cluster
+	if c == nil || nfo.Config.Replicas <= 1 {
+		return []string{"Stream is not clustered"}
+	}
+	if c.Leader == "" {
+		return []string{"No leader"}
+	}
+	if peers := len(c.Replicas) + 1; peers != replicas {
+		return []string{fmt.Sprintf("Expected %d replicas got %d", replicas, peers)}
+	}
+	var out []string
+	var offline, lagged, inactive int
+	for _, p := range c.Replicas {
+		if p.Offline {
+			offline++
+		}
+		if lagCritical > 0 && p.Lag > lagCritical {
+			lagged++
+		}
+		if seenCritical > 0 && p.Active > seenCritical {
+			inactive++
+		}
+	}
+	if offline > 0 {
+		out = append(out, fmt.Sprintf("%d replicas offline", offline))
+	}
+	if lagged > 0 {
+		out = append(out, fmt.Sprintf("%d replicas lagged", lagged))
+	}
+	if inactive > 0 {
+		out = append(out, fmt.Sprintf("%d replicas inactive", inactive))
+	}
+	return out
+}
 
 // Health returns the last health check (HealthInterval apart; CheckHealth
 // runs one now).
-func (s *JetStreamSink) Health() JetStreamHealth {
+func (s *Sink) Health() Health {
 	s.healthMu.Lock()
 	defer s.healthMu.Unlock()
 	h := s.health
@@ -205,12 +210,12 @@ func (s *JetStreamSink) Health() JetStreamHealth {
 // Ready reports whether the sink can store updates now, and if not, why:
 // one reason per problem, for an HTTP /readyz. It is not ready when it is
 // closed, the stream is not set up, the last health check found a blocking
-// problem (JetStreamHealth.Blocking) or is too old, the ApConnection has
+// problem (Health.Blocking) or is too old, the ApConnection has
 // no usable active connection, or the oldest unacknowledged update has
 // waited more than three ack timeouts. A replica offline or lagging while
 // a quorum is current leaves it ready (the stream still stores) but shows
 // in the health's criticals. It does no I/O.
-func (s *JetStreamSink) Ready() (bool, []string) {
+func (s *Sink) Ready() (bool, []string) {
 	var reasons []string
 	s.mu.Lock()
 	closed := s.closed
@@ -245,20 +250,24 @@ func (s *JetStreamSink) Ready() (bool, []string) {
 	return len(reasons) == 0, reasons
 }
 
-// JetStreamStatus is the JetStream sink's part of the bridge's status.
-type JetStreamStatus struct {
+// Status is the JetStream sink's part of the bridge's status.
+type Status struct {
 	// Stream is the stream's name.
 	Stream string `json:"stream"`
 	// Ready and Reasons are what Ready returns.
 	Ready   bool     `json:"ready"`
 	Reasons []string `json:"reasons,omitempty"`
 	// Stats are the sink's counters, Health its last health check.
-	Stats  JetStreamStats  `json:"stats"`
-	Health JetStreamHealth `json:"health"`
+	Stats  Stats  `json:"stats"`
+	Health Health `json:"health"`
 }
 
 // Status returns readiness, counters and the last health check.
-func (s *JetStreamSink) Status() JetStreamStatus {
+func (s *Sink) Status() Status {
 	ready, reasons := s.Ready()
-	return JetStreamStatus{Stream: s.cfg.Stream, Ready: ready, Reasons: reasons, Stats: s.Stats(), Health: s.Health()}
+	return Status{Stream: s.cfg.Stream, Ready: ready, Reasons: reasons, Stats: s.Stats(), Health: s.Health()}
 }
+
+// SinkStatus implements bridge.StatusReporter: the bridge's status reply
+// carries Status under "sink".
+func (s *Sink) SinkStatus() any { return s.Status() }

@@ -11,6 +11,9 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/jsm.go"
@@ -32,15 +35,16 @@ func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*testcluster.NAT
 // jsRelay is one relay of a benchmark: ApConnection, JetStream sink,
 // bridge, on a view of a shared source.
 type jsRelay struct {
+	rl   *relay.Relay
 	conn *apconn.Conn
-	sink *bridge.JetStreamSink
+	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
 	view *testcluster.SharedRelay
 }
 
 // startJSRelay starts a relay on a new view of src.
 func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src *testcluster.SharedSource,
-	js bridge.JetStreamConfig, tags []bridge.TagConfig) (*jsRelay, error) {
+	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	view := src.Relay()
 	r, err := startJSRelayOn(ctx, cl, cfg, view, js, tags)
 	if err != nil {
@@ -52,36 +56,19 @@ func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchCon
 
 // startJSRelayOn starts a relay on any source.
 func startJSRelayOn(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
-	js bridge.JetStreamConfig, tags []bridge.TagConfig) (*jsRelay, error) {
-	r := &jsRelay{}
-	var err error
-	if r.conn, err = apconn.Connect(ctx, cl.URLs(), apconn.WithNATSOptions(cl.ClientOptions()...), apconn.WithLogger(cfg.log)); err != nil {
-		return nil, err
-	}
-	if r.sink, err = bridge.NewJetStreamSink(ctx, r.conn, js, bridge.WithJetStreamLogger(cfg.log)); err != nil {
-		r.conn.Close()
-		return nil, err
-	}
-	if r.b, err = bridge.New(r.conn, bridge.Config{}, bridge.WithSink(r.sink), bridge.WithLogger(cfg.log)); err == nil {
-		if err = r.b.AddSource(src, tags); err == nil {
-			err = r.b.Start(ctx)
-		}
-	}
+	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
+	rl, err := startSimRelay(ctx, cl, cfg, src, tags, relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: js})
 	if err != nil {
-		r.sink.Close()
-		r.conn.Close()
 		return nil, err
 	}
-	return r, nil
+	return &jsRelay{rl: rl, conn: rl.Conn(), sink: rl.JetStream(), b: rl.Bridge()}, nil
 }
 
 // stop shuts the relay down in order: bridge (flushing), sink, connection.
 func (r *jsRelay) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r.b.Shutdown(ctx)
-	r.sink.Close()
-	r.conn.Close()
+	r.rl.Shutdown(ctx)
 }
 
 // kill stops the relay as a crashed process would: deliveries stop, what
@@ -160,7 +147,7 @@ type jsTotals struct {
 	republished, timeouts, duplicates, conflicts       uint64
 }
 
-func (t *jsTotals) add(a testcluster.StreamAudit, s ...bridge.JetStreamStats) {
+func (t *jsTotals) add(a testcluster.StreamAudit, s ...jetstreamsink.Stats) {
 	t.expected += a.Expected
 	t.stored += a.Stored
 	t.lost += a.Lost
@@ -229,9 +216,9 @@ func benchJSMaintenance(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, bridge.JetStreamStats, []float64, error) {
+func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, []float64, error) {
 	var a testcluster.StreamAudit
-	var st bridge.JetStreamStats
+	var st jetstreamsink.Stats
 	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(jsMaintTags), testcluster.WithTagInterval(jsMaintPeriod),
 		testcluster.WithServiceLevels(250, 90))
 	if err != nil {
@@ -242,8 +229,8 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 	// Every change reaches the relay: publishing and sampling as fast as
 	// the tags change.
 	interval := int(jsMaintPeriod / time.Millisecond)
-	opc, err := bridge.NewOPCUASource(name, servicelevel.PairConfig{Endpoints: pair.Endpoints(),
-		PublishingIntervalMilliseconds: &interval, SamplingIntervalMilliseconds: &interval}, cfg.log)
+	opc, err := opcuasource.New(name, servicelevel.PairConfig{Endpoints: pair.Endpoints(),
+		PublishingIntervalMilliseconds: &interval, SamplingIntervalMilliseconds: &interval}, opcuasource.WithLogger(cfg.log))
 	if err != nil {
 		return a, st, nil, err
 	}
@@ -254,7 +241,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 		tags = append(tags, bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String()})
 	}
 	stream := fmt.Sprintf("MAINT%d", run)
-	r, err := startJSRelay(ctx, cl, cfg, src, bridge.JetStreamConfig{Stream: stream, AckTimeout: time.Second}, tags)
+	r, err := startJSRelay(ctx, cl, cfg, src, jetstreamsink.Config{Stream: stream, AckTimeout: time.Second}, tags)
 	if err != nil {
 		return a, st, nil, err
 	}
@@ -373,9 +360,9 @@ func benchJSHotHot(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, bridge.JetStreamStats, bridge.JetStreamStats, error) {
+func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
 	var a testcluster.StreamAudit
-	var sa, sb bridge.JetStreamStats
+	var sa, sb jetstreamsink.Stats
 	src := testcluster.NewSharedSource("hot" + strconv.Itoa(run))
 	defer src.Close()
 	tags := make([]bridge.TagConfig, 50)
@@ -383,7 +370,7 @@ func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchCon
 		tags[i] = bridge.TagConfig{Name: fmt.Sprintf("Line1.T%02d", i), Address: fmt.Sprintf("ns=1;s=T%02d", i)}
 	}
 	stream := fmt.Sprintf("HOTHOT%d", run)
-	js := bridge.JetStreamConfig{Stream: stream, AckTimeout: time.Second}
+	js := jetstreamsink.Config{Stream: stream, AckTimeout: time.Second}
 	ra, err := startJSRelay(ctx, cl, cfg, src, js, tags)
 	if err != nil {
 		return a, sa, sb, err
@@ -430,7 +417,7 @@ func benchJSThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 	const tags = 1000
 	window := 10 * time.Second
 	var jsRates, plainRates []float64
-	var last bridge.JetStreamStats
+	var last jetstreamsink.Stats
 	for run := 1; run <= cfg.runs; run++ {
 		jr, st, err := jsThroughputOnce(ctx, cl, cfg, run, tags, window)
 		if err != nil {
@@ -458,16 +445,16 @@ func benchJSThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 	return res, nil
 }
 
-func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, bridge.JetStreamStats, error) {
+func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
 	sim := testcluster.NewSimSource("tp" + strconv.Itoa(run))
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
 	}
 	stream := fmt.Sprintf("THROUGHPUT%d", run)
-	r, err := startJSRelayOn(ctx, cl, cfg, sim, bridge.JetStreamConfig{Stream: stream}, tcs)
+	r, err := startJSRelayOn(ctx, cl, cfg, sim, jetstreamsink.Config{Stream: stream}, tcs)
 	if err != nil {
-		return 0, bridge.JetStreamStats{}, err
+		return 0, jetstreamsink.Stats{}, err
 	}
 	defer func() {
 		r.stop()
@@ -480,7 +467,7 @@ func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benc
 		}
 	}()
 	if err := waitCond(ctx, "tags subscribed", 10*time.Second, func() bool { return sim.Subscribed() == tags }); err != nil {
-		return 0, bridge.JetStreamStats{}, err
+		return 0, jetstreamsink.Stats{}, err
 	}
 	rate, err := flatOut(ctx, sim, r.stored, window)
 	return rate, r.sink.Stats(), err
@@ -517,29 +504,26 @@ func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg b
 	}
 	s.SetPendingLimits(-1, -1)
 	sub.Flush()
-	conn, err := apconn.Connect(ctx, cl.URLs(), apconn.WithNATSOptions(cl.ClientOptions()...), apconn.WithLogger(cfg.log))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
 	sim := testcluster.NewSimSource(name)
-	b, err := bridge.New(conn, bridge.Config{}, bridge.WithLogger(cfg.log))
-	if err != nil {
-		return 0, err
-	}
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
 	}
-	if err := b.AddSource(sim, tcs); err != nil {
+	rl, err := startSimRelay(ctx, cl, cfg, sim, tcs, relay.SinkConfig{})
+	if err != nil {
 		return 0, err
 	}
-	if err := b.Start(ctx); err != nil {
-		return 0, err
-	}
-	defer b.Close()
+	defer rl.Close()
 	if err := waitCond(ctx, "tags subscribed", 10*time.Second, func() bool { return sim.Subscribed() == tags }); err != nil {
 		return 0, err
 	}
 	return flatOut(ctx, sim, got.Load, window)
+}
+
+// startSimRelay starts a relay, as relay.Start builds it from a config, on
+// the embedded cluster with a source built here.
+func startSimRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
+	tags []bridge.TagConfig, sink relay.SinkConfig) (*relay.Relay, error) {
+	return relay.Start(ctx, &relay.Config{NATS: relay.NATSConfig{Servers: cl.URLs()}, SinkConfig: sink},
+		relay.WithNATSOptions(cl.ClientOptions()...), relay.WithLogger(cfg.log), relay.WithSource(src, tags))
 }

@@ -1,18 +1,18 @@
-package bridge_test
+package jetstreamsink_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
@@ -24,7 +24,7 @@ import (
 // a view of a shared source.
 type jsRelay struct {
 	conn *apconn.Conn
-	sink *bridge.JetStreamSink
+	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
 	view *testcluster.SharedRelay
 }
@@ -49,7 +49,7 @@ func startJSCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.N
 	return cl
 }
 
-func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, cfg bridge.JetStreamConfig,
+func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, cfg jetstreamsink.Config,
 	tags []bridge.TagConfig, log zerolog.Logger) *jsRelay {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -60,7 +60,7 @@ func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.Shar
 		t.Fatal(err)
 	}
 	t.Cleanup(r.conn.Close)
-	if r.sink, err = bridge.NewJetStreamSink(ctx, r.conn, cfg, bridge.WithJetStreamLogger(log)); err != nil {
+	if r.sink, err = jetstreamsink.New(ctx, r.conn, cfg, jetstreamsink.WithLogger(log)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.sink.Close() })
@@ -167,7 +167,7 @@ func stepDownTo(t *testing.T, cl *testcluster.NATSCluster, stream, preferred, av
 		if err != nil && ctx.Err() != nil {
 			t.Fatalf("stream leader not moved: %v", err)
 		}
-		waitFor(t, "a new stream leader", 10*time.Second, func() bool {
+		testutil.WaitFor(t, "a new stream leader", 10*time.Second, func() bool {
 			n, err := cl.StreamLeader(ctx, stream)
 			return err == nil && n != leader
 		})
@@ -210,11 +210,11 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			src := testcluster.NewSharedSource(fmt.Sprintf("src%d", i))
 			stream := fmt.Sprintf("FAILOVER%d", i)
-			cfg := bridge.JetStreamConfig{Stream: stream, AckTimeout: 500 * time.Millisecond, HealthInterval: 200 * time.Millisecond}
+			cfg := jetstreamsink.Config{Stream: stream, AckTimeout: 500 * time.Millisecond, HealthInterval: 200 * time.Millisecond}
 			r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
-			waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+			testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
 			src.Sim().Run(5 * time.Millisecond)
-			waitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 500 })
+			testutil.WaitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 500 })
 
 			node, down := c.hit(t, r, stream)
 			select {
@@ -223,9 +223,9 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 				t.Fatal("the node did not go down")
 			}
 			before := r.acked()
-			waitFor(t, "traffic after the fault", 15*time.Second, func() bool { return r.acked() > before+1000 })
+			testutil.WaitFor(t, "traffic after the fault", 15*time.Second, func() bool { return r.acked() > before+1000 })
 			src.Close()
-			waitFor(t, "the relay handed everything", 15*time.Second, r.view.Idle)
+			testutil.WaitFor(t, "the relay handed everything", 15*time.Second, r.view.Idle)
 			a := r.flushAudit(t, cl, src, stream)
 			st := r.sink.Stats()
 			t.Logf("%s: %v; sink %+v", c.name, a, st)
@@ -252,17 +252,17 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 func TestJetStreamHotHot(t *testing.T) {
 	cl := startJSCluster(t)
 	src := testcluster.NewSharedSource("hot")
-	cfg := bridge.JetStreamConfig{Stream: "HOTHOT", AckTimeout: 500 * time.Millisecond}
+	cfg := jetstreamsink.Config{Stream: "HOTHOT", AckTimeout: 500 * time.Millisecond}
 	a := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
 	b := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
 	src.Sim().Run(5 * time.Millisecond)
-	waitFor(t, "traffic through both", 10*time.Second, func() bool { return a.acked() > 500 && b.acked() > 500 })
+	testutil.WaitFor(t, "traffic through both", 10*time.Second, func() bool { return a.acked() > 500 && b.acked() > 500 })
 	a.kill()
 	before := b.acked()
-	waitFor(t, "traffic after the kill", 10*time.Second, func() bool { return b.acked() > before+1000 })
+	testutil.WaitFor(t, "traffic after the kill", 10*time.Second, func() bool { return b.acked() > before+1000 })
 	src.Close()
-	waitFor(t, "the relay handed everything", 15*time.Second, b.view.Idle)
+	testutil.WaitFor(t, "the relay handed everything", 15*time.Second, b.view.Idle)
 	au := b.flushAudit(t, cl, src, "HOTHOT")
 	sa, sb := a.sink.Stats(), b.sink.Stats()
 	t.Logf("audit %v; relay A %+v; relay B %+v", au, sa, sb)
@@ -274,24 +274,6 @@ func TestJetStreamHotHot(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) count(sub string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), sub)
-}
-
 // TestJetStreamBackpressure takes the stream's quorum away under traffic:
 // the pending window fills, the source is held (one log line, a metric,
 // not ready), status still answers, and when the quorum is back every
@@ -299,13 +281,13 @@ func (s *syncBuffer) count(sub string) int {
 func TestJetStreamBackpressure(t *testing.T) {
 	cl := startJSCluster(t)
 	src := testcluster.NewSharedSource("bp").Synchronous()
-	var logs syncBuffer
-	cfg := bridge.JetStreamConfig{Stream: "BACKPRESSURE", MaxPending: 16, AckTimeout: 300 * time.Millisecond,
+	var logs testutil.SyncBuffer
+	cfg := jetstreamsink.Config{Stream: "BACKPRESSURE", MaxPending: 16, AckTimeout: 300 * time.Millisecond,
 		HealthInterval: 200 * time.Millisecond}
 	r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.New(&logs))
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 10 })
 	src.Sim().Run(5 * time.Millisecond)
-	waitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 200 })
+	testutil.WaitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 200 })
 
 	a, _ := r.conn.ActiveServer()
 	var killed []*testcluster.Node
@@ -315,14 +297,14 @@ func TestJetStreamBackpressure(t *testing.T) {
 			killed = append(killed, n)
 		}
 	}
-	waitFor(t, "the window full", 10*time.Second, func() bool { return r.sink.Stats().WindowFull })
-	waitFor(t, "not ready", 10*time.Second, func() bool { ready, _ := r.sink.Ready(); return !ready })
+	testutil.WaitFor(t, "the window full", 10*time.Second, func() bool { return r.sink.Stats().WindowFull })
+	testutil.WaitFor(t, "not ready", 10*time.Second, func() bool { ready, _ := r.sink.Ready(); return !ready })
 	// Acks for what reached the quorum before the kills can still free a
 	// few slots just after the window first fills; once the source is
 	// blocked in Publish it stays held. It produced 10 updates every 5 ms
 	// before (the "traffic" wait above), so a source that was not held
 	// would produce hundreds in this observation window.
-	waitFor(t, "the source blocked", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "the source blocked", 10*time.Second, func() bool {
 		st := r.sink.Stats()
 		return st.WindowFull && st.Blocked > 0
 	})
@@ -332,12 +314,13 @@ func TestJetStreamBackpressure(t *testing.T) {
 		t.Fatalf("the source went on producing: %d after %d", p, produced)
 	}
 	st := r.b.Status() // answers while a source is blocked
-	if st.JetStream == nil || !st.JetStream.Stats.WindowFull || st.JetStream.Stats.Blocked == 0 || st.JetStream.Ready {
-		t.Fatalf("status while blocked: %+v", st.JetStream)
+	js, ok := st.Sink.(jetstreamsink.Status)
+	if !ok || !js.Stats.WindowFull || js.Stats.Blocked == 0 || js.Ready {
+		t.Fatalf("status while blocked: %+v", st.Sink)
 	}
 	_, why := r.sink.Ready()
 	t.Logf("not ready: %v", why)
-	if n := logs.count("pending window full"); n != 1 {
+	if n := logs.Count("pending window full"); n != 1 {
 		t.Fatalf("%d log lines about the full window, want 1", n)
 	}
 
@@ -347,15 +330,15 @@ func TestJetStreamBackpressure(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := r.acked()
-	waitFor(t, "traffic after the quorum is back", 20*time.Second, func() bool { return r.acked() > before+500 })
+	testutil.WaitFor(t, "traffic after the quorum is back", 20*time.Second, func() bool { return r.acked() > before+500 })
 	src.Close()
 	au := r.flushAudit(t, cl, src, "BACKPRESSURE")
 	t.Logf("audit %v; sink %+v", au, r.sink.Stats())
 	if !au.OK() || au.Expected == 0 {
 		t.Fatalf("stream audit: %v", au)
 	}
-	if logs.count("backpressure released") != 1 {
-		t.Fatalf("log:\n%s", logs.b.String())
+	if logs.Count("backpressure released") != 1 {
+		t.Fatalf("log:\n%s", logs.String())
 	}
 }
 
@@ -366,15 +349,15 @@ func TestJetStreamBackpressure(t *testing.T) {
 func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
 	cl := startJSCluster(t, testcluster.WithNodes(1))
 	src := testcluster.NewSharedSource("sf").Synchronous()
-	r := startRelay(t, cl, src, bridge.JetStreamConfig{Stream: "SOURCEFAILOVER", Replicas: 1}, jsTags(5), zerolog.Nop())
-	waitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 5 })
+	r := startRelay(t, cl, src, jetstreamsink.Config{Stream: "SOURCEFAILOVER", Replicas: 1}, jsTags(5), zerolog.Nop())
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 5 })
 	for range 3 {
 		src.Sim().EmitAll()
 	}
 	src.ReplayLast("failover")
 	src.Sim().Refresh("failover")
 	src.Sim().EmitAll()
-	waitFor(t, "all published", 5*time.Second, func() bool { return r.sink.Stats().Published == 30 })
+	testutil.WaitFor(t, "all published", 5*time.Second, func() bool { return r.sink.Stats().Published == 30 })
 	au := r.flushAudit(t, cl, src, "SOURCEFAILOVER")
 	if !au.OK() || au.Expected != 25 || au.Stored != 25 {
 		t.Fatalf("stream audit: %v", au)
@@ -405,20 +388,20 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	base := func(i int) bridge.JetStreamConfig {
-		return bridge.JetStreamConfig{Stream: fmt.Sprintf("INC%d", i), Subjects: []string{fmt.Sprintf("inc%d.>", i)}, Replicas: 1}
+	base := func(i int) jetstreamsink.Config {
+		return jetstreamsink.Config{Stream: fmt.Sprintf("INC%d", i), Subjects: []string{fmt.Sprintf("inc%d.>", i)}, Replicas: 1}
 	}
 	cases := []struct {
 		setting string // "" for a compatible stream
 		stream  []jsm.StreamOption
-		cfg     func(*bridge.JetStreamConfig)
+		cfg     func(*jetstreamsink.Config)
 	}{
 		{"", []jsm.StreamOption{jsm.DuplicateWindow(5 * time.Minute)}, nil}, // a longer window is fine
 		{"subjects", nil, nil},
-		{"replicas", nil, func(c *bridge.JetStreamConfig) { c.Replicas = 3 }},
+		{"replicas", nil, func(c *jetstreamsink.Config) { c.Replicas = 3 }},
 		{"storage", []jsm.StreamOption{jsm.MemoryStorage()}, nil},
 		{"retention", []jsm.StreamOption{jsm.InterestRetention()}, nil},
-		{"discard", []jsm.StreamOption{jsm.DiscardNew(), jsm.MaxMessages(1000)}, func(c *bridge.JetStreamConfig) { c.MaxMsgs = 1000 }},
+		{"discard", []jsm.StreamOption{jsm.DiscardNew(), jsm.MaxMessages(1000)}, func(c *jetstreamsink.Config) { c.MaxMsgs = 1000 }},
 		{"duplicateWindow", []jsm.StreamOption{jsm.DuplicateWindow(30 * time.Second)}, nil},
 		{"maxAge", []jsm.StreamOption{jsm.MaxAge(time.Hour)}, nil},
 		{"maxBytes", []jsm.StreamOption{jsm.MaxBytes(1 << 20)}, nil},
@@ -452,7 +435,7 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 		if c.cfg != nil {
 			c.cfg(&cfg)
 		}
-		sink, err := bridge.NewJetStreamSink(ctx, conn, cfg)
+		sink, err := jetstreamsink.New(ctx, conn, cfg)
 		if c.setting == "" {
 			if err != nil {
 				t.Fatalf("compatible stream refused: %v", err)
@@ -460,7 +443,7 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 			sink.Close()
 			continue
 		}
-		var mm *bridge.StreamMismatchError
+		var mm *jetstreamsink.StreamMismatchError
 		if !errors.As(err, &mm) || len(mm.Settings) != 1 || mm.Settings[0] != c.setting || !strings.Contains(err.Error(), c.setting+":") {
 			t.Errorf("%s: got %v, want a mismatch naming %s", c.setting, err, c.setting)
 			if sink != nil {
@@ -499,7 +482,7 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 		{"ALL", "apbridge.>", `service subject "apbridge.status"`},
 		{"OTHER", "other.>", `tag subject "apbridge.s.Line1.T00" is not captured`},
 	} {
-		sink, err := bridge.NewJetStreamSink(ctx, conn, bridge.JetStreamConfig{Stream: c.stream, Subjects: []string{c.subject}, Replicas: 1})
+		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: []string{c.subject}, Replicas: 1})
 		if err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: %v", c.stream, err)
 		}
@@ -555,41 +538,35 @@ func TestMessageIDIsTheSourcesIdentity(t *testing.T) {
 }
 
 func TestJetStreamConfigValidate(t *testing.T) {
-	if err := bridge.DefaultJetStreamConfig().Validate(); err != nil {
+	if err := jetstreamsink.DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		mod  func(*bridge.JetStreamConfig)
+		mod  func(*jetstreamsink.Config)
 		want string
 	}{
-		{func(c *bridge.JetStreamConfig) { c.Stream = "a.b" }, "jetstream.stream"},
-		{func(c *bridge.JetStreamConfig) { c.Subjects = []string{"a..b"} }, "jetstream.subjects[0]"},
-		{func(c *bridge.JetStreamConfig) { c.Subjects = []string{"a.>.b"} }, "jetstream.subjects[0]"},
-		{func(c *bridge.JetStreamConfig) { c.Replicas = 7 }, "jetstream.replicas: 7 is out of range (valid 1-5)"},
-		{func(c *bridge.JetStreamConfig) { c.Storage = "disk" }, "jetstream.storage"},
-		{func(c *bridge.JetStreamConfig) { c.Retention = "forever" }, "jetstream.retention"},
-		{func(c *bridge.JetStreamConfig) { c.Discard = "oldest" }, "jetstream.discard"},
-		{func(c *bridge.JetStreamConfig) { c.DuplicateWindow = time.Millisecond }, "jetstream.duplicateWindow"},
-		{func(c *bridge.JetStreamConfig) { c.MaxAge = time.Second }, "jetstream.maxAge"},
-		{func(c *bridge.JetStreamConfig) { c.MaxBytes = -1 }, "jetstream.maxBytes"},
-		{func(c *bridge.JetStreamConfig) { c.MaxPending = 2000000 }, "jetstream.maxPending"},
-		{func(c *bridge.JetStreamConfig) { c.MaxPendingBytes = 10 }, "jetstream.maxPendingBytes"},
-		{func(c *bridge.JetStreamConfig) { c.AckTimeout = time.Millisecond }, "jetstream.ackTimeout"},
-		{func(c *bridge.JetStreamConfig) { c.HealthInterval = time.Hour }, "jetstream.healthInterval"},
-		{func(c *bridge.JetStreamConfig) { c.RTTWarning = 2 * time.Second }, "jetstream.rttWarning"},
-		{func(c *bridge.JetStreamConfig) { c.ReplicaSeenCritical = time.Millisecond }, "jetstream.replicaSeenCritical"},
+		{func(c *jetstreamsink.Config) { c.Stream = "a.b" }, "jetstream.stream"},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{"a..b"} }, "jetstream.subjects[0]"},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{"a.>.b"} }, "jetstream.subjects[0]"},
+		{func(c *jetstreamsink.Config) { c.Replicas = 7 }, "jetstream.replicas: 7 is out of range (valid 1-5)"},
+		{func(c *jetstreamsink.Config) { c.Storage = "disk" }, "jetstream.storage"},
+		{func(c *jetstreamsink.Config) { c.Retention = "forever" }, "jetstream.retention"},
+		{func(c *jetstreamsink.Config) { c.Discard = "oldest" }, "jetstream.discard"},
+		{func(c *jetstreamsink.Config) { c.DuplicateWindow = time.Millisecond }, "jetstream.duplicateWindow"},
+		{func(c *jetstreamsink.Config) { c.MaxAge = time.Second }, "jetstream.maxAge"},
+		{func(c *jetstreamsink.Config) { c.MaxBytes = -1 }, "jetstream.maxBytes"},
+		{func(c *jetstreamsink.Config) { c.MaxPending = 2000000 }, "jetstream.maxPending"},
+		{func(c *jetstreamsink.Config) { c.MaxPendingBytes = 10 }, "jetstream.maxPendingBytes"},
+		{func(c *jetstreamsink.Config) { c.AckTimeout = time.Millisecond }, "jetstream.ackTimeout"},
+		{func(c *jetstreamsink.Config) { c.HealthInterval = time.Hour }, "jetstream.healthInterval"},
+		{func(c *jetstreamsink.Config) { c.RTTWarning = 2 * time.Second }, "jetstream.rttWarning"},
+		{func(c *jetstreamsink.Config) { c.ReplicaSeenCritical = time.Millisecond }, "jetstream.replicaSeenCritical"},
 	}
 	for _, c := range cases {
-		cfg := bridge.JetStreamConfig{}
+		cfg := jetstreamsink.Config{}
 		c.mod(&cfg)
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
 		}
-	}
-	if err := (bridge.SinkConfig{Sink: "kafka"}).Validate(); err == nil || !strings.Contains(err.Error(), "sink:") {
-		t.Errorf("bad sink kind: %v", err)
-	}
-	if err := (bridge.SinkConfig{Sink: "jetstream", JetStream: bridge.JetStreamConfig{Replicas: 9}}).Validate(); err == nil {
-		t.Error("bad jetstream settings accepted")
 	}
 }

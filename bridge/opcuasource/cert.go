@@ -1,4 +1,4 @@
-package bridge
+package opcuasource
 
 import (
 	"crypto/rand"
@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-func (c OPCUASecurity) applicationURI() string {
+func (c Security) applicationURI() string {
 	if c.ApplicationURI != "" {
 		return c.ApplicationURI
 	}

@@ -1,4 +1,4 @@
-package bridge_test
+package opcuasource_test
 
 import (
 	"context"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 )
 
 // opcuaEnv is a relay of a Warm OPC UA pair onto the embedded cluster.
@@ -20,7 +21,7 @@ type opcuaEnv struct {
 	cl   *testcluster.NATSCluster
 	pair *testcluster.OPCUAPair
 	conn *apconn.Conn
-	src  *bridge.OPCUASource
+	src  *opcuasource.Source
 	b    *bridge.Bridge
 	nc   *nats.Conn
 
@@ -34,7 +35,7 @@ func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.OPCUAOption) *opcuaEnv 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := &opcuaEnv{updates: map[string][]bridge.Update{}}
-	e.cl, e.conn = clusterConn(t)
+	e.cl, e.conn = testutil.ClusterConn(t)
 	var err error
 	if e.pair, err = testcluster.StartOPCUAPair(ctx, pairOpts...); err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.OPCUAOption) *opcuaEnv 
 	})
 	e.nc.Flush()
 	cfg := servicelevel.PairConfig{Endpoints: e.pair.Endpoints()}
-	if e.src, err = bridge.NewOPCUASource("opc1", cfg, zerolog.Nop()); err != nil {
+	if e.src, err = opcuasource.New("opc1", cfg); err != nil {
 		t.Fatal(err)
 	}
 	if e.b, err = bridge.New(e.conn, bridge.Config{}); err != nil {
@@ -123,7 +124,7 @@ func (e *opcuaEnv) seqGaps() (lost, dup int) {
 func TestOPCUASourceRelaysTags(t *testing.T) {
 	e := startOPCUAEnv(t, testcluster.WithTags(8))
 	counter := e.pair.Tags()[0].Name
-	waitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
+	testutil.WaitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
 	u := e.last(counter)
 	if u.Status.Quality() != bridge.QualityGood || u.SourceTime.IsZero() || u.ServerTime.IsZero() {
 		t.Fatalf("update %+v: want Good with both timestamps", u)
@@ -137,7 +138,7 @@ func TestOPCUASourceRelaysTags(t *testing.T) {
 	}
 	// Every tag reports, with Good quality.
 	for _, tg := range e.pair.Tags() {
-		waitFor(t, tg.Name, 10*time.Second, func() bool { return e.count(tg.Name) > 0 })
+		testutil.WaitFor(t, tg.Name, 10*time.Second, func() bool { return e.count(tg.Name) > 0 })
 	}
 	st := e.b.Stats()[0]
 	if st.Health.State != bridge.StateConnected || !st.Health.Writable || st.Failed != 0 {
@@ -148,13 +149,13 @@ func TestOPCUASourceRelaysTags(t *testing.T) {
 func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
 	e := startOPCUAEnv(t, testcluster.WithTags(8), testcluster.WithServiceLevels(250, 90))
 	counter := e.pair.Tags()[0].Name
-	waitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
+	testutil.WaitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
 	before := e.count(counter)
 	// The Warm primary leaves: publishes 0, the backup promotes to 250,
 	// and the primary stops a second later.
 	e.pair.A().GracefulStop(time.Second)
 	e.pair.B().Promote()
-	waitFor(t, "updates from the backup", 10*time.Second, func() bool {
+	testutil.WaitFor(t, "updates from the backup", 10*time.Second, func() bool {
 		return e.b.Stats()[0].Health.Endpoint == e.pair.B().Endpoint() && e.count(counter) > before+5
 	})
 	if lost, dup := e.seqGaps(); lost != 0 || dup != 0 {
@@ -174,9 +175,9 @@ func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
 func TestOPCUAWriteGate(t *testing.T) {
 	e := startOPCUAEnv(t, testcluster.WithTags(2), testcluster.WithSetpoints(1))
 	sp := e.pair.Setpoints()[0]
-	waitFor(t, "setpoint value", 10*time.Second, func() bool { return e.count(sp.Name) > 0 })
+	testutil.WaitFor(t, "setpoint value", 10*time.Second, func() bool { return e.count(sp.Name) > 0 })
 	ws, _ := e.b.WriteSubject("opc1", sp.Name)
-	m := request(t, e.nc, ws, `12.5`)
+	m := testutil.Request(t, e.nc, ws, `12.5`)
 	if m.Header.Get("Nats-Service-Error-Code") != "" || !strings.Contains(string(m.Data), `"ok":true`) {
 		t.Fatalf("write on the healthy primary: %v %s", m.Header, m.Data)
 	}
@@ -186,8 +187,8 @@ func TestOPCUAWriteGate(t *testing.T) {
 	// The primary becomes a standby (90): refused, never sent.
 	writes := len(e.pair.Writes())
 	e.pair.A().Demote()
-	waitFor(t, "the demotion seen", 10*time.Second, func() bool { return !e.b.Stats()[0].Health.Writable })
-	m = request(t, e.nc, ws, `13.5`)
+	testutil.WaitFor(t, "the demotion seen", 10*time.Second, func() bool { return !e.b.Stats()[0].Health.Writable })
+	m = testutil.Request(t, e.nc, ws, `13.5`)
 	if m.Header.Get("Nats-Service-Error-Code") != "503" {
 		t.Fatalf("write on a standby answered %v %s", m.Header, m.Data)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/ldm"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
@@ -64,33 +65,27 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	}
 	defer pair.Close()
 
-	// The relay, as `apbridge run` builds it.
-	relayConn, err := apconn.Connect(ctx, cl.URLs(), apconn.WithName("apbridge-demo"),
-		apconn.WithLameDuckHandling(ldm.SwitchToPassive), apconn.WithLogger(log),
-		apconn.WithEventHandler(d.natsEvent))
-	if err != nil {
-		return err
-	}
-	defer relayConn.Close()
-	src, err := bridge.NewOPCUASource("line1", servicelevel.PairConfig{Endpoints: pair.Endpoints()}, log)
-	if err != nil {
-		return err
-	}
-	b, err := bridge.New(relayConn, bridge.Config{Instance: "demo", Subject: "plant.{source}.{tag}"}, bridge.WithLogger(log))
-	if err != nil {
-		return err
-	}
+	// The relay, as `apbridge run` builds it from its config.
 	var tags []bridge.TagConfig
 	for _, tg := range pair.Tags() {
 		tags = append(tags, bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String(), Writable: tg.Writable()})
 	}
-	if err := b.AddSource(src, tags); err != nil {
+	handling := ldm.SwitchToPassive.String()
+	rl, err := relay.Start(ctx, &relay.Config{
+		Instance: "demo",
+		Subject:  "plant.{source}.{tag}",
+		NATS:     relay.NATSConfig{Servers: cl.URLs(), Name: "apbridge-demo", LameDuckHandling: &handling},
+		Sources: []relay.SourceConfig{{
+			Name:       "line1",
+			PairConfig: servicelevel.PairConfig{Endpoints: pair.Endpoints()},
+			Tags:       tags,
+		}},
+	}, relay.WithLogger(log), relay.WithConnOptions(apconn.WithEventHandler(d.natsEvent)))
+	if err != nil {
 		return err
 	}
-	if err := b.Start(ctx); err != nil {
-		return err
-	}
-	defer b.Close()
+	defer rl.Close()
+	relayConn := rl.Conn()
 
 	// The consumer: an ApConnection too, so that it rides the brokers'
 	// maintenance as well.
@@ -174,7 +169,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
 		return err
 	}
-	b.Shutdown(ctx)
+	rl.Shutdown(ctx)
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	consumer.Flush(fctx)
 	cancel()

@@ -1,10 +1,11 @@
-package main
+package relay
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 )
 
 const goodConfig = `
@@ -22,15 +23,15 @@ sources:
 `
 
 func TestGoodConfig(t *testing.T) {
-	c, err := ParseConfig([]byte(goodConfig))
+	c, err := Parse([]byte(goodConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Instance != "site-a" || len(c.Sources) != 1 || len(c.Sources[0].Tags) != 2 || c.handling().String() != "SWITCH_TO_PASSIVE" {
 		t.Fatalf("config %+v", c)
 	}
-	if c.httpListen() != ":9464" {
-		t.Fatalf("default http listen %q", c.httpListen())
+	if c.HTTPListen() != ":9464" {
+		t.Fatalf("default http listen %q", c.HTTPListen())
 	}
 }
 
@@ -83,7 +84,7 @@ func TestBadConfigs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(tt.cfg))
+			_, err := Parse([]byte(tt.cfg))
 			if err == nil {
 				t.Fatalf("accepted:\n%s", tt.cfg)
 			}
@@ -97,40 +98,16 @@ func TestBadConfigs(t *testing.T) {
 func TestSecretsFromEnvironment(t *testing.T) {
 	t.Setenv("APBRIDGE_TEST_PASSWORD", "s3cret")
 	cfg := edit("    tags:", "    security: {username: relay, password: '${APBRIDGE_TEST_PASSWORD}'}\n    tags:")
-	c, err := ParseConfig([]byte(cfg))
+	c, err := Parse([]byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Sources[0].Security.Password != "s3cret" {
 		t.Fatalf("password %q", c.Sources[0].Security.Password)
 	}
-	d, err := ParseConfig([]byte(edit("instance: site-a", "instance: ${APBRIDGE_TEST_UNSET:-fallback}")))
+	d, err := Parse([]byte(edit("instance: site-a", "instance: ${APBRIDGE_TEST_UNSET:-fallback}")))
 	if err != nil || d.Instance != "fallback" {
 		t.Fatalf("default: %v %v", d, err)
-	}
-}
-
-func TestValidateCommand(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	os.WriteFile(good, []byte(goodConfig), 0o600)
-	var out, errOut strings.Builder
-	if code := run([]string{"validate", "--config", good}, &out, &errOut); code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut.String())
-	}
-	if !strings.Contains(out.String(), "valid (1 sources, 2 tags listed") {
-		t.Fatalf("output %q", out.String())
-	}
-	bad := filepath.Join(dir, "bad.yaml")
-	os.WriteFile(bad, []byte(edit("degradedWindowSeconds: 10", "degradedWindowSeconds: 0")+"logLevel: loud\n"), 0o600)
-	out.Reset()
-	errOut.Reset()
-	if code := run([]string{"validate", "--config", bad}, &out, &errOut); code != 1 {
-		t.Fatalf("exit %d for a bad config", code)
-	}
-	// Every problem is reported, one per line.
-	if !strings.Contains(errOut.String(), "logLevel") || !strings.Contains(errOut.String(), "degradedWindowSeconds") {
-		t.Fatalf("stderr %q", errOut.String())
 	}
 }
 
@@ -138,12 +115,12 @@ func TestValidateCommand(t *testing.T) {
 // complaints are the files of a real site that this machine lacks.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("APBRIDGE_OPC_PASSWORD", "secret")
-	data, err := os.ReadFile("../../examples/site.yaml")
+	data, err := os.ReadFile("../examples/site.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ParseConfig(data)
-	for _, e := range splitJoined(err) {
+	_, err = Parse(data)
+	for _, e := range Errors(err) {
 		if !strings.Contains(e.Error(), "no such file") {
 			t.Errorf("examples/site.yaml: %v", e)
 		}
@@ -158,5 +135,14 @@ func TestEnvExpansionSkipsComments(t *testing.T) {
 	want := "# use ${NAME} for secrets\na: '1' # or ${OTHER}\nb: \"x # 2\"\n"
 	if string(out) != want {
 		t.Fatalf("got %q\nwant %q", out, want)
+	}
+}
+
+func TestSinkConfig(t *testing.T) {
+	if err := (SinkConfig{Sink: "kafka"}).Validate(); err == nil || !strings.Contains(err.Error(), "sink:") {
+		t.Errorf("bad sink kind: %v", err)
+	}
+	if err := (SinkConfig{Sink: "jetstream", JetStream: jetstreamsink.Config{Replicas: 9}}).Validate(); err == nil {
+		t.Error("bad jetstream settings accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package bridge
+package opcuasource
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/apbridge/apbridge/bridge"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -32,7 +33,7 @@ const maxBrowseTags = 200000
 // BrowseTags connects a short-lived client to endpoint and returns a tag
 // for every Variable below each root, following hierarchical references.
 // Nodes reached twice are listed once.
-func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts ...opcua.Option) ([]TagConfig, error) {
+func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts ...opcua.Option) ([]bridge.TagConfig, error) {
 	c, err := opcua.NewClient(endpoint, append([]opcua.Option{opcua.AutoReconnect(false)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("browse %s: %w", endpoint, err)
@@ -41,7 +42,7 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 		return nil, fmt.Errorf("browse %s: connect: %w", endpoint, err)
 	}
 	defer c.Close(context.Background())
-	var tags []TagConfig
+	var tags []bridge.TagConfig
 	seen := map[string]bool{}
 	for i, r := range roots {
 		root, err := ua.ParseNodeID(r.Node)
@@ -62,7 +63,7 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 			if r.Prefix != "" {
 				name = r.Prefix + "." + name
 			}
-			tags = append(tags, TagConfig{Name: name, Address: key, Writable: r.Writable})
+			tags = append(tags, bridge.TagConfig{Name: name, Address: key, Writable: r.Writable})
 			if len(tags) > maxBrowseTags {
 				return fmt.Errorf("more than %d variables", maxBrowseTags)
 			}

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 )
@@ -88,27 +88,17 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		flush = nc.FlushWithContext
 		stats = func() any { return nc.Stats() }
 	} else {
-		conn, err := apconn.Connect(ctx, urls)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
 		src := testcluster.NewSimSource("sim")
-		b, err := bridge.New(conn, bridge.Config{})
-		if err != nil {
-			return err
-		}
 		tcs := make([]bridge.TagConfig, *tags)
 		for i := range tcs {
 			tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
 		}
-		if err := b.AddSource(src, tcs); err != nil {
+		rl, err := relay.Start(ctx, &relay.Config{NATS: relay.NATSConfig{Servers: urls}}, relay.WithSource(src, tcs))
+		if err != nil {
 			return err
 		}
-		if err := b.Start(ctx); err != nil {
-			return err
-		}
-		defer b.Close()
+		defer rl.Close()
+		b, conn := rl.Bridge(), rl.Conn()
 		for src.Subscribed() < *tags {
 			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
 				return err

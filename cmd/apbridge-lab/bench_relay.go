@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 )
@@ -232,28 +232,17 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	conn, err := apconn.Connect(ctx, cl.URLs())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
 	src := testcluster.NewSimSource("slow")
 	src.HangSubscribes(true)
-	b, err := bridge.New(conn, bridge.Config{}, bridge.WithLogger(cfg.log))
-	if err != nil {
-		return nil, err
-	}
 	tcs := make([]bridge.TagConfig, 244) // the incident's instance had 244 attributes
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: fmt.Sprintf("Z28061.A%03d", i), Address: fmt.Sprintf("ns=1;s=A%03d", i)}
 	}
-	if err := b.AddSource(src, tcs); err != nil {
+	rl, err := startSimRelay(ctx, cl, cfg, src, tcs, relay.SinkConfig{})
+	if err != nil {
 		return nil, err
 	}
-	if err := b.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer b.Close()
+	defer rl.Close()
 	stormFor := cfg.storm
 	fmt.Fprintf(cfg.progress, "  the source does not answer for %v ...\n", stormFor)
 	if err := sleepCtx(ctx, stormFor); err != nil {

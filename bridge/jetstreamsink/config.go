@@ -1,4 +1,4 @@
-package bridge
+package jetstreamsink
 
 import (
 	"fmt"
@@ -8,48 +8,11 @@ import (
 	"github.com/nats-io/jsm.go/api"
 )
 
-// Sink kinds, the values of SinkConfig.Sink.
-const (
-	// SinkCore publishes on core NATS through the ApConnection: at most
-	// once, the fastest, nothing stored.
-	SinkCore = "core"
-	// SinkJetStream stores every update in a replicated JetStream stream,
-	// exactly once by message ID, through every failover.
-	SinkJetStream = "jetstream"
-)
-
-// SinkConfig chooses where the bridge puts tag updates. The YAML config of
-// `apbridge run` embeds it at its top level:
-//
-//	sink: jetstream
-//	jetstream:
-//	  stream: PLANT
-//	  replicas: 3
-type SinkConfig struct {
-	// Sink is "core" (the default) or "jetstream".
-	Sink string `yaml:"sink,omitempty" json:"sink,omitempty"`
-	// JetStream configures the stream and the publishing; it is read only
-	// when Sink is "jetstream".
-	JetStream JetStreamConfig `yaml:"jetstream,omitempty" json:"jetstream,omitzero"`
-}
-
-// Validate checks the sink kind and, for "jetstream", the stream settings.
-// Errors name the YAML field and the allowed values.
-func (c SinkConfig) Validate() error {
-	switch c.Sink {
-	case "", SinkCore:
-		return nil
-	case SinkJetStream:
-		return c.JetStream.Validate()
-	}
-	return fmt.Errorf("sink: %q is not a sink (valid: %s, %s)", c.Sink, SinkCore, SinkJetStream)
-}
-
-// JetStreamConfig configures the JetStream sink: the stream it stores
+// Config configures the JetStream sink: the stream it stores
 // updates in (created from these settings if missing, refused if an existing
 // one differs, never changed) and the publishing window. The zero value of
 // a field means its default; docs/jetstream.md describes each.
-type JetStreamConfig struct {
+type Config struct {
 	// Stream is the stream's name. Default "APBRIDGE".
 	Stream string `yaml:"stream,omitempty" json:"stream,omitempty"`
 	// Subjects the stream captures. They must cover every tag subject of
@@ -110,14 +73,14 @@ type JetStreamConfig struct {
 	ReplicaSeenCritical time.Duration `yaml:"replicaSeenCritical,omitempty" json:"replicaSeenCritical,omitempty"`
 }
 
-// DefaultJetStreamConfig returns the defaults of every field.
-func DefaultJetStreamConfig() JetStreamConfig {
-	var c JetStreamConfig
+// DefaultConfig returns the defaults of every field.
+func DefaultConfig() Config {
+	var c Config
 	c.setDefaults()
 	return c
 }
 
-func (c *JetStreamConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Stream == "" {
 		c.Stream = "APBRIDGE"
 	}
@@ -164,7 +127,7 @@ func (c *JetStreamConfig) setDefaults() {
 
 // Validate checks every field after applying the defaults. An error names
 // the field as it is spelled in YAML and the allowed values.
-func (c JetStreamConfig) Validate() error {
+func (c Config) Validate() error {
 	c.setDefaults()
 	_, err := c.validated()
 	return err
@@ -172,7 +135,7 @@ func (c JetStreamConfig) Validate() error {
 
 // validated checks c (defaults applied) and returns the stream
 // configuration it asks for.
-func (c JetStreamConfig) validated() (api.StreamConfig, error) {
+func (c Config) validated() (api.StreamConfig, error) {
 	bad := func(field string, format string, a ...any) error {
 		return fmt.Errorf("jetstream.%s: %s", field, fmt.Sprintf(format, a...))
 	}

@@ -1,0 +1,85 @@
+package jetstreamsink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/jsm.go/api"
+	"github.com/nats-io/nats.go"
+)
+
+// The sink speaks the JetStream API itself, with the request and reply
+// types of jsm.go's api package. jsm.go's Manager and monitor packages
+// would do it too, but they link the whole of nats-server into the relay
+// binary; the two calls the sink needs are a few lines each.
+
+// JetStream API error codes the sink acts on.
+const (
+	errCodeClusterNotAvailable = 10008
+	errCodeStreamNameInUse     = 10058
+	errCodeStreamNotFound      = 10059
+	errCodeStreamOffline       = 10118
+)
+
+// streamInfo loads a stream's configuration, state and cluster
+// information. A JetStream error is returned as an *api.ApiError.
+func streamInfo(ctx context.Context, nc *nats.Conn, name string) (*api.StreamInfo, error) {
+	var resp api.JSApiStreamInfoResponse
+	if err := jsRequest(ctx, nc, fmt.Sprintf(api.JSApiStreamInfoT, name), nil, &resp, &resp.JSApiResponse); err != nil {
+		return nil, err
+	}
+	if resp.StreamInfo == nil {
+		return nil, fmt.Errorf("stream info of %q: empty reply", name)
+	}
+	return resp.StreamInfo, nil
+}
+
+// createStream creates a stream exactly as cfg says: the request is
+// pedantic, so the server refuses rather than adjusts a setting.
+func createStream(ctx context.Context, nc *nats.Conn, cfg api.StreamConfig) (*api.StreamInfo, error) {
+	req, err := json.Marshal(api.JSApiStreamCreateRequest{StreamConfig: cfg, Pedantic: true})
+	if err != nil {
+		return nil, err
+	}
+	var resp api.JSApiStreamCreateResponse
+	if err := jsRequest(ctx, nc, fmt.Sprintf(api.JSApiStreamCreateT, cfg.Name), req, &resp, &resp.JSApiResponse); err != nil {
+		return nil, err
+	}
+	if resp.StreamInfo == nil {
+		return nil, fmt.Errorf("create stream %q: empty reply", cfg.Name)
+	}
+	return resp.StreamInfo, nil
+}
+
+// jsRequest sends one JetStream API request and decodes the reply into
+// resp; base is resp's embedded JSApiResponse, whose error it returns.
+func jsRequest(ctx context.Context, nc *nats.Conn, subject string, req []byte, resp any, base *api.JSApiResponse) error {
+	m, err := nc.RequestWithContext(ctx, subject, req)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(m.Data, resp); err != nil {
+		return fmt.Errorf("%s: reply: %w", subject, err)
+	}
+	if base.Error != nil {
+		return base.Error
+	}
+	return nil
+}
+
+// isAPIError reports whether err is a JetStream API error with one of the
+// given codes.
+func isAPIError(err error, codes ...uint16) bool {
+	var e *api.ApiError
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, c := range codes {
+		if e.ErrCode == c {
+			return true
+		}
+	}
+	return false
+}

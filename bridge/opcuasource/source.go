@@ -1,0 +1,313 @@
+package opcuasource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
+)
+
+// Source is a bridge.Source on a redundant OPC UA server pair: a
+// servicelevel.Pair follows the servers' ServiceLevel, keeps a warm
+// standby session and fails over; the source turns its data changes into
+// updates and its promotions into refresh frames.
+type Source struct {
+	name string
+	cfg  servicelevel.PairConfig
+	opts []servicelevel.PairOption
+	log  zerolog.Logger
+
+	mu     sync.Mutex
+	pair   *servicelevel.Pair
+	h      bridge.Handler
+	added  map[uint32]bool
+	health bridge.Health
+	closed bool
+}
+
+// Option configures a Source. An option that cannot apply returns an
+// error, which New returns.
+type Option func(*options) error
+
+type options struct {
+	log  zerolog.Logger
+	pair []servicelevel.PairOption
+}
+
+// WithLogger logs through l, and so does the source's Pair (default: no
+// logging).
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
+
+// WithPairOptions passes opts to the source's servicelevel.Pair: client
+// options for security (Security.PairOptions returns them), or anything
+// else the Pair takes.
+func WithPairOptions(opts ...servicelevel.PairOption) Option {
+	return func(o *options) error { o.pair = append(o.pair, opts...); return nil }
+}
+
+// New checks cfg and returns a source named name on the pair of servers
+// it names.
+func New(name string, cfg servicelevel.PairConfig, opts ...Option) (*Source, error) {
+	if name == "" {
+		return nil, errors.New("opcuasource: name is empty")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("opcuasource: source %q: %w", name, err)
+	}
+	o := options{log: zerolog.Nop()}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("opcuasource: source %q: %w", name, err)
+		}
+	}
+	return &Source{
+		name: name, cfg: cfg, opts: o.pair, log: o.log,
+		added:  map[uint32]bool{},
+		health: bridge.Health{State: bridge.StateConnecting, Level: -1},
+	}, nil
+}
+
+// Name implements Source.
+func (s *Source) Name() string { return s.name }
+
+// Start implements Source: it starts the Pair, which connects in the
+// background.
+func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
+	opts := append([]servicelevel.PairOption{
+		servicelevel.WithPairName(s.name),
+		servicelevel.WithLogger(s.log),
+		servicelevel.WithDataHandler(s.onData),
+		servicelevel.WithEventHandler(s.onEvent),
+	}, s.opts...)
+	p, err := servicelevel.NewPair(s.cfg, opts...)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.pair, s.h = p, h
+	s.mu.Unlock()
+	if err := p.Start(ctx); err != nil {
+		p.Close()
+		return err
+	}
+	return nil
+}
+
+// onData runs on the Pair's output goroutine, in order.
+func (s *Source) onData(u servicelevel.Update) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	if h == nil {
+		return
+	}
+	switch u.Kind {
+	case servicelevel.UpdateData, servicelevel.UpdateRefreshValue:
+		h.Update(u.Handle, fromDataValue(u.Value))
+	case servicelevel.UpdateRefreshStart:
+		h.RefreshStart(fmt.Sprintf("%s on %s", u.Cause, u.Endpoint))
+	case servicelevel.UpdateRefreshEnd:
+		h.RefreshEnd()
+	}
+}
+
+func (s *Source) onEvent(e servicelevel.Event) {
+	s.mu.Lock()
+	p, h := s.pair, s.h
+	s.mu.Unlock()
+	if p == nil || h == nil {
+		return
+	}
+	hl := s.healthOf(p.Status())
+	if e.Kind == servicelevel.EventFailover {
+		hl.LastSwitch, hl.LastAt = e.String(), e.At
+	} else {
+		s.mu.Lock()
+		hl.LastSwitch, hl.LastAt = s.health.LastSwitch, s.health.LastAt
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	changed := hl != s.health
+	s.health = hl
+	s.mu.Unlock()
+	if changed {
+		h.HealthChanged(hl)
+	}
+}
+
+func (s *Source) healthOf(st servicelevel.PairStatus) bridge.Health {
+	h := bridge.Health{Endpoint: st.ActiveURL, Level: -1}
+	if v, ok := st.ActiveLevel.Value(); ok {
+		h.Level = int(v)
+	}
+	switch {
+	case !st.Connected && st.Switching:
+		h.State = bridge.StateConnecting
+	case !st.Connected:
+		h.State = bridge.StateDown
+	case !st.ActiveLevel.Healthy():
+		h.State = bridge.StateDegraded
+		h.Detail = "the active server reports " + st.ActiveLevel.String()
+	default:
+		h.State = bridge.StateConnected
+		h.Writable = true
+	}
+	return h
+}
+
+// Subscribe implements Source: the tags become data items of the Pair,
+// keyed by their handle, and survive its failovers.
+func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+	s.mu.Lock()
+	p := s.pair
+	errs := make([]error, len(tags))
+	var items []servicelevel.Item
+	var idx []int
+	for i, t := range tags {
+		if s.added[t.Handle] {
+			continue // already a data item: accepted again
+		}
+		items = append(items, servicelevel.Item{Handle: t.Handle, NodeID: t.Address})
+		idx = append(idx, i)
+	}
+	s.mu.Unlock()
+	if p == nil {
+		return nil, errors.New("source not started")
+	}
+	if len(items) == 0 {
+		return errs, nil
+	}
+	res, err := p.AddItems(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, r := range res {
+		if k >= len(idx) {
+			break
+		}
+		i := idx[k]
+		if r.Err != nil {
+			errs[i] = fmt.Errorf("tag %q (%s): %w", tags[i].Name, tags[i].Address, r.Err)
+			continue
+		}
+		s.added[tags[i].Handle] = true
+	}
+	return errs, nil
+}
+
+// Unsubscribe implements Source.
+func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
+	s.mu.Lock()
+	p := s.pair
+	var handles []uint32
+	for _, t := range tags {
+		if s.added[t.Handle] {
+			handles = append(handles, t.Handle)
+			delete(s.added, t.Handle)
+		}
+	}
+	s.mu.Unlock()
+	if p == nil || len(handles) == 0 {
+		return nil
+	}
+	return p.RemoveItems(ctx, handles)
+}
+
+// Write implements Source: the Pair writes on the active endpoint only
+// while it reports a Healthy ServiceLevel, never on a standby.
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+	s.mu.Lock()
+	p := s.pair
+	s.mu.Unlock()
+	if p == nil {
+		return 0, bridge.ErrNotWritableNow
+	}
+	code, err := p.WriteNode(ctx, tag.Address, toWriteValue(v))
+	if err != nil {
+		if errors.Is(err, servicelevel.ErrWriteRefused) {
+			return bridge.StatusCode(code), fmt.Errorf("%w: %v", bridge.ErrNotWritableNow, err)
+		}
+		return bridge.StatusCode(code), err
+	}
+	return bridge.StatusCode(code), nil
+}
+
+// toWriteValue gives gopcua a value it encodes as the matching built-in
+// type: the bridge's types are already gopcua's, except that a DateTime
+// must be UTC.
+func toWriteValue(v any) any {
+	if t, ok := v.(time.Time); ok {
+		return t.UTC()
+	}
+	return v
+}
+
+// Health implements Source.
+func (s *Source) Health() bridge.Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health
+}
+
+// Pair returns the source's Pair, once started.
+func (s *Source) Pair() *servicelevel.Pair {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pair
+}
+
+// Close implements Source.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	p := s.pair
+	s.closed = true
+	s.mu.Unlock()
+	if p != nil {
+		p.Close()
+	}
+	return nil
+}
+
+// fromDataValue turns an OPC UA DataValue into an Update. A value of a type
+// the bridge cannot carry becomes a Bad update that says so.
+func fromDataValue(dv *ua.DataValue) bridge.Update {
+	if dv == nil {
+		return bridge.Update{Status: bridge.StatusBadWaitingForInit}
+	}
+	u := bridge.Update{
+		Status:     bridge.StatusCode(dv.Status),
+		SourceTime: dv.SourceTimestamp,
+		ServerTime: dv.ServerTimestamp,
+	}
+	if dv.EncodingMask&ua.DataValueStatusCode == 0 {
+		u.Status = bridge.StatusGood
+	}
+	if dv.Value == nil {
+		return u
+	}
+	v := dv.Value.Value()
+	switch x := v.(type) {
+	case *ua.LocalizedText:
+		// A display text: its text is the value a consumer wants.
+		if x == nil {
+			v = ""
+		} else {
+			v = x.Text
+		}
+	}
+	if _, ok := bridge.TypeOf(v); !ok {
+		return bridge.Unsupported("", v, u.SourceTime, u.ServerTime)
+	}
+	u.Value = v
+	return u
+}

@@ -1,0 +1,303 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// runner drives one source: it is the source's Handler and runs its
+// subscribe guard.
+type runner struct {
+	b        *Bridge
+	src      Source
+	tags     []*tagState
+	byHandle map[uint32]*tagState
+
+	mu         sync.Mutex // guards the tags' mutable fields and the fields below
+	refreshing bool
+	health     Health
+	lastLen    int
+
+	guardMu sync.Mutex // guards guard and cancelReq
+	guard   *Guard
+	events  chan guardEvent
+
+	counters sourceCounters
+}
+
+type sourceCounters struct {
+	updates, published, publishErrors, unsupported atomic.Uint64
+	subscribeRequests, subscribeFailures           atomic.Uint64
+	lostReplies, writes, writeErrors               atomic.Uint64
+	refreshes                                      atomic.Uint64
+}
+
+type guardEventKind int
+
+const (
+	evWant guardEventKind = iota + 1
+	evRestored
+	evReply
+)
+
+type guardEvent struct {
+	kind    guardEventKind
+	id      uint64
+	results map[uint32]error // per tag handle
+	err     error            // the request as a whole
+}
+
+func newRunner(b *Bridge, src Source) *runner {
+	r := &runner{
+		b: b, src: src, byHandle: map[uint32]*tagState{},
+		events: make(chan guardEvent, 16),
+		health: Health{State: StateConnecting, Level: -1},
+	}
+	r.guard = NewGuard(b.cfg.Guard, rand.Float64)
+	return r
+}
+
+// Update implements Handler: one tag changed at the source.
+func (r *runner) Update(handle uint32, u Update) {
+	r.counters.updates.Add(1)
+	r.mu.Lock()
+	ts := r.byHandle[handle]
+	if ts == nil {
+		r.mu.Unlock()
+		return
+	}
+	if _, ok := TypeOf(u.Value); !ok {
+		r.counters.unsupported.Add(1)
+		u = Unsupported(ts.cfg.Name, u.Value, u.SourceTime, u.ServerTime)
+	}
+	ts.seq++
+	u.Tag, u.Seq = ts.cfg.Name, ts.seq
+	ts.last, ts.have = u, true
+	m, err := r.encodeLocked(ts.subject, &u)
+	r.mu.Unlock()
+	// Outside r.mu: a sink may block here (backpressure), and status,
+	// snapshot and write-back must not wait for it. The order of a tag's
+	// updates is kept by the source calling Update one at a time.
+	if err == nil {
+		err = r.b.sink.Publish(r.src.Name(), m, &u)
+	}
+	if err != nil {
+		r.counters.publishErrors.Add(1)
+		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
+		return
+	}
+	r.counters.published.Add(1)
+}
+
+// encodeLocked encodes u as the message for the sink; r.mu is held.
+func (r *runner) encodeLocked(subject string, u *Update) (*nats.Msg, error) {
+	// A fresh buffer per message: the sink keeps the message until the
+	// broker confirms it. Sized from the last one, it rarely grows.
+	data, err := AppendJSON(make([]byte, 0, r.lastLen+32), u)
+	if err != nil {
+		return nil, err
+	}
+	r.lastLen = len(data)
+	m := &nats.Msg{Subject: subject, Data: data}
+	if !r.b.cfg.NoHeaders {
+		m.Header = make(nats.Header, 6)
+		SetHeaders(m.Header, u)
+		if r.refreshing {
+			m.Header[HeaderRefresh] = []string{"true"}
+		}
+	}
+	return m, nil
+}
+
+// RefreshStart implements Handler.
+func (r *runner) RefreshStart(reason string) {
+	r.counters.refreshes.Add(1)
+	r.mu.Lock()
+	r.refreshing = true
+	r.mu.Unlock()
+	r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "refresh-start", "reason": reason})
+}
+
+// RefreshEnd implements Handler.
+func (r *runner) RefreshEnd() {
+	r.mu.Lock()
+	r.refreshing = false
+	r.mu.Unlock()
+	r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "refresh-end"})
+}
+
+// HealthChanged implements Handler.
+func (r *runner) HealthChanged(h Health) {
+	r.mu.Lock()
+	prev := r.health
+	r.health = h
+	r.mu.Unlock()
+	if prev.State != h.State || prev.Endpoint != h.Endpoint {
+		r.b.log.Info().Str("source", r.src.Name()).Str("state", string(h.State)).Str("endpoint", h.Endpoint).
+			Int("level", h.Level).Msg("source health")
+		r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "health", "health": h})
+	}
+}
+
+// Restored implements Handler: the source lost its subscriptions.
+func (r *runner) Restored() {
+	r.mu.Lock()
+	for _, ts := range r.tags {
+		ts.subscribed = false
+	}
+	r.mu.Unlock()
+	r.send(guardEvent{kind: evRestored})
+}
+
+func (r *runner) want() { r.send(guardEvent{kind: evWant}) }
+
+func (r *runner) send(e guardEvent) {
+	select {
+	case r.events <- e:
+	case <-r.b.ctx.Done():
+	}
+}
+
+// guardLoop runs the source's subscribe guard: it decides when a subscribe
+// request goes, runs it on a goroutine of its own and cancels it when it is
+// superseded.
+func (r *runner) guardLoop(ctx context.Context) {
+	defer r.b.wg.Done()
+	var inflight sync.WaitGroup
+	// cancelReq cancels the request in flight: when it is superseded, and
+	// on the way out.
+	cancelReq := func() {}
+	defer func() {
+		cancelReq()
+		inflight.Wait()
+	}()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var d GuardDecision
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-r.events:
+			now := r.b.now()
+			r.guardMu.Lock()
+			switch e.kind {
+			case evWant:
+				d = r.guard.Want(now)
+			case evRestored:
+				d = r.guard.Restored(now)
+			case evReply:
+				ok := r.applyReply(e)
+				d = r.guard.Reply(now, e.id, ok)
+			}
+			r.guardMu.Unlock()
+		case <-timer.C:
+			r.guardMu.Lock()
+			before := r.guard.Stats().LostReplies
+			d = r.guard.Tick(r.b.now())
+			if r.guard.Stats().LostReplies > before {
+				r.counters.lostReplies.Add(1)
+				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.b.cfg.Guard.InFlightCeiling).
+					Msg("subscribe unanswered: presuming the reply lost, sending again")
+			}
+			r.guardMu.Unlock()
+		}
+		if d.Send {
+			cancelReq() // superseded
+			rctx, cancel := context.WithCancel(ctx)
+			cancelReq = cancel
+			inflight.Add(1)
+			go func(id uint64) {
+				defer inflight.Done()
+				r.subscribe(rctx, id, d.Reason)
+			}(d.ReqID)
+		}
+		r.guardMu.Lock()
+		next, ok := r.guard.NextDeadline()
+		r.guardMu.Unlock()
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if ok {
+			timer.Reset(max(time.Until(next), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+	}
+}
+
+// subscribe sends one subscribe request for every tag not yet subscribed.
+func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
+	r.mu.Lock()
+	var tags []Tag
+	for _, ts := range r.tags {
+		if !ts.subscribed {
+			tags = append(tags, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
+		}
+	}
+	r.mu.Unlock()
+	r.counters.subscribeRequests.Add(1)
+	r.b.log.Info().Str("source", r.src.Name()).Int("tags", len(tags)).Str("reason", reason).Uint64("request", id).Msg("subscribing")
+	e := guardEvent{kind: evReply, id: id, results: map[uint32]error{}}
+	if len(tags) > 0 {
+		errs, err := r.src.Subscribe(ctx, tags)
+		e.err = err
+		for i, t := range tags {
+			if err == nil && i < len(errs) {
+				e.results[t.Handle] = errs[i]
+			} else if err == nil {
+				e.results[t.Handle] = errors.New("no result from the source")
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return // superseded or closing: the guard has moved on
+	}
+	r.send(e)
+}
+
+// applyReply records per-tag results and reports whether every tag is now
+// subscribed.
+func (r *runner) applyReply(e guardEvent) bool {
+	if e.err != nil {
+		r.counters.subscribeFailures.Add(1)
+		r.b.log.Warn().Err(e.err).Str("source", r.src.Name()).Msg("subscribe failed")
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	all := true
+	failed := 0
+	for h, err := range e.results {
+		ts := r.byHandle[h]
+		if ts == nil {
+			continue
+		}
+		if err != nil {
+			ts.subErr = err.Error()
+			all = false
+			failed++
+			continue
+		}
+		ts.subscribed, ts.subErr = true, ""
+	}
+	for _, ts := range r.tags {
+		if !ts.subscribed {
+			all = false
+		}
+	}
+	if failed > 0 {
+		r.counters.subscribeFailures.Add(1)
+		r.b.log.Warn().Str("source", r.src.Name()).Int("failed", failed).Msg("some tags could not be subscribed; will retry")
+	}
+	return all
+}

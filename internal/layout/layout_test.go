@@ -1,0 +1,61 @@
+package layout
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/apbridge/apbridge"
+
+// deps returns every package pkg depends on, itself included, as go list
+// -deps prints them.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", module+"/"+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestImportsPointOneWay checks the layout: cmd -> relay -> sources, sinks
+// and the bridge core -> apconn -> ldm, with no technology in the core and
+// no test server in library code or in the relay binary.
+func TestImportsPointOneWay(t *testing.T) {
+	rules := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"ldm", []string{module + "/apconn", module + "/bridge", module + "/servicelevel", "github.com/nats-io/"}},
+		{"apconn", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster"}},
+		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster"}},
+		{"bridge", []string{"github.com/gopcua/", "github.com/nats-io/nats.go/jetstream", "github.com/nats-io/jsm.go",
+			module + "/servicelevel", module + "/bridge/", module + "/relay", module + "/testcluster"}},
+		{"bridge/opcuasource", []string{module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
+		{"bridge/jetstreamsink", []string{"github.com/gopcua/", module + "/bridge/opcuasource", module + "/relay", module + "/testcluster"}},
+		{"relay", []string{module + "/testcluster", module + "/cmd/", "github.com/nats-io/nats-server/"}},
+		// The binary a site runs links neither the embedded broker nor
+		// the test OPC UA server.
+		{"cmd/apbridge", []string{module + "/testcluster", module + "/internal/testutil", "github.com/nats-io/nats-server/"}},
+	}
+	for _, r := range rules {
+		for _, d := range deps(t, r.pkg) {
+			for _, f := range r.forbidden {
+				if matches(d, f) {
+					t.Errorf("%s depends on %s, which it must not (rule: no %s)", r.pkg, d, f)
+				}
+			}
+		}
+	}
+}
+
+// matches reports whether package d falls under rule f: f ending in "/"
+// covers every package below it, any other f the package and its
+// subpackages.
+func matches(d, f string) bool {
+	if strings.HasSuffix(f, "/") {
+		return strings.HasPrefix(d, f)
+	}
+	return d == f || strings.HasPrefix(d, f+"/")
+}

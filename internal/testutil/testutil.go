@@ -1,0 +1,111 @@
+// Package testutil holds the helpers that the module's tests share: a test
+// logger, polling with a deadline, a log buffer safe for concurrent writes,
+// and an ApConnection on an embedded cluster. Only tests import it.
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// LogEnv is the environment variable that turns test logging on: with it
+// set, Logger writes to the test's log (shown with -v or on failure).
+const LogEnv = "APBRIDGE_TEST_LOG"
+
+// Logger returns a logger that writes to t's log when LogEnv is set, and a
+// no-op logger otherwise.
+func Logger(t testing.TB) zerolog.Logger {
+	if os.Getenv(LogEnv) == "" {
+		return zerolog.Nop()
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: zerolog.TestWriter{T: t}, TimeFormat: "15:04:05.000", NoColor: true}).
+		Level(zerolog.DebugLevel).With().Timestamp().Logger()
+}
+
+// WaitFor polls cond until it holds, and fails the test with what when d
+// passes first.
+func WaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll with a deadline
+	}
+}
+
+// SyncBuffer is an io.Writer safe for concurrent writes, for logs written
+// from several goroutines.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Count returns how often sub occurs in what was written.
+func (s *SyncBuffer) Count(sub string) int {
+	return strings.Count(s.String(), sub)
+}
+
+// ClusterConn starts an embedded NATS cluster and an ApConnection on it,
+// both closed when the test ends.
+func ClusterConn(t testing.TB, opts ...testcluster.NATSOption) (*testcluster.NATSCluster, *apconn.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := StartCluster(t, opts...)
+	conn, err := apconn.Connect(ctx, cl.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return cl, conn
+}
+
+// StartCluster starts an embedded NATS cluster, closed when the test ends.
+func StartCluster(t testing.TB, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := testcluster.StartNATS(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// Request sends a NATS request and fails the test when no reply comes
+// within 5 s.
+func Request(t testing.TB, nc *nats.Conn, subj, data string) *nats.Msg {
+	t.Helper()
+	m, err := nc.Request(subj, []byte(data), 5*time.Second)
+	if err != nil {
+		t.Fatalf("request %s: %v", subj, err)
+	}
+	return m
+}

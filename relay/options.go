@@ -1,0 +1,60 @@
+package relay
+
+import (
+	"errors"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Option configures a Relay beyond its Config: what a library user or a
+// test harness builds in code rather than in a file. An option that cannot
+// apply returns an error, which Start returns.
+type Option func(*options) error
+
+type options struct {
+	log      zerolog.Logger
+	natsOpts []nats.Option
+	connOpts []apconn.Option
+	sources  []extraSource
+}
+
+type extraSource struct {
+	src  bridge.Source
+	tags []bridge.TagConfig
+}
+
+// WithLogger logs through l: the relay, its connection, sink, bridge and
+// sources (default: no logging).
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
+
+// WithNATSOptions adds nats.go options to those the config implies
+// (credentials, TLS), for every connection of the ApConnection.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) error { o.natsOpts = append(o.natsOpts, opts...); return nil }
+}
+
+// WithConnOptions adds ApConnection options after those the config
+// implies (name, lame-duck handling, fast cutover), so they win: an event
+// handler, liveness timing.
+func WithConnOptions(opts ...apconn.Option) Option {
+	return func(o *options) error { o.connOpts = append(o.connOpts, opts...); return nil }
+}
+
+// WithSource adds a source built by the caller, with its tags, after the
+// config's own sources: a source of a kind the config cannot describe, or
+// one wrapped by the caller. A config with such a source needs no sources
+// of its own.
+func WithSource(src bridge.Source, tags []bridge.TagConfig) Option {
+	return func(o *options) error {
+		if src == nil {
+			return errors.New("WithSource: nil source")
+		}
+		o.sources = append(o.sources, extraSource{src, tags})
+		return nil
+	}
+}

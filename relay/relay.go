@@ -1,0 +1,285 @@
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Relay is a running relay: an ApConnection, a sink, a bridge and its
+// sources, built from a Config by Start. Stop it with Shutdown (or Close).
+type Relay struct {
+	log  zerolog.Logger
+	conn *apconn.Conn
+	js   *jetstreamsink.Sink // nil with the core sink
+	b    *bridge.Bridge
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// connectTimeout bounds the first connection to the brokers.
+const connectTimeout = 30 * time.Second
+
+// Start validates c, connects to NATS, builds the sink, the bridge and the
+// sources (expanding browse roots on the servers), starts the bridge and
+// returns the running relay. ctx bounds the start only. On an error
+// everything started so far is closed again.
+func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
+	o := options{log: zerolog.Nop()}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("relay: %w", err)
+		}
+	}
+	if err := c.validate(len(o.sources) > 0); err != nil {
+		return nil, err
+	}
+	natsOpts, err := c.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	apOpts := []apconn.Option{
+		apconn.WithName(c.connName()),
+		apconn.WithLameDuckHandling(c.handling()),
+		apconn.WithNATSOptions(append(natsOpts, o.natsOpts...)...),
+		apconn.WithLogger(o.log),
+	}
+	if c.NATS.FastCutover {
+		apOpts = append(apOpts, apconn.WithFastCutover())
+	}
+	conn, err := apconn.Connect(cctx, c.NATS.Servers, append(apOpts, o.connOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	r := &Relay{log: o.log, conn: conn}
+	bopts := []bridge.Option{bridge.WithLogger(o.log)}
+	if c.Sink == SinkJetStream {
+		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jetstreamsink.WithLogger(o.log)); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		bopts = append(bopts, bridge.WithSink(r.js))
+	}
+	r.b, err = bridge.New(conn, bridge.Config{
+		Instance:  c.Instance,
+		Prefix:    c.Service.Prefix,
+		Subject:   c.Subject,
+		NoHeaders: c.NoHeaders,
+		Guard:     c.guard(),
+	}, bopts...)
+	if err != nil {
+		r.closeSink()
+		conn.Close()
+		return nil, err
+	}
+	fail := func(err error) (*Relay, error) {
+		r.b.Close()
+		r.closeSink()
+		conn.Close()
+		return nil, err
+	}
+	for i, sc := range c.Sources {
+		if err := r.addSource(ctx, i, sc); err != nil {
+			return fail(err)
+		}
+	}
+	for _, es := range o.sources {
+		if err := r.b.AddSource(es.src, es.tags); err != nil {
+			return fail(err)
+		}
+	}
+	if err := r.b.Start(ctx); err != nil {
+		return fail(err)
+	}
+	o.log.Info().Int("sources", len(c.Sources)+len(o.sources)).Str("nats", conn.Status().String()).Msg("relay running")
+	return r, nil
+}
+
+// Conn returns the relay's ApConnection.
+func (r *Relay) Conn() *apconn.Conn { return r.conn }
+
+// Bridge returns the relay's bridge: its status, stats and subjects.
+func (r *Relay) Bridge() *bridge.Bridge { return r.b }
+
+// JetStream returns the JetStream sink, or nil when the relay publishes on
+// core NATS.
+func (r *Relay) JetStream() *jetstreamsink.Sink { return r.js }
+
+func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
+	secOpts, err := sc.Security.PairOptions()
+	if err != nil {
+		return fmt.Errorf("sources[%d].security: %w", i, err)
+	}
+	tags := append([]bridge.TagConfig(nil), sc.Tags...)
+	if len(sc.Browse) > 0 {
+		found, err := browse(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("sources[%d].browse: %w", i, err)
+		}
+		listed := map[string]bool{}
+		for _, t := range tags {
+			listed[t.Name] = true
+		}
+		for _, t := range found {
+			if !listed[t.Name] {
+				tags = append(tags, t)
+			}
+		}
+		r.log.Info().Str("source", sc.Name).Int("browsed", len(found)).Msg("browse roots expanded")
+	}
+	src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...))
+	if err != nil {
+		return err
+	}
+	return r.b.AddSource(src, tags)
+}
+
+// browseTimeout bounds the expansion of a source's browse roots on one
+// server.
+const browseTimeout = 30 * time.Second
+
+// browse expands the browse roots on the first endpoint that answers.
+func browse(ctx context.Context, sc SourceConfig) ([]bridge.TagConfig, error) {
+	var errs []error
+	for i, ep := range sc.Endpoints {
+		opts, err := sc.Security.ClientOptions(i)
+		if err != nil {
+			return nil, err
+		}
+		bctx, cancel := context.WithTimeout(ctx, browseTimeout)
+		tags, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, opts...)
+		cancel()
+		if err == nil {
+			return tags, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// connName is the name the relay's connections give the brokers.
+func (c *Config) connName() string {
+	switch {
+	case c.NATS.Name != "":
+		return c.NATS.Name
+	case c.Instance != "":
+		return "apbridge-" + c.Instance
+	}
+	return "apbridge"
+}
+
+// natsOptions are the nats.go options the config implies: authentication
+// and TLS.
+func (c *Config) natsOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	switch {
+	case c.NATS.Credentials != "":
+		opts = append(opts, nats.UserCredentials(c.NATS.Credentials))
+	case c.NATS.User != "":
+		opts = append(opts, nats.UserInfo(c.NATS.User, c.NATS.Password))
+	case c.NATS.Token != "":
+		opts = append(opts, nats.Token(c.NATS.Token))
+	}
+	if t := c.NATS.TLS; t != nil {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if t.CA != "" {
+			pem, err := os.ReadFile(t.CA)
+			if err != nil {
+				return nil, fmt.Errorf("nats.tls.ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("nats.tls.ca: %s holds no PEM certificate", t.CA)
+			}
+			tc.RootCAs = pool
+		}
+		if t.Cert != "" {
+			cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+			if err != nil {
+				return nil, fmt.Errorf("nats.tls: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, nats.Secure(tc))
+	}
+	return opts, nil
+}
+
+// Shutdown drains: the sources stop first (nothing more comes in), then
+// everything already received is confirmed by NATS (or stored, with the
+// JetStream sink) until ctx ends, then the connection closes. It is
+// idempotent: later calls return the first call's result.
+func (r *Relay) Shutdown(ctx context.Context) error {
+	r.stopOnce.Do(func() {
+		var errs []error
+		if err := r.b.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		r.closeSink()
+		if err := r.conn.Drain(ctx); err != nil && !errors.Is(err, apconn.ErrClosed) {
+			errs = append(errs, err)
+		}
+		r.log.Info().Msg("relay stopped")
+		r.stopErr = errors.Join(errs...)
+	})
+	return r.stopErr
+}
+
+// Close is Shutdown with at most DefaultDrainTimeout for the drain.
+func (r *Relay) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultDrainTimeout)
+	defer cancel()
+	return r.Shutdown(ctx)
+}
+
+// DefaultDrainTimeout is how long Close, and `apbridge run` on SIGTERM,
+// wait for what was received to be confirmed.
+const DefaultDrainTimeout = 20 * time.Second
+
+func (r *Relay) closeSink() {
+	if r.js != nil {
+		r.js.Close()
+	}
+}
+
+// Ready reports whether the relay does its job, and if not, why: an active
+// NATS connection, every source connected to a server (a degraded one
+// counts) and, with the JetStream sink, a stream that stores.
+func (r *Relay) Ready() (bool, []string) {
+	var reasons []string
+	if r.js != nil {
+		if ok, why := r.js.Ready(); !ok {
+			for _, w := range why {
+				reasons = append(reasons, "jetstream: "+w)
+			}
+		}
+	}
+	switch r.conn.Status() {
+	case apconn.StatusConnected, apconn.StatusDegraded:
+	default:
+		reasons = append(reasons, "nats: "+r.conn.Status().String())
+	}
+	for _, s := range r.b.Stats() {
+		switch s.Health.State {
+		case bridge.StateConnected, bridge.StateDegraded:
+		default:
+			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health.State))
+		}
+	}
+	return len(reasons) == 0, reasons
+}
