@@ -217,7 +217,9 @@ func (c *Conn) closeMember(m *member) {
 
 // prove sends a message each way between a and b through the cluster and
 // waits for both: a route listed by the server is not proof that it
-// forwards (FACTS.md, route readiness trap).
+// forwards. On a 3-node nats-server v2.15.2 cluster on loopback, 5 runs of
+// 27 had a node that listed all its routes yet took about 1 s before it
+// forwarded to a peer's subscriber; one of them lost 428 messages.
 func (c *Conn) prove(ctx context.Context, a, b *member) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.proveTimeout)
 	defer cancel()

@@ -568,6 +568,8 @@ func sleepUnless(ctx context.Context, lost <-chan struct{}, d time.Duration) boo
 	}
 }
 
+// sleepCtx sleeps for d unless ctx is done first; it reports whether ctx
+// is still live, so that a switch step stops waiting when the Conn closes.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx.Err() == nil

@@ -12,31 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-const (
-	testGrace = 1500 * time.Millisecond
-	testLDM   = 2500 * time.Millisecond
-)
-
-func ldmCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
-	return startCluster(t, append([]testcluster.NATSOption{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
-}
-
-// runPast keeps traffic flowing until done is closed (the lame-duck node
-// has evicted everyone and shut down), plus a few more messages.
-func runPast(t *testing.T, tr *testcluster.Traffic, done <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("lame-duck node did not shut down")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestActiveLDMSwitchesToPassiveAndArmsThird(t *testing.T) {
 	cl := ldmCluster(t)
 	ev := newEvents()
@@ -475,19 +450,6 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 			t.Errorf("%s subscription across the switch: %+v", name, r)
 		}
 	}
-}
-
-// thirdNode returns the node that holds neither the active nor the passive.
-func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
-	t.Helper()
-	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
-	for _, n := range cl.Nodes() {
-		if n != a && n != p {
-			return n
-		}
-	}
-	t.Fatal("no third node")
-	return nil
 }
 
 // outsideObserver subscribes to subj on the broker that is neither active

@@ -1,11 +1,9 @@
 package apconn_test
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
-
-	"context"
-	"github.com/rs/zerolog"
 	"sync"
 	"testing"
 	"time"
@@ -13,9 +11,16 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
+// The helpers the package's tests share, one copy each: a NATS cluster and
+// a Conn on it that the test's cleanup closes, an event recorder, the
+// logger, and traffic that counts what is lost, duplicated or reordered.
+
+// TestMain fails the run if any goroutine outlives the tests: every Conn,
+// cluster and traffic generator started here must be stopped by cleanup.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // events collects a Conn's events for assertions.
@@ -27,6 +32,9 @@ type events struct {
 
 func newEvents() *events { return &events{ch: make(chan apconn.Event, 256)} }
 
+// handle is the Conn's event handler. It never blocks: events beyond the
+// channel's room are kept only in all, so a test that does not wait cannot
+// stall the Conn.
 func (e *events) handle(ev apconn.Event) {
 	e.mu.Lock()
 	e.all = append(e.all, ev)
@@ -65,6 +73,7 @@ func (e *events) wait(t *testing.T, k apconn.EventKind, d time.Duration) apconn.
 	}
 }
 
+// count returns how many events of kind k were received.
 func (e *events) count(k apconn.EventKind) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -77,6 +86,7 @@ func (e *events) count(k apconn.EventKind) int {
 	return n
 }
 
+// kinds lists the events received as kind/cause, for failure messages.
 func (e *events) kinds() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -87,6 +97,7 @@ func (e *events) kinds() []string {
 	return out
 }
 
+// startCluster starts a NATS cluster that the test's cleanup closes.
 func startCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -99,12 +110,43 @@ func startCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NAT
 	return c
 }
 
+// The lame-duck timing of ldmCluster: nats-server's defaults (10 s grace,
+// 2 min duration) scaled down so that a test sees a whole lame-duck
+// shutdown, eviction included, in a few seconds.
+const (
+	testGrace = 1500 * time.Millisecond
+	testLDM   = 2500 * time.Millisecond
+)
+
+// ldmCluster starts a cluster whose nodes use the test's lame-duck timing.
+func ldmCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+	return startCluster(t, append([]testcluster.NATSOption{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
+}
+
+// runPast keeps traffic flowing until done is closed (the lame-duck node
+// has evicted everyone and shut down), plus a few more messages.
+func runPast(t *testing.T, tr *testcluster.Traffic, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("lame-duck node did not shut down")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tr.WaitReceived(ctx, tr.Sent()+50); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// connect connects a Conn to every node of cl, with events going to ev and
+// the log to testLogger; the test's cleanup closes it.
 func connect(t *testing.T, cl *testcluster.NATSCluster, ev *events, opts ...apconn.Option) *apconn.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	all := append([]apconn.Option{
-		apconn.WithLogger(testLogger(t)),
+		apconn.WithLogger(testLogger()),
 		apconn.WithNATSOptions(cl.ClientOptions()...),
 		apconn.WithEventHandler(ev.handle),
 	}, opts...)
@@ -140,6 +182,7 @@ func waitStatus(t *testing.T, c *apconn.Conn, st apconn.Status, d time.Duration)
 	}
 }
 
+// activeNode returns the cluster node that holds c's active connection.
 func activeNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
 	t.Helper()
 	s, ok := c.ActiveServer()
@@ -153,6 +196,7 @@ func activeNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *test
 	return n
 }
 
+// passiveNode returns the cluster node that holds c's passive connection.
 func passiveNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
 	t.Helper()
 	s, ok := c.PassiveServer()
@@ -164,6 +208,19 @@ func passiveNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *tes
 		t.Fatalf("passive server %s is not a cluster node", s.ID)
 	}
 	return n
+}
+
+// thirdNode returns the node that holds neither the active nor the passive.
+func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
+	t.Helper()
+	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
+	for _, n := range cl.Nodes() {
+		if n != a && n != p {
+			return n
+		}
+	}
+	t.Fatal("no third node")
+	return nil
 }
 
 // traffic runs a 1 kHz publisher and a subscriber through c.
@@ -186,6 +243,7 @@ func traffic(t *testing.T, c *apconn.Conn, subj string) *testcluster.Traffic {
 	return tr
 }
 
+// settle stops tr, waits for the messages still in flight and reports.
 func settle(t *testing.T, tr *testcluster.Traffic) testcluster.TrafficReport {
 	t.Helper()
 	tr.Stop()
@@ -195,14 +253,17 @@ func settle(t *testing.T, tr *testcluster.Traffic) testcluster.TrafficReport {
 	return tr.Report()
 }
 
-// testLogger writes the Conn's log to the test log when APCONN_LOG is set.
-func testLogger(t *testing.T) zerolog.Logger {
+// testLogger returns the Conn's logger: silent, or debug level to stderr
+// when APCONN_LOG is set, to see a Conn's decisions when a test fails.
+func testLogger() zerolog.Logger {
 	if os.Getenv("APCONN_LOG") == "" {
 		return zerolog.Nop()
 	}
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 }
 
+// putSeq writes a sequence number and the send time into buf's first 16
+// bytes, the layout testcluster.Traffic reads back.
 func putSeq(buf []byte, seq uint64) {
 	binary.BigEndian.PutUint64(buf[0:8], seq)
 	binary.BigEndian.PutUint64(buf[8:16], uint64(time.Now().UnixNano()))
