@@ -5,9 +5,12 @@ import (
 	"time"
 )
 
-// GuardConfig sets the subscribe-storm guard of a source. The defaults are
-// the ones seed 003 settled on after a gateway was wedged by a subscribe
-// re-sent every 5 s while the previous one was still outstanding.
+// GuardConfig sets the subscribe-storm guard of a source. The defaults
+// come from an incident with a tag gateway: a client re-sent its
+// subscribe every 5 s while the previous one was still outstanding, the
+// gateway queued them all, and 244 tags stayed frozen for 20 minutes. One
+// request in flight, a backoff from 5 s to 60 s and a ceiling on a lost
+// reply stop that.
 type GuardConfig struct {
 	// RetryFloor is the first delay after a failed subscribe (default 5 s).
 	RetryFloor time.Duration `yaml:"retryFloor" json:"retryFloor"`

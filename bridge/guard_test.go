@@ -110,8 +110,9 @@ func TestGuardRules(t *testing.T) {
 	}
 }
 
-// TestGuardStorm replays seed 003's incident: a source that never answers,
-// with the old actor's 5 s retry timer still poking the guard, for 110 s.
+// TestGuardStorm replays the subscribe-storm incident: a source that never
+// answers, with the old actor's 5 s retry timer still poking the guard, for
+// 110 s.
 // Before the fix that was 22 requests; the guard sends 3 and never has two
 // in flight.
 func TestGuardStorm(t *testing.T) {

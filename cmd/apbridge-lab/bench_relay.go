@@ -224,8 +224,9 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 func round0(f float64) float64 { return float64(int64(f + 0.5)) }
 func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 
-// benchStorm replays seed 003's incident against the guard: a source whose
-// subscribe requests are never answered, for 110 s, then answered.
+// benchStorm replays the subscribe-storm incident against the guard: a
+// gateway whose subscribe requests were never answered, for 110 s, while
+// the old client re-sent one every 5 s; here they are answered after.
 func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
 	if err != nil {
@@ -264,7 +265,7 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("storm_s", stormFor.Seconds())
 	r.set("subscribe_requests", requests)
 	r.set("max_in_flight", maxIn)
-	r.set("seed_003_before_fix", 22)
+	r.set("requests_before_fix", 22)
 	r.set("recovered", true)
 	return r, nil
 }

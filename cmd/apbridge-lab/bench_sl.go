@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
-	"github.com/gopcua/opcua"
-	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -26,7 +23,7 @@ import (
 func slScenarios() []scenario {
 	return []scenario{
 		{"sl-graceful-stop", "Warm pair 250/90: the primary publishes 0 as the backup promotes to 250, and stops 1 s later", slRun(slGracefulStop, pairSubject)},
-		{"sl-graceful-stop-poll", "the same with seed 001's client: ServiceLevel read every 2 s, a new session per probe (baseline)", slRun(slGracefulStop, seedSubject)},
+		{"sl-graceful-stop-poll", "the same with the poll-based client of the original ServiceLevel design: ServiceLevel read every 2 s, a new session per probe (baseline)", slRun(slGracefulStop, pollSubject)},
 		{"sl-hard-kill", "pair 250/240: the primary's process dies (no 0 first)", slRun(slHardKill, pairSubject)},
 		{"sl-freeze", "pair 250/240: the primary's link freezes (no error, no data)", slRun(slFreeze, pairSubject)},
 		{"sl-blip", "pair 250/240: the primary's connection is reset once, the server stays up (must not switch)", slRun(slBlip, pairSubject)},
@@ -237,7 +234,8 @@ func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
 	return at, nil
 }
 
-// slSubject is the client under test: a Pair, or the seed's design.
+// slSubject is the client under test: a Pair, or the poll-based client
+// of the original ServiceLevel design.
 type slSubject func(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (stop func(), err error)
 
 func slItems(p *testcluster.OPCUAPair) []servicelevel.Item {
@@ -503,312 +501,4 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	r.set("duration_s", cfg.duration.Seconds())
 	return r, nil
-}
-
-// ---- the seed's design, as the baseline ----
-
-// seedSubject is the client of seeds 001 and 000, as measured there: one
-// session on the active endpoint carrying the data, ServiceLevel read every
-// 2 s on it (no subscription to it, no heartbeat), and every probe of the
-// other endpoint a new short-lived session (connect, read, close; 15 s
-// budget). Its decisions are the same servicelevel.Policy with the seed's
-// defaults (10 s window, 60 s dwell, 3 retries 5 s apart); with no warm
-// standby it never learns the standby's level, so it always retries the
-// slow way, as the seed does.
-func seedSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (func(), error) {
-	pol, err := servicelevel.NewPolicy(servicelevel.FailoverConfig{})
-	if err != nil {
-		return nil, err
-	}
-	sc := &seedClient{eps: [2]string{p.Endpoints()[0], p.Endpoints()[1]}, rec: rec, pol: pol,
-		evc: make(chan func(), 64), quit: make(chan struct{}), done: make(chan struct{})}
-	for _, it := range slItems(p) {
-		n, err := ua.ParseNodeID(it.NodeID)
-		if err != nil {
-			return nil, err
-		}
-		sc.items = append(sc.items, n)
-	}
-	up := make(chan struct{})
-	sc.up = up
-	go sc.run()
-	select {
-	case <-up:
-		return sc.stop, nil
-	case <-ctx.Done():
-		sc.stop()
-		return nil, ctx.Err()
-	}
-}
-
-const (
-	seedPoll         = 2 * time.Second
-	seedProbeBudget  = 15 * time.Second
-	seedPublishEvery = 100 * time.Millisecond
-)
-
-type seedClient struct {
-	eps   [2]string
-	items []*ua.NodeID
-	rec   *slRecorder
-	pol   *servicelevel.Policy
-	evc   chan func()
-	quit  chan struct{}
-	done  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
-	up    chan struct{}
-
-	// loop
-	conn     *seedConn
-	gen      int
-	nextPoll time.Time
-}
-
-type seedConn struct {
-	ep     servicelevel.Endpoint
-	c      *opcua.Client
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func (sc *seedClient) stop() {
-	sc.once.Do(func() {
-		close(sc.quit)
-		<-sc.done
-		sc.wg.Wait()
-	})
-}
-
-func (sc *seedClient) post(f func()) bool {
-	select {
-	case sc.evc <- f:
-		return true
-	case <-sc.quit:
-		return false
-	}
-}
-
-func (sc *seedClient) run() {
-	defer close(sc.done)
-	defer func() {
-		if sc.conn != nil {
-			sc.conn.close()
-		}
-	}()
-	sc.exec(sc.pol.Start(time.Now()))
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		wake := time.Hour
-		if at, ok := sc.pol.NextDeadline(); ok {
-			wake = min(wake, max(time.Until(at), 0))
-		}
-		if sc.conn != nil && !sc.nextPoll.IsZero() {
-			wake = min(wake, max(time.Until(sc.nextPoll), 0))
-		}
-		t.Reset(wake)
-		select {
-		case <-sc.quit:
-			return
-		case f := <-sc.evc:
-			f()
-		case <-t.C:
-			now := time.Now()
-			if sc.conn != nil && !sc.nextPoll.IsZero() && !now.Before(sc.nextPoll) {
-				sc.nextPoll = now.Add(seedPoll)
-				sc.poll(sc.conn)
-			}
-			if at, ok := sc.pol.NextDeadline(); ok && !at.After(now) {
-				sc.exec(sc.pol.Tick(now))
-			}
-		}
-	}
-}
-
-func (sc *seedClient) exec(d servicelevel.Decision) {
-	switch d.Action {
-	case servicelevel.ActionProbe:
-		sc.probe(d.To, d.Probe)
-	case servicelevel.ActionSwitch:
-		sc.rec.failover(d.Cause.String())
-		sc.connect(d.To, d.DialTimeout)
-	case servicelevel.ActionConnect:
-		sc.connect(d.To, d.DialTimeout)
-	}
-}
-
-// connect drops the current session and opens one on ep.
-func (sc *seedClient) connect(ep servicelevel.Endpoint, timeout time.Duration) {
-	if sc.conn != nil {
-		sc.conn.close()
-		sc.conn = nil
-	}
-	sc.gen++
-	gen := sc.gen
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		conn, err := sc.dial(ep, timeout, gen)
-		posted := sc.post(func() {
-			if err != nil {
-				sc.exec(sc.pol.ConnectFailed(time.Now()))
-				return
-			}
-			if gen != sc.gen {
-				conn.close()
-				return
-			}
-			sc.conn = conn
-			sc.exec(sc.pol.SessionUp(time.Now()))
-			// The seed judges the first sample of a session at once.
-			sc.nextPoll = time.Now()
-			if sc.up != nil {
-				close(sc.up)
-				sc.up = nil
-			}
-		})
-		if !posted && err == nil {
-			conn.close()
-		}
-	}()
-}
-
-func (sc *seedClient) dial(ep servicelevel.Endpoint, timeout time.Duration, gen int) (*seedConn, error) {
-	c, err := opcua.NewClient(sc.eps[ep], opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false),
-		opcua.DialTimeout(timeout), opcua.RequestTimeout(10*time.Second))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.Connect(ctx); err != nil {
-		c.Close(ctx)
-		return nil, err
-	}
-	var sub *ua.CreateSubscriptionResponse
-	err = c.Send(ctx, &ua.CreateSubscriptionRequest{RequestedPublishingInterval: float64(seedPublishEvery / time.Millisecond),
-		RequestedLifetimeCount: 600, RequestedMaxKeepAliveCount: 10, PublishingEnabled: true},
-		func(v ua.Response) error { sub, _ = v.(*ua.CreateSubscriptionResponse); return nil })
-	if err == nil && sub == nil {
-		err = errors.New("no CreateSubscriptionResponse")
-	}
-	var reqs []*ua.MonitoredItemCreateRequest
-	for i, n := range sc.items {
-		reqs = append(reqs, &ua.MonitoredItemCreateRequest{
-			ItemToMonitor:  &ua.ReadValueID{NodeID: n, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
-			MonitoringMode: ua.MonitoringModeReporting,
-			RequestedParameters: &ua.MonitoringParameters{ClientHandle: uint32(i), SamplingInterval: 100, QueueSize: 10,
-				DiscardOldest: true, Filter: ua.NewExtensionObject(nil)},
-		})
-	}
-	if err == nil {
-		err = c.Send(ctx, &ua.CreateMonitoredItemsRequest{SubscriptionID: sub.SubscriptionID,
-			TimestampsToReturn: ua.TimestampsToReturnBoth, ItemsToCreate: reqs}, func(ua.Response) error { return nil })
-	}
-	if err != nil {
-		c.Close(ctx)
-		return nil, err
-	}
-	cctx, ccancel := context.WithCancel(context.Background())
-	conn := &seedConn{ep: ep, c: c, cancel: ccancel}
-	conn.wg.Add(1)
-	go func() {
-		defer conn.wg.Done()
-		var acks []*ua.SubscriptionAcknowledgement
-		// A new monitored item's first notification is the server's
-		// current value, a snapshot: after a switch it may repeat the last
-		// tick the old session delivered, and that is no duplicate.
-		reported := make(map[uint32]bool, len(sc.items))
-		for {
-			var res *ua.PublishResponse
-			if acks == nil {
-				acks = []*ua.SubscriptionAcknowledgement{}
-			}
-			err := c.Send(cctx, &ua.PublishRequest{SubscriptionAcknowledgements: acks},
-				func(v ua.Response) error { res, _ = v.(*ua.PublishResponse); return nil })
-			acks = nil
-			if cctx.Err() != nil {
-				return
-			}
-			if err != nil || res == nil {
-				sc.post(func() {
-					if sc.gen == gen && sc.conn == conn {
-						sc.conn = nil
-						conn.close()
-						sc.exec(sc.pol.LinkLost(time.Now()))
-					}
-				})
-				return
-			}
-			nm := res.NotificationMessage
-			if nm == nil {
-				continue
-			}
-			if len(nm.NotificationData) > 0 {
-				acks = append(acks, &ua.SubscriptionAcknowledgement{SubscriptionID: res.SubscriptionID, SequenceNumber: nm.SequenceNumber})
-			}
-			for _, eo := range nm.NotificationData {
-				if dcn, ok := eo.Value.(*ua.DataChangeNotification); ok {
-					for _, n := range dcn.MonitoredItems {
-						sc.rec.value(ep, n.ClientHandle, n.Value, !reported[n.ClientHandle])
-						reported[n.ClientHandle] = true
-					}
-				}
-			}
-		}
-	}()
-	return conn, nil
-}
-
-func (c *seedConn) close() {
-	c.cancel()
-	c.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-	defer cancel()
-	c.c.Close(ctx)
-}
-
-var seedServiceLevel = ua.NewNumericNodeID(0, id.Server_ServiceLevel)
-
-func readLevel(ctx context.Context, c *opcua.Client) servicelevel.Level {
-	res, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{{NodeID: seedServiceLevel, AttributeID: ua.AttributeIDValue}}})
-	if err != nil || len(res.Results) != 1 || res.Results[0].Value == nil {
-		return servicelevel.Unknown()
-	}
-	return servicelevel.LevelFromValue(res.Results[0].Value.Value(), res.Results[0].Status == ua.StatusOK)
-}
-
-func (sc *seedClient) poll(conn *seedConn) {
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		l := readLevel(ctx, conn.c)
-		sc.post(func() {
-			if sc.conn == conn {
-				sc.exec(sc.pol.ActiveLevel(time.Now(), l))
-			}
-		})
-	}()
-}
-
-// probe asks ep with a session of its own, as the seed does.
-func (sc *seedClient) probe(ep servicelevel.Endpoint, id servicelevel.ProbeID) {
-	sc.wg.Add(1)
-	go func() {
-		defer sc.wg.Done()
-		l := servicelevel.Unknown()
-		ctx, cancel := context.WithTimeout(context.Background(), seedProbeBudget)
-		defer cancel()
-		c, err := opcua.NewClient(sc.eps[ep], opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false))
-		if err == nil {
-			if err = c.Connect(ctx); err == nil {
-				l = readLevel(ctx, c)
-			}
-			c.Close(ctx)
-		}
-		sc.post(func() { sc.exec(sc.pol.ProbeResult(time.Now(), id, l)) })
-	}()
 }

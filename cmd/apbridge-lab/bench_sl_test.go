@@ -33,7 +33,7 @@ func TestSLScenariosRun(t *testing.T) {
 	args := []string{"--json", "--runs", "1", "--duration", "3s"}
 	for _, w := range want {
 		if w.name == "sl-graceful-stop-poll" && testing.Short() {
-			continue // up to 16 s: the seed's retry cycle
+			continue // up to 16 s: the poll-based client's retry cycle
 		}
 		args = append(args, w.name)
 	}
@@ -85,12 +85,12 @@ func TestSLScenariosRun(t *testing.T) {
 	}
 }
 
-// The seed baseline's new session starts each item with the server's
+// The poll baseline's new session starts each item with the server's
 // current value, which can be the tick the old session delivered last: a
 // snapshot, not a duplicate. Here values never move and a reset link makes
 // the client open a new session on the same server, so every counter
 // repeats with the same status; a client that counted that would fail.
-func TestSeedBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
+func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(slTags), testcluster.WithTagInterval(time.Hour))
@@ -102,7 +102,7 @@ func TestSeedBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newSLRecorder(p.Tags())
-	stop, err := seedSubject(ctx, p, benchConfig{}, rec)
+	stop, err := pollSubject(ctx, p, benchConfig{}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
