@@ -3,27 +3,13 @@ package testcluster
 import (
 	"context"
 	"errors"
-	"net"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 )
-
-// refuses reports whether nothing listens on an opc.tcp endpoint.
-func refuses(t *testing.T, endpoint string) bool {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "opc.tcp://"), time.Second)
-	if err == nil {
-		c.Close()
-		return false
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
 
 func TestOPCUAGracefulStopPublishesZeroThenCloses(t *testing.T) {
 	p := startPair(t)

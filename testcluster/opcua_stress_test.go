@@ -1,7 +1,6 @@
 package testcluster
 
 import (
-	"context"
 	"errors"
 	"math"
 	"runtime"
@@ -13,13 +12,6 @@ import (
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 )
-
-func ctx5s(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func TestOPCUAPublishingIntervalZeroIsRevised(t *testing.T) {
 	p := startPair(t)
