@@ -26,7 +26,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // startCluster starts a NATS cluster that the test's cleanup closes.
-func startCluster(t *testing.T, opts ...NATSOption) *NATSCluster {
+func startCluster(t *testing.T, opts ...Option) *NATSCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -62,7 +62,7 @@ var (
 // startPair starts an OPC UA pair that the test's cleanup closes, and
 // checks after every other cleanup that no goroutine of the pair or of the
 // test's clients is left.
-func startPair(t *testing.T, opts ...OPCUAOption) *OPCUAPair {
+func startPair(t *testing.T, opts ...Option) *OPCUAPair {
 	t.Helper()
 	// Registered first, so it runs last: after the pair and every client
 	// of the test are closed, none of their goroutines may remain.

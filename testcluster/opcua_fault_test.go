@@ -235,7 +235,7 @@ func TestOPCUAResetAndDropAreSeenByTheClient(t *testing.T) {
 }
 
 func TestOPCUALatencyThroughTheProxy(t *testing.T) {
-	p := startPair(t, WithOPCUAClientRTT(40*time.Millisecond))
+	p := startPair(t, WithClientRTT(40*time.Millisecond))
 	c := dial(t, p.B().Endpoint())
 	rtt := func() time.Duration {
 		start := time.Now()
