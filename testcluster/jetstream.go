@@ -91,7 +91,8 @@ func (c *NATSCluster) StreamState(ctx context.Context, stream string) (StreamSta
 // StreamLeader waits until the stream has a leader on a running node and
 // returns that node, so that a test can put it in lame-duck mode or kill
 // it. A node that leads a Raft group hands the leadership over and waits a
-// hard-coded second before it sends its LDM notice to clients (FACTS.md).
+// hard-coded second before it sends its LDM notice to clients (nats-server
+// does so in lameDuckMode).
 func (c *NATSCluster) StreamLeader(ctx context.Context, stream string) (*Node, error) {
 	var lastErr error
 	for {

@@ -22,7 +22,7 @@ func TestOPCUAGracefulStopPublishesZeroThenCloses(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	start := time.Now()
 	sc := p.A().GracefulStop(delay)
-	p.B().Promote() // the peer takes over, as in seed 004
+	p.B().Promote() // the peer takes over, as in a planned failover
 	zero := sub.waitValue(h, 2*time.Second, isLevel(LevelMaintenance))
 	if v, _ := watcher.read(nidState)[0].Value.Value().(int32); ua.ServerState(v) != ua.ServerStateShutdown {
 		t.Errorf("ServerStatus.State while stopping: %v", v)

@@ -35,15 +35,21 @@ type LevelStep struct {
 	Hold  time.Duration
 }
 
-// BootSteps is the boot sequence of seed 004's servers: NoData (1), then
-// Degraded (50), each held for hold, then final (240 or 250).
+// BootSteps is the boot sequence of a redundant server that publishes
+// ServiceLevel from the start: NoData (1) before it has data, then
+// Degraded (50) while it comes up, each held for hold, then final (240 as
+// a healthy follower or 250 as the primary). A client that connects
+// meanwhile must see a level below 200 and prefer a Healthy peer.
 func BootSteps(final byte, hold time.Duration) []LevelStep {
 	return []LevelStep{{LevelNoData, hold}, {LevelBooting, hold}, {final, 0}}
 }
 
 // Health is what a server's ServiceLevel is computed from once a LevelFunc
-// is set (see SetLevelFunc). The fields are seed 004's calculator inputs;
-// tests set them with UpdateHealth. The pair never changes them itself.
+// is set (see SetLevelFunc). The fields are what a redundant server's
+// ServiceLevel calculator reads: whether it is a member of its redundancy
+// group, whether its configuration store answers, whether its peer can
+// reach it, whether its data is stale, and whether it is the primary.
+// Tests set them with UpdateHealth; the pair never changes them itself.
 type Health struct {
 	// MemberUp: the node is an Up (or Joining) member of its redundancy
 	// group.

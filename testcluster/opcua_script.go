@@ -75,11 +75,13 @@ func (s *OPCUAServer) Boot(steps ...LevelStep) *Script {
 	})
 }
 
-// GracefulStop stops the server the way seed 004's servers do: it
-// publishes ServiceLevel 0 (and ServerStatus.State Shutdown) at once, keeps
-// serving for delay, pushes out what subscriptions have queued, then stops:
-// connections closed, port closed, as Kill. Clients subscribed to
-// ServiceLevel see the 0 before their connection closes.
+// GracefulStop stops the server the way a redundant server leaves its
+// pair on a planned stop, so that clients can fail over before their
+// connection closes rather than after it: it publishes ServiceLevel 0
+// (Maintenance: clients must leave) and ServerStatus.State Shutdown at
+// once, keeps serving for delay, pushes out what subscriptions have
+// queued, then stops: connections closed, port closed, as Kill. Clients
+// subscribed to ServiceLevel see the 0 before their connection closes.
 func (s *OPCUAServer) GracefulStop(delay time.Duration) *Script {
 	return s.runScript(func(ctx context.Context) error {
 		s.setState(ua.ServerStateShutdown)

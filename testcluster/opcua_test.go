@@ -291,7 +291,8 @@ func TestOPCUAWritesLandOnBothServers(t *testing.T) {
 
 func TestOPCUALevelFuncComputesFromHealth(t *testing.T) {
 	p := startPair(t)
-	// A stand-in for seed 004's calculator.
+	// A stand-in for a redundant server's calculator: 0 off the group, 100
+	// with no store and stale data, 200 stale, 250 primary, 240 follower.
 	calc := func(h Health) byte {
 		switch {
 		case !h.MemberUp:
