@@ -244,6 +244,7 @@ func (a StreamAudit) OK() bool {
 	return a.Lost == 0 && a.Duplicated == 0 && a.OutOfOrder == 0 && a.Unexpected == 0
 }
 
+// String summarises the audit on one line, for a test failure message.
 func (a StreamAudit) String() string {
 	return fmt.Sprintf("expected %d, stored %d: lost %d, duplicated %d, out of order %d, unexpected %d %v",
 		a.Expected, a.Stored, a.Lost, a.Duplicated, a.OutOfOrder, a.Unexpected, a.Examples)

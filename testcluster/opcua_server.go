@@ -417,6 +417,8 @@ func (s *OPCUAServer) close() {
 	s.eng.stop()
 }
 
+// String names the server, its endpoint and its level, for logs and test
+// failure messages.
 func (s *OPCUAServer) String() string {
 	return "opcua " + s.name + " " + s.endpoint + " level " + strconv.Itoa(int(s.Level()))
 }
