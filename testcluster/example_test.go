@@ -72,3 +72,17 @@ func ExampleFaultProxy() {
 	// flush while frozen: nats: timeout
 	// flush after heal: <nil>
 }
+
+// The logger, the client round-trip time and the readiness bound are
+// options of both constructors; every other option belongs to one, and the
+// other constructor refuses it by name before it starts anything.
+func ExampleOption() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := testcluster.StartNATS(ctx,
+		testcluster.WithReadyTimeout(10*time.Second),
+		testcluster.WithSetpoints(4),
+	)
+	fmt.Println(err)
+	// Output: testcluster: WithSetpoints applies to an OPC UA pair, not a NATS cluster
+}

@@ -91,7 +91,8 @@ func (c *NATSCluster) StreamState(ctx context.Context, stream string) (StreamSta
 // StreamLeader waits until the stream has a leader on a running node and
 // returns that node, so that a test can put it in lame-duck mode or kill
 // it. A node that leads a Raft group hands the leadership over and waits a
-// hard-coded second before it sends its LDM notice to clients (FACTS.md).
+// hard-coded second before it sends its LDM notice to clients (nats-server
+// does so in lameDuckMode).
 func (c *NATSCluster) StreamLeader(ctx context.Context, stream string) (*Node, error) {
 	var lastErr error
 	for {
@@ -243,6 +244,7 @@ func (a StreamAudit) OK() bool {
 	return a.Lost == 0 && a.Duplicated == 0 && a.OutOfOrder == 0 && a.Unexpected == 0
 }
 
+// String summarises the audit on one line, for a test failure message.
 func (a StreamAudit) String() string {
 	return fmt.Sprintf("expected %d, stored %d: lost %d, duplicated %d, out of order %d, unexpected %d %v",
 		a.Expected, a.Stored, a.Lost, a.Duplicated, a.OutOfOrder, a.Unexpected, a.Examples)

@@ -16,11 +16,7 @@ func TestStreamLeaderFollowsAKill(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := startCluster(t, WithJetStream())
-	nc, err := nats.Connect(c.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connect(t, c, c.URLs()[0])
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -57,11 +53,7 @@ func TestSingleNodeJetStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := startCluster(t, WithNodes(1), WithJetStream())
-	nc, err := nats.Connect(c.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := connect(t, c, c.URLs()[0])
 	js, _ := jetstream.New(nc)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONE", Subjects: []string{"one.>"}}); err != nil {
 		t.Fatal(err)

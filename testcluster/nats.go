@@ -19,64 +19,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// NATSOption configures StartNATS.
-type NATSOption func(*natsConfig)
-
-type natsConfig struct {
-	nodes     int
-	jetStream bool
-	ldmDur    time.Duration
-	ldmGrace  time.Duration
-	tls       bool
-	proxies   bool
-	delay     time.Duration
-	logger    zerolog.Logger
-	dir       string
-	readyWait time.Duration
-}
-
-// WithNodes sets the number of nodes (default 3, at least 1).
-func WithNodes(n int) NATSOption { return func(c *natsConfig) { c.nodes = n } }
-
-// WithJetStream enables JetStream on every node with a store in a temporary
-// directory that Close removes.
-func WithJetStream() NATSOption { return func(c *natsConfig) { c.jetStream = true } }
-
-// WithLameDuck sets the lame-duck duration and grace period of every node.
-// The grace period is how long a node waits after announcing LDM before it
-// evicts its clients; the duration bounds the whole eviction. The defaults
-// are a 10 s grace, as nats-server ships, and a duration 1 s longer so that
-// every client is gone soon after the grace period ends.
-func WithLameDuck(duration, grace time.Duration) NATSOption {
-	return func(c *natsConfig) { c.ldmDur, c.ldmGrace = duration, grace }
-}
-
-// WithTLS serves TLS on every client port, with a certificate signed by a CA
-// generated at start (see NATSCluster.CA).
-func WithTLS() NATSOption { return func(c *natsConfig) { c.tls = true } }
-
-// WithProxies puts a FaultProxy in front of every node's client port. The
-// URLs the cluster hands out, and the ones nodes advertise to clients, go
-// through the proxies.
-func WithProxies() NATSOption { return func(c *natsConfig) { c.proxies = true } }
-
-// WithClientRTT puts a FaultProxy in front of every node (as WithProxies)
-// with rtt/2 of latency in each direction.
-func WithClientRTT(rtt time.Duration) NATSOption {
-	return func(c *natsConfig) { c.proxies = true; c.delay = rtt / 2 }
-}
-
-// WithLogger sends the servers' log lines to l (default: no logging).
-func WithLogger(l zerolog.Logger) NATSOption { return func(c *natsConfig) { c.logger = l } }
-
-// WithDir keeps server state (JetStream store, CA file) under dir instead of
-// a temporary directory. The directory is not removed by Close.
-func WithDir(dir string) NATSOption { return func(c *natsConfig) { c.dir = dir } }
-
-// WithReadyTimeout bounds how long StartNATS and Restart wait for the
-// cluster to forward end to end (default 30 s).
-func WithReadyTimeout(d time.Duration) NATSOption { return func(c *natsConfig) { c.readyWait = d } }
-
 // NATSCluster is an embedded nats-server cluster on loopback.
 type NATSCluster struct {
 	cfg     natsConfig
@@ -108,18 +50,13 @@ type Node struct {
 // message published on each node reaches a subscriber on each node. A route
 // listed in Routez is not enough; a node can take a second more before it
 // forwards (the route readiness trap).
-func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
-	cfg := natsConfig{
-		nodes:     3,
-		ldmGrace:  10 * time.Second,
-		logger:    zerolog.Nop(),
-		readyWait: 30 * time.Second,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.nodes < 1 {
-		return nil, fmt.Errorf("testcluster: nodes must be at least 1, got %d", cfg.nodes)
+//
+// It returns the first error of opts, such as an option that only an OPC
+// UA pair takes, before it starts anything.
+func StartNATS(ctx context.Context, opts ...Option) (*NATSCluster, error) {
+	cfg, err := natsOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.ldmDur == 0 {
 		cfg.ldmDur = cfg.ldmGrace + time.Second
@@ -145,7 +82,6 @@ func StartNATS(ctx context.Context, opts ...NATSOption) (*NATSCluster, error) {
 	}
 	for i := range cfg.nodes {
 		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
-		var err error
 		if n.clientPort, err = c.ports.port(); err != nil {
 			c.Close()
 			return nil, err

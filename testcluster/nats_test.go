@@ -13,32 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func startCluster(t *testing.T, opts ...NATSOption) *NATSCluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := StartNATS(ctx, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
-func connect(t *testing.T, c *NATSCluster, url string, opts ...nats.Option) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url, append(c.ClientOptions(), opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
 
 func TestClusterForwardsEndToEnd(t *testing.T) {
 	c := startCluster(t)

@@ -9,84 +9,7 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
-	"github.com/rs/zerolog"
 )
-
-// OPCUAOption configures StartOPCUAPair.
-type OPCUAOption func(*opcuaConfig)
-
-type opcuaConfig struct {
-	tags        int
-	tagInterval time.Duration
-	setpoints   int
-	heartbeat   time.Duration
-	levels      [2]byte
-	redundancy  ua.RedundancySupport
-	uris        [2]string
-	minPublish  time.Duration
-	delay       time.Duration
-	logger      zerolog.Logger
-	readyWait   time.Duration
-}
-
-// WithTags sets the number of simulated tags (default 16, at least 0).
-// Kinds rotate Counter, Ramp, Sine, Bool, so tag i is of kind i%4.
-func WithTags(n int) OPCUAOption { return func(c *opcuaConfig) { c.tags = n } }
-
-// WithTagInterval sets how often the simulated process ticks: every tag
-// gets a new value and source timestamp each tick (default 100 ms, at
-// least 1 ms). A client sees every tick only if it publishes at least as
-// often, or asks for a queue.
-func WithTagInterval(d time.Duration) OPCUAOption { return func(c *opcuaConfig) { c.tagInterval = d } }
-
-// WithSetpoints sets the number of writable setpoints (default 2).
-func WithSetpoints(n int) OPCUAOption { return func(c *opcuaConfig) { c.setpoints = n } }
-
-// WithHeartbeat sets how often each server samples CurrentTime (i=2258)
-// for its subscribers (default 100 ms): the heartbeat whose gaps reveal a
-// frozen link.
-func WithHeartbeat(d time.Duration) OPCUAOption { return func(c *opcuaConfig) { c.heartbeat = d } }
-
-// WithServiceLevels sets the ServiceLevels A and B start with (default
-// 250 and 240: a healthy primary and a healthy follower).
-func WithServiceLevels(a, b byte) OPCUAOption {
-	return func(c *opcuaConfig) { c.levels = [2]byte{a, b} }
-}
-
-// WithRedundancySupport sets the RedundancySupport both servers report
-// (i=3709; default Warm). Cold, Warm, Hot and HotAndMirrored also expose
-// ServerRedundancy.ServerUriArray (i=11314).
-func WithRedundancySupport(m ua.RedundancySupport) OPCUAOption {
-	return func(c *opcuaConfig) { c.redundancy = m }
-}
-
-// WithApplicationURIs sets the servers' ApplicationUris (default
-// urn:apbridge:testcluster:opcua:A and :B).
-func WithApplicationURIs(a, b string) OPCUAOption {
-	return func(c *opcuaConfig) { c.uris = [2]string{a, b} }
-}
-
-// WithMinPublishingInterval sets the shortest publishing interval the
-// servers grant (default 10 ms). Requests for less, including 0, get it.
-func WithMinPublishingInterval(d time.Duration) OPCUAOption {
-	return func(c *opcuaConfig) { c.minPublish = d }
-}
-
-// WithOPCUAClientRTT adds rtt/2 of latency in each direction between
-// clients and each server, through the proxies.
-func WithOPCUAClientRTT(rtt time.Duration) OPCUAOption {
-	return func(c *opcuaConfig) { c.delay = rtt / 2 }
-}
-
-// WithOPCUALogger sends the servers' log lines to l (default: none):
-// level changes, scripted events, kills and restarts at Info.
-func WithOPCUALogger(l zerolog.Logger) OPCUAOption { return func(c *opcuaConfig) { c.logger = l } }
-
-// WithOPCUAReadyTimeout bounds how long StartOPCUAPair and Restart wait for
-// a server to answer a client's read (default 10 s).
-func WithOPCUAReadyTimeout(d time.Duration) OPCUAOption {
-	return func(c *opcuaConfig) { c.readyWait = d }
-}
 
 // OPCUAPair is a redundant pair of OPC UA servers, A and B, on loopback,
 // each behind a FaultProxy, serving one simulated process: at every tick
@@ -124,35 +47,13 @@ type OPCUAPair struct {
 
 // StartOPCUAPair starts a pair on free loopback ports and returns once
 // each server has answered a real client's read through its proxy.
-func StartOPCUAPair(ctx context.Context, opts ...OPCUAOption) (*OPCUAPair, error) {
-	cfg := opcuaConfig{
-		tags:        16,
-		tagInterval: 100 * time.Millisecond,
-		setpoints:   2,
-		heartbeat:   100 * time.Millisecond,
-		levels:      [2]byte{LevelPrimary, LevelHealthyFollower},
-		redundancy:  ua.RedundancySupportWarm,
-		uris:        [2]string{"urn:apbridge:testcluster:opcua:A", "urn:apbridge:testcluster:opcua:B"},
-		minPublish:  10 * time.Millisecond,
-		logger:      zerolog.Nop(),
-		readyWait:   10 * time.Second,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	switch {
-	case cfg.tags < 0 || cfg.setpoints < 0:
-		return nil, fmt.Errorf("testcluster: opcua tags %d and setpoints %d must not be negative", cfg.tags, cfg.setpoints)
-	case cfg.tagInterval < time.Millisecond:
-		return nil, fmt.Errorf("testcluster: opcua tag interval %v is below 1ms", cfg.tagInterval)
-	case cfg.heartbeat < time.Millisecond:
-		return nil, fmt.Errorf("testcluster: opcua heartbeat %v is below 1ms", cfg.heartbeat)
-	case cfg.minPublish < time.Millisecond:
-		return nil, fmt.Errorf("testcluster: opcua minimum publishing interval %v is below 1ms", cfg.minPublish)
-	case cfg.uris[0] == "" || cfg.uris[1] == "" || cfg.uris[0] == cfg.uris[1]:
-		return nil, fmt.Errorf("testcluster: opcua application URIs %q and %q must be set and differ", cfg.uris[0], cfg.uris[1])
-	case cfg.redundancy > ua.RedundancySupportHotAndMirrored:
-		return nil, fmt.Errorf("testcluster: opcua redundancy support %d is not defined", cfg.redundancy)
+//
+// It returns the first error of opts, such as an option that only a NATS
+// cluster takes, before it starts anything.
+func StartOPCUAPair(ctx context.Context, opts ...Option) (*OPCUAPair, error) {
+	cfg, err := opcuaOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	p := &OPCUAPair{cfg: cfg, byName: make(map[string]Tag), wsig: make(chan struct{}), stop: make(chan struct{})}
 	for i := range cfg.tags {

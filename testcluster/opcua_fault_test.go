@@ -3,27 +3,13 @@ package testcluster
 import (
 	"context"
 	"errors"
-	"net"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 )
-
-// refuses reports whether nothing listens on an opc.tcp endpoint.
-func refuses(t *testing.T, endpoint string) bool {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "opc.tcp://"), time.Second)
-	if err == nil {
-		c.Close()
-		return false
-	}
-	return errors.Is(err, syscall.ECONNREFUSED)
-}
 
 func TestOPCUAGracefulStopPublishesZeroThenCloses(t *testing.T) {
 	p := startPair(t)
@@ -36,7 +22,7 @@ func TestOPCUAGracefulStopPublishesZeroThenCloses(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	start := time.Now()
 	sc := p.A().GracefulStop(delay)
-	p.B().Promote() // the peer takes over, as in seed 004
+	p.B().Promote() // the peer takes over, as in a planned failover
 	zero := sub.waitValue(h, 2*time.Second, isLevel(LevelMaintenance))
 	if v, _ := watcher.read(nidState)[0].Value.Value().(int32); ua.ServerState(v) != ua.ServerStateShutdown {
 		t.Errorf("ServerStatus.State while stopping: %v", v)
@@ -249,7 +235,7 @@ func TestOPCUAResetAndDropAreSeenByTheClient(t *testing.T) {
 }
 
 func TestOPCUALatencyThroughTheProxy(t *testing.T) {
-	p := startPair(t, WithOPCUAClientRTT(40*time.Millisecond))
+	p := startPair(t, WithClientRTT(40*time.Millisecond))
 	c := dial(t, p.B().Endpoint())
 	rtt := func() time.Duration {
 		start := time.Now()
