@@ -98,7 +98,7 @@ func (e *events) kinds() []string {
 }
 
 // startCluster starts a NATS cluster that the test's cleanup closes.
-func startCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+func startCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -119,8 +119,8 @@ const (
 )
 
 // ldmCluster starts a cluster whose nodes use the test's lame-duck timing.
-func ldmCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
-	return startCluster(t, append([]testcluster.NATSOption{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
+func ldmCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
+	return startCluster(t, append([]testcluster.Option{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
 }
 
 // runPast keeps traffic flowing until done is closed (the lame-duck node

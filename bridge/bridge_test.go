@@ -28,7 +28,7 @@ type env struct {
 	b    *bridge.Bridge
 }
 
-func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.NATSOption) *env {
+func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.Option) *env {
 	t.Helper()
 	cl, conn := testutil.ClusterConn(t, clusterOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -50,7 +50,7 @@ type rig struct {
 type rigOption struct {
 	levels  [2]byte
 	cfg     func(*servicelevel.PairConfig)
-	servers []testcluster.OPCUAOption
+	servers []testcluster.Option
 	opts    []servicelevel.PairOption
 	noStart bool
 	// gate, if set, can hold the data handler.
@@ -93,7 +93,7 @@ func newRig(t *testing.T, o rigOption) *rig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	sopts := append([]testcluster.OPCUAOption{
+	sopts := append([]testcluster.Option{
 		testcluster.WithTags(testTags),
 		testcluster.WithServiceLevels(o.levels[0], o.levels[1]),
 	}, o.servers...)

@@ -37,11 +37,11 @@ func jsTags(n int) []bridge.TagConfig {
 	return out
 }
 
-func startJSCluster(t *testing.T, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+func startJSCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, append([]testcluster.NATSOption{testcluster.WithJetStream()}, opts...)...)
+	cl, err := testcluster.StartNATS(ctx, append([]testcluster.Option{testcluster.WithJetStream()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type opcuaEnv struct {
 	refresh int
 }
 
-func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.OPCUAOption) *opcuaEnv {
+func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.Option) *opcuaEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

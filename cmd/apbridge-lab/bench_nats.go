@@ -195,8 +195,8 @@ func (f fault) apply(cl *testcluster.NATSCluster, s subject) (*testcluster.Node,
 
 // startBenchCluster starts the three-node cluster of a scenario with the
 // command line's grace period, RTT and TLS, plus extra options.
-func startBenchCluster(ctx context.Context, cfg benchConfig, extra ...testcluster.NATSOption) (*testcluster.NATSCluster, error) {
-	opts := append([]testcluster.NATSOption{
+func startBenchCluster(ctx context.Context, cfg benchConfig, extra ...testcluster.Option) (*testcluster.NATSCluster, error) {
+	opts := append([]testcluster.Option{
 		testcluster.WithLameDuck(cfg.grace+time.Second, cfg.grace),
 	}, extra...)
 	if cfg.rtt > 0 {

@@ -297,9 +297,9 @@ func resetSL(ctx context.Context, p *testcluster.OPCUAPair, levels [2]byte) erro
 }
 
 func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPair, error) {
-	opts := []testcluster.OPCUAOption{testcluster.WithTags(slTags), testcluster.WithTagInterval(slTagInterval)}
+	opts := []testcluster.Option{testcluster.WithTags(slTags), testcluster.WithTagInterval(slTagInterval)}
 	if cfg.rtt > 0 {
-		opts = append(opts, testcluster.WithOPCUAClientRTT(cfg.rtt))
+		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
 	}
 	return testcluster.StartOPCUAPair(ctx, opts...)
 }

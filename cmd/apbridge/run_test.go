@@ -38,7 +38,7 @@ func writeRelayConfig(t *testing.T, cl *testcluster.NATSCluster, pair *testclust
 
 // startServers starts a NATS cluster and an OPC UA pair with tags tags,
 // closed at the end of the test.
-func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...testcluster.NATSOption) (*testcluster.NATSCluster, *testcluster.OPCUAPair) {
+func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...testcluster.Option) (*testcluster.NATSCluster, *testcluster.OPCUAPair) {
 	t.Helper()
 	cl, err := testcluster.StartNATS(ctx, natsOpts...)
 	if err != nil {

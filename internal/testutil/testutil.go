@@ -73,7 +73,7 @@ func (s *SyncBuffer) Count(sub string) int {
 
 // ClusterConn starts an embedded NATS cluster and an ApConnection on it,
 // both closed when the test ends.
-func ClusterConn(t testing.TB, opts ...testcluster.NATSOption) (*testcluster.NATSCluster, *apconn.Conn) {
+func ClusterConn(t testing.TB, opts ...testcluster.Option) (*testcluster.NATSCluster, *apconn.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -87,7 +87,7 @@ func ClusterConn(t testing.TB, opts ...testcluster.NATSOption) (*testcluster.NAT
 }
 
 // StartCluster starts an embedded NATS cluster, closed when the test ends.
-func StartCluster(t testing.TB, opts ...testcluster.NATSOption) *testcluster.NATSCluster {
+func StartCluster(t testing.TB, opts ...testcluster.Option) *testcluster.NATSCluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
