@@ -35,7 +35,7 @@ import (
 // failover cause.
 type Pair struct {
 	set PairSettings
-	opt pairOptions
+	opt options
 	log zerolog.Logger
 	pol *Policy
 	out *output
@@ -78,19 +78,20 @@ type Pair struct {
 // NewPair validates cfg and returns a Pair that is not started yet. It does
 // no I/O and starts no goroutine. The error joins every invalid field, each
 // a *FieldError or *ValueError naming the field as written in the config,
-// or is an option's error.
+// or wraps the first invalid option's error ("servicelevel: ..."). A nil
+// option is skipped.
 func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 	set, err := cfg.Settings()
 	if err != nil {
 		return nil, err
 	}
-	o := defaultPairOptions()
+	o := defaultOptions()
 	for _, opt := range opts {
 		if opt == nil {
 			continue
 		}
 		if err := opt(&o); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("servicelevel: %w", err)
 		}
 	}
 	pol, err := NewPolicy(cfg.FailoverConfig)
