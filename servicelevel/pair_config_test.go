@@ -133,7 +133,6 @@ func TestPairOptionsValidate(t *testing.T) {
 // what predates it; a newer sample, or a status change of the same one,
 // passes.
 func TestStaleAfterSnapshot(t *testing.T) {
-	t0 := time.Date(2026, 11, 13, 13, 52, 0, 0, time.UTC)
 	dv := func(v any, st ua.StatusCode, src time.Time) *ua.DataValue {
 		d := &ua.DataValue{Value: ua.MustVariant(v), Status: st, SourceTimestamp: src}
 		d.UpdateMask()

@@ -9,6 +9,9 @@ import (
 // sec turns seconds of the scenario timeline into a Duration.
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// at is the instant s seconds into the scenario timeline.
+func at(s float64) time.Time { return t0.Add(sec(s)) }
+
 // up is a live server at level v; un is a live server whose level cannot
 // be read.
 func up(v uint8) simNode { return simNode{level: LevelOf(v)} }
@@ -385,7 +388,6 @@ func TestPolicyStaleAnswerAfterRecovery(t *testing.T) {
 // move the connection.
 func TestPolicyAnswerBelongsToItsStreak(t *testing.T) {
 	p := mustPolicy(t, FailoverConfig{})
-	at := func(s float64) time.Time { return t0.Add(sec(s)) }
 	p.Start(at(0))
 	p.SessionUp(at(0))
 	p.ActiveLevel(at(0), LevelOf(250))
@@ -442,7 +444,6 @@ func TestPolicyIgnoresEventsOutOfState(t *testing.T) {
 // and log lines, along the QA timeline of the going-away follow-up.
 func TestPolicyObservations(t *testing.T) {
 	p := mustPolicy(t, FailoverConfig{})
-	at := func(s float64) time.Time { return t0.Add(sec(s)) }
 	p.StandbyLevel(at(0), LevelOf(90))
 	p.Start(at(0))
 	p.SessionUp(at(0))
