@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// The levels a server publishes through Calculate (seed 004's tiers). They
-// are spaced so that a client comparing two servers prefers, in order, a
-// healthy primary, a healthy follower, a server with stale data and a
-// server that has lost its config store as well, and never uses one that
-// is leaving or detached.
+// The levels a server publishes through Calculate (the tiers of OtOpcUa's
+// redundancy design). They are spaced so that a client comparing two
+// servers prefers, in order, a healthy primary, a healthy follower, a
+// server with stale data and a server that has lost its config store as
+// well, and never uses one that is leaving or detached.
 const (
 	// TierDown: the node is not an Up or Joining cluster member, or it has
 	// no driver role. It is in the Maintenance band, so clients leave it at
@@ -78,21 +78,21 @@ func (m MemberState) String() string {
 // NodeHealth is everything a redundant server's ServiceLevel depends on,
 // already reduced to booleans. Each field's zero value is the pessimistic
 // reading except PeerProbeFailed, whose zero value gives the benefit of the
-// doubt exactly as the seed does: only a recent, actively observed failure
-// demotes.
+// doubt exactly as OtOpcUa's design does: only a recent, actively observed
+// failure demotes.
 type NodeHealth struct {
 	// Member is the node's own membership status.
 	Member MemberState
 	// DriverRole reports whether the node serves data at all; a node
 	// without it is Detached.
 	DriverRole bool
-	// ConfigStoreReachable reports whether the node's config store (the
-	// seed's ConfigDb) answered its last health check. A node whose store
-	// is local and in-process passes true.
+	// ConfigStoreReachable reports whether the node's config store (the Config
+	// DB of OtOpcUa's design) answered its last health check. A node whose
+	// store is local and in-process passes true.
 	ConfigStoreReachable bool
-	// Stale reports whether the node's view of its data or of the cluster
-	// is too old to serve as current. An unreachable config store implies
-	// stale whatever this field says (the seed derives Stale that way).
+	// Stale reports whether the node's view of its data or of the cluster is
+	// too old to serve as current. An unreachable config store implies stale
+	// whatever this field says (OtOpcUa's design derives Stale that way).
 	Stale bool
 	// PeerProbeFailed reports that a peer recently tried and failed to
 	// reach this node's OPC UA endpoint.
@@ -102,7 +102,7 @@ type NodeHealth struct {
 }
 
 // Calculate returns the ServiceLevel a redundant server publishes for h,
-// seed 004's truth table evaluated top to bottom:
+// the truth table of OtOpcUa's redundancy design, evaluated top to bottom:
 //
 //	0    Member is not Up or Joining, or no driver role (Detached)
 //	100  config store unreachable (so stale as well)
@@ -111,7 +111,7 @@ type NodeHealth struct {
 //	240  fresh, config store reachable, probe ok, not the primary
 //	250  the same, and the driver primary
 //
-// The fourth row is ours; the seed leaves that case open. A failed peer
+// The fourth row is ours; that design leaves the case open. A failed peer
 // probe is a peer's view of our network reachability, contradicted by any
 // client that is connected and reading this value, and the data is fresh.
 // So the node stays Healthy (a connected client never leaves it) but drops
@@ -134,7 +134,7 @@ func Calculate(h NodeHealth) uint8 {
 }
 
 // DefaultFreshness is how old a health observation may be before it stops
-// counting, as in seed 004 (30 s): a node whose config-store check or
+// counting, as in OtOpcUa's design (30 s): a node whose config-store check or
 // cluster snapshot is older than this serves stale data, and a peer probe
 // result older than this is forgotten.
 const DefaultFreshness = 30 * time.Second
@@ -156,8 +156,8 @@ type Observations struct {
 	RoleSnapshotAt time.Time
 
 	// ConfigStoreLocal marks a node whose config store is in-process (the
-	// seed's DB-less driver node): it is always reachable and its check
-	// never ages, so only the role snapshot can make the node stale.
+	// DB-less driver node of OtOpcUa's design): it is always reachable and its
+	// check never ages, so only the role snapshot can make the node stale.
 	ConfigStoreLocal bool
 	// ConfigStoreReachable is the result of the last config-store check.
 	ConfigStoreReachable bool
@@ -188,10 +188,10 @@ func (c Calculator) freshness() time.Duration {
 	return DefaultFreshness
 }
 
-// Health reduces o to NodeHealth at time now. Stale is derived as in seed
-// 004: the config store is unreachable, or its last check or the last role
-// snapshot is older than the freshness limit. A peer probe counts only if
-// it failed within the freshness limit.
+// Health reduces o to NodeHealth at time now. Stale is derived as in OtOpcUa's
+// design: the config store is unreachable, or its last check or the last role
+// snapshot is older than the freshness limit. A peer probe counts only if it
+// failed within the freshness limit.
 func (c Calculator) Health(o Observations, now time.Time) NodeHealth {
 	fresh := c.freshness()
 	old := func(at time.Time) bool { return at.IsZero() || now.Sub(at) > fresh }

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// TestCalculate covers every row of seed 004's truth table, the row we
-// added, and each membership state.
+// TestCalculate covers every row of the truth table of OtOpcUa's
+// redundancy design, the row we added, and each membership state.
 func TestCalculate(t *testing.T) {
 	healthy := NodeHealth{Member: MemberUp, DriverRole: true, ConfigStoreReachable: true}
 	with := func(mod func(*NodeHealth)) NodeHealth {
@@ -59,9 +59,9 @@ func TestMemberStateString(t *testing.T) {
 	}
 }
 
-// TestCalculatorDerivation covers the derivation of Stale and of a failed
-// peer probe from timestamps (seed 004: 30 s freshness, benefit of the
-// doubt for an absent or old probe result, DB-less nodes).
+// TestCalculatorDerivation covers the derivation of Stale and of a failed peer
+// probe from timestamps (as in OtOpcUa's design: 30 s freshness, benefit of
+// the doubt for an absent or old probe result, DB-less nodes).
 func TestCalculatorDerivation(t *testing.T) {
 	now := time.Date(2026, 11, 13, 12, 0, 0, 0, time.UTC)
 	ago := func(s int) time.Time { return now.Add(-time.Duration(s) * time.Second) }

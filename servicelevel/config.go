@@ -10,7 +10,8 @@ import (
 )
 
 // Defaults and ranges of FailoverConfig. The ServiceLevel ones and the slow
-// retry timing are seed 001's; the fast retry timing is ours.
+// retry timing are those of the ServiceLevel-aware failover design; the
+// fast retry timing is ours.
 const (
 	DefaultDegradedWindowSeconds = 10
 	MinDegradedWindowSeconds     = 1
@@ -41,12 +42,13 @@ const (
 	MaxFastConnectTimeoutMilliseconds     = 10000
 )
 
-// ServiceLevelFailover is the seed's per-connection block,
-// "serviceLevelFailover": {"enabled", "degradedWindowSeconds",
-// "minDwellSeconds"}. Fields are pointers so that a field that is absent or
-// null takes its default while an explicit 0 or false is kept (and, for the
-// window, rejected): a config written before a knob existed must keep
-// working, and a typo'd 0 must not silently mean "default".
+// ServiceLevelFailover is the per-connection block of the
+// ServiceLevel-aware failover design, "serviceLevelFailover": {"enabled",
+// "degradedWindowSeconds", "minDwellSeconds"}. Fields are pointers so that
+// a field that is absent or null takes its default while an explicit 0 or
+// false is kept (and, for the window, rejected): a config written before a
+// knob existed must keep working, and a typo'd 0 must not silently mean
+// "default".
 type ServiceLevelFailover struct {
 	// Enabled turns ServiceLevel-triggered probes and switches, and the
 	// fast retries, on. Default true: a level of 200 or more never starts a
@@ -67,14 +69,15 @@ type ServiceLevelFailover struct {
 // absent or null field, means the defaults. Validate it, or let NewPolicy
 // do so; Settings gives the resolved values.
 type FailoverConfig struct {
-	// ServiceLevelFailover is the seed's block; absent or null means its
-	// defaults.
+	// ServiceLevelFailover is that design's block; absent or null means
+	// its defaults.
 	ServiceLevelFailover *ServiceLevelFailover `json:"serviceLevelFailover,omitempty" yaml:"serviceLevelFailover,omitempty"`
 	// FailoverRetryCount is how many connect attempts on an endpoint fail
 	// before the connection moves to the other one. Default 3, valid 1-100.
 	FailoverRetryCount *int `json:"failoverRetryCount,omitempty" yaml:"failoverRetryCount,omitempty"`
 	// ReconnectDelaySeconds is the wait before each connect attempt of the
-	// slow (seed) retry cycle. Default 5, valid 1-3600.
+	// slow retry cycle (the connectivity failover that predates ServiceLevel).
+	// Default 5, valid 1-3600.
 	ReconnectDelaySeconds *int `json:"reconnectDelaySeconds,omitempty" yaml:"reconnectDelaySeconds,omitempty"`
 	// ConnectTimeoutSeconds bounds one connect attempt of the slow cycle,
 	// and any connect to the other endpoint after a switch. Default 10,

@@ -105,7 +105,7 @@ const (
 	// failed attempt.
 	CauseReconnect
 	// CauseRetriesExhausted: the retry count of connect attempts failed;
-	// the connectivity failover of the seed.
+	// the connectivity failover that predates ServiceLevel.
 	CauseRetriesExhausted
 	// CauseLinkLost: the active's link was lost (a retry follows).
 	CauseLinkLost

@@ -19,9 +19,10 @@
 //     server publishes (0/100/200/240/250) from its membership, config
 //     store, staleness, peer probe and primary role. The test server pair
 //     and anyone building a server use them.
-//   - FailoverConfig is the per-pair configuration, shaped like the seed's
-//     "serviceLevelFailover" block plus the connectivity retry knobs, with
-//     validation errors that name the field and its range.
+//   - FailoverConfig is the per-pair configuration, shaped like the
+//     "serviceLevelFailover" block of the ServiceLevel-aware failover
+//     design plus the connectivity retry knobs, with validation errors
+//     that name the field and its range.
 //   - Policy is the client side: a state machine on an injected clock that
 //     a supervisor feeds with session, sample, probe and link events, and
 //     that answers with what to do (probe the standby, switch, reconnect)

@@ -54,11 +54,12 @@ const (
 	MaxQueueSize     = 65536
 )
 
-// PairConfig is the configuration of a Pair as written in a config file
-// (JSON or YAML): the two endpoints, the failover rules (FailoverConfig,
-// whose fields sit at the same level, as in the seed's per-connection
-// block) and the Pair's own timing. Every absent or null field takes its
-// default; an explicit value is kept, or rejected when out of range.
+// PairConfig is the configuration of a Pair as written in a config file (JSON
+// or YAML): the two endpoints, the failover rules (FailoverConfig, whose
+// fields sit at the same level, as in the per-connection block of the
+// ServiceLevel-aware failover design) and the Pair's own timing. Every absent
+// or null field takes its default; an explicit value is kept, or rejected when
+// out of range.
 type PairConfig struct {
 	// Endpoints are the two opc.tcp URLs: the primary first, then the
 	// backup. They must name different servers.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gopcua/opcua/ua"
+	"github.com/rs/zerolog"
 )
 
 func TestPairConfigDefaults(t *testing.T) {
@@ -96,11 +97,23 @@ func TestPairConfigValidation(t *testing.T) {
 
 func TestPairOptionsValidate(t *testing.T) {
 	cfg := PairConfig{Endpoints: []string{"opc.tcp://a:4840", "opc.tcp://b:4840"}}
-	if _, err := NewPair(cfg, WithPairName("")); err == nil {
-		t.Fatal("empty name accepted")
+	for _, tc := range []struct {
+		name string
+		opt  PairOption
+		want string
+	}{
+		{"empty name", WithPairName(""), "servicelevel: pair name: must not be empty"},
+		{"endpoint 7", WithEndpointClientOptions(Endpoint(7)), "servicelevel: endpoint client options: Endpoint(7) is not an endpoint"},
+		{"backlog 15", WithBacklog(15), "servicelevel: backlog: 15 is out of range"},
+	} {
+		if _, err := NewPair(cfg, WithLogger(zerolog.Nop()), tc.opt); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q...", tc.name, err, tc.want)
+		}
 	}
-	if _, err := NewPair(cfg, WithEndpointClientOptions(Endpoint(7))); err == nil || !strings.Contains(err.Error(), "not an endpoint") {
-		t.Fatalf("endpoint 7: %v", err)
+	// The option's own error stays reachable through the wrap.
+	errOwn := errors.New("own")
+	if _, err := NewPair(cfg, func(*options) error { return errOwn }); !errors.Is(err, errOwn) || err.Error() != "servicelevel: own" {
+		t.Fatalf("an option's error: %v", err)
 	}
 	p, err := NewPair(cfg, nil, WithPairName("line-3"))
 	if err != nil {
@@ -120,7 +133,6 @@ func TestPairOptionsValidate(t *testing.T) {
 // what predates it; a newer sample, or a status change of the same one,
 // passes.
 func TestStaleAfterSnapshot(t *testing.T) {
-	t0 := time.Date(2026, 11, 13, 13, 52, 0, 0, time.UTC)
 	dv := func(v any, st ua.StatusCode, src time.Time) *ua.DataValue {
 		d := &ua.DataValue{Value: ua.MustVariant(v), Status: st, SourceTimestamp: src}
 		d.UpdateMask()

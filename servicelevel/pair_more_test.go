@@ -12,12 +12,6 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// oneSecondWindow: the degraded window at its minimum, and no dwell, so
-// that tests see the window-driven rules in seconds.
-func oneSecondWindow(c *servicelevel.PairConfig) {
-	c.ServiceLevelFailover = &servicelevel.ServiceLevelFailover{DegradedWindowSeconds: new(1), MinDwellSeconds: new(0)}
-}
-
 // A standby whose ServiceLevel is not a Good Byte is never switched to by
 // a ServiceLevel trigger: the probe answers Unknown, the Pair stays and
 // says why. Positive control: the same standby serving a Byte is switched

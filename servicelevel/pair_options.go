@@ -1,16 +1,22 @@
 package servicelevel
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gopcua/opcua"
 	"github.com/rs/zerolog"
 )
 
-// PairOption configures a Pair.
-type PairOption func(*pairOptions) error
+// PairOption configures a Pair. It follows the project's one options
+// style (nats.go's): a function that sets a field of the unexported
+// options and returns an error for an invalid value, which NewPair returns
+// wrapped with the package name.
+type PairOption func(*options) error
 
-type pairOptions struct {
+// options holds what the PairOptions set; defaultOptions gives the
+// defaults they start from.
+type options struct {
 	name       string
 	logger     zerolog.Logger
 	onData     func(Update)
@@ -20,8 +26,8 @@ type pairOptions struct {
 	backlog    int
 }
 
-func defaultPairOptions() pairOptions {
-	return pairOptions{
+func defaultOptions() options {
+	return options{
 		name:    "apbridge",
 		logger:  zerolog.Nop(),
 		backlog: 1 << 16,
@@ -31,9 +37,9 @@ func defaultPairOptions() pairOptions {
 // WithPairName names the Pair in its log lines and in the OPC UA session
 // names ("<name>-primary", "<name>-backup"). Default "apbridge".
 func WithPairName(name string) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		if name == "" {
-			return fmt.Errorf("servicelevel: pair name: must not be empty")
+			return errors.New("pair name: must not be empty")
 		}
 		o.name = name
 		return nil
@@ -44,7 +50,7 @@ func WithPairName(name string) PairOption {
 // sessions and level changes, at Warn for failures, at Debug for probes
 // and retries. Default: no logging.
 func WithLogger(l zerolog.Logger) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		o.logger = l
 		return nil
 	}
@@ -59,7 +65,7 @@ func WithLogger(l zerolog.Logger) PairOption {
 // servers for more: OPC UA's own flow control, the servers' item queues
 // then decide what is kept. h must not call Close.
 func WithDataHandler(h func(Update)) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		o.onData = h
 		return nil
 	}
@@ -69,7 +75,7 @@ func WithDataHandler(h func(Update)) PairOption {
 // data handler, in order with the updates: an EventFailover comes before
 // the snapshot of the promoted endpoint. h must not call Close.
 func WithEventHandler(h func(Event)) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		o.onEvent = h
 		return nil
 	}
@@ -81,9 +87,9 @@ func WithEventHandler(h func(Event)) PairOption {
 // Pair's own) and the ServiceLevel polls alone watch the links. Default
 // 65536; valid 16-16777216.
 func WithBacklog(n int) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		if n < 16 || n > 1<<24 {
-			return fmt.Errorf("servicelevel: backlog: %d is out of range (valid 16-16777216)", n)
+			return fmt.Errorf("backlog: %d is out of range (valid 16-16777216)", n)
 		}
 		o.backlog = n
 		return nil
@@ -97,7 +103,7 @@ func WithBacklog(n int) PairOption {
 // session name and no StateChangedCh (gopcua blocks its reconnect loop on
 // that channel) after them, so options that set those are overridden.
 func WithClientOptions(opts ...opcua.Option) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		o.clientOpts = append(o.clientOpts, opts...)
 		return nil
 	}
@@ -107,9 +113,9 @@ func WithClientOptions(opts ...opcua.Option) PairOption {
 // for servers with different certificates or credentials. They apply after
 // the options given to both.
 func WithEndpointClientOptions(e Endpoint, opts ...opcua.Option) PairOption {
-	return func(o *pairOptions) error {
+	return func(o *options) error {
 		if e != Primary && e != Backup {
-			return fmt.Errorf("servicelevel: endpoint client options: %v is not an endpoint (valid: primary, backup)", e)
+			return fmt.Errorf("endpoint client options: %v is not an endpoint (valid: primary, backup)", e)
 		}
 		o.endpOpts[e] = append(o.endpOpts[e], opts...)
 		return nil

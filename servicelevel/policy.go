@@ -14,9 +14,10 @@ const (
 )
 
 // Policy decides when a pair of OPC UA endpoints fails over, from events a
-// supervisor feeds it. It implements seed 001's ServiceLevel-aware failover
-// and seed 000's going-away rules, with a warm standby session in place of
-// the seeds' short-lived probe sessions, and keeps the connectivity
+// supervisor feeds it. It implements the rules of the ServiceLevel-aware
+// failover design (ScadaBridge #138) and of its going-away follow-up for a
+// server that stops (ScadaBridge #141), with a warm standby session in place
+// of those designs' short-lived probe sessions, and keeps the connectivity
 // failover of old (retries, then switch) for when ServiceLevel says
 // nothing.
 //
@@ -485,7 +486,8 @@ func (p *Policy) observeRetry(now time.Time, cause Cause) {
 
 // fast reports whether connect retries use the short timing: only while
 // the standby's live session is Healthy, and never with the feature off,
-// which must behave exactly like the seed's connectivity failover.
+// which must behave exactly like the connectivity failover that predates
+// ServiceLevel.
 func (p *Policy) fast() bool { return p.set.Enabled && p.standby.Healthy() }
 
 func (p *Policy) retryAt() time.Time {

@@ -9,6 +9,9 @@ import (
 // sec turns seconds of the scenario timeline into a Duration.
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// at is the instant s seconds into the scenario timeline.
+func at(s float64) time.Time { return t0.Add(sec(s)) }
+
 // up is a live server at level v; un is a live server whose level cannot
 // be read.
 func up(v uint8) simNode { return simNode{level: LevelOf(v)} }
@@ -59,10 +62,11 @@ func slf(window, dwell int) FailoverConfig {
 
 var disabled = FailoverConfig{ServiceLevelFailover: &ServiceLevelFailover{Enabled: new(false)}}
 
-// TestPolicyRules plays every case of seeds 001 and 000, and ours, as a
-// timeline against a simulated server pair. Every "stays" case has a
-// positive control: the probe it asserts did happen, or a neighbouring
-// case with one input changed does switch (named "control: ...").
+// TestPolicyRules plays every case of the ServiceLevel-aware failover
+// design and its going-away follow-up, and ours, as a timeline against a
+// simulated server pair. Every "stays" case has a positive control: the
+// probe it asserts did happen, or a neighbouring case with one input
+// changed does switch (named "control: ...").
 func TestPolicyRules(t *testing.T) {
 	const (
 		P = Primary
@@ -78,7 +82,7 @@ func TestPolicyRules(t *testing.T) {
 		until   float64
 		want    expect
 	}{
-		// Seed 001: Healthy levels never start a streak.
+		// Failover design: Healthy levels never start a streak.
 		{name: "240/250: a 240 active never probes", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 240)}, until: 120,
 			want: expect{switches: []sw{}, probes: []float64{}}},
@@ -91,7 +95,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{lvl(sec(5), P, 199)}, until: 30,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}}, probes: []float64{15}}},
 
-		// Seed 001: the degraded window and the peer checks.
+		// Failover design: the degraded window and the peer checks.
 		{name: "90/250 switches when the window expires, not before", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 90)}, until: 30,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}}, probes: []float64{15}}},
@@ -115,7 +119,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{lvl(sec(5), P, 90), freeze(sec(14.9), B)}, until: 40,
 			want: expect{switches: []sw{}, probes: []float64{15, 25.005, 35.01}}},
 
-		// Seed 001: unknown samples.
+		// Failover design: unknown samples.
 		{name: "an unknown active level never probes", primary: up(250), backup: up(250),
 			steps: []step{setLevel(sec(5), P, Unknown())}, until: 60,
 			want: expect{switches: []sw{}, probes: []float64{}}},
@@ -126,7 +130,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(12), P, 210), lvl(sec(13), P, 90)}, until: 40,
 			want: expect{switches: []sw{{23.005, B, CauseDegradedWindow}}, probes: []float64{23}}},
 
-		// Seed 001: connect-time preference.
+		// Failover design: connect-time preference.
 		{name: "connect-time: a session on the Warm standby (90) leaves at once", primary: up(90), backup: up(250),
 			until: 30, want: expect{switches: []sw{{0.015, B, CauseConnectPreference}}, probes: []float64{0.01}}},
 		{name: "connect-time: a session on a booting node (1) leaves at once", primary: up(1), backup: up(250),
@@ -139,7 +143,7 @@ func TestPolicyRules(t *testing.T) {
 		{name: "connect-time: the 250 primary of a healthy pair stays", primary: up(250), backup: up(240),
 			until: 30, want: expect{switches: []sw{}, probes: []float64{}}},
 
-		// Seed 001: anti-flap dwell.
+		// Failover design: anti-flap dwell.
 		{name: "dwell: a second ServiceLevel switch waits out the dwell", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(20), B, 90)}, until: 90,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {75.01, P, CauseDegradedWindow}}}},
@@ -153,7 +157,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(15.0055), B, 90), lvl(sec(15.0055), P, 250)}, until: 90,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {15.011, P, CauseConnectPreference}}}},
 
-		// Seed 000: the ServiceLevel 0 shortcut.
+		// Going-away follow-up: the ServiceLevel 0 shortcut.
 		{name: "0 skips the window", cfg: slf(30, 60), primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 0)}, until: 60,
 			want: expect{switches: []sw{{5.005, B, CauseMaintenance}}, probes: []float64{5}}},
@@ -179,7 +183,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(80), B, 0)}, until: 90,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {80.005, P, CauseMaintenance}}}},
 
-		// Seed 000: a lost link after a degraded level.
+		// Going-away follow-up: a lost link after a degraded level.
 		{name: "lost link after a degraded level: a Healthy peer is switched to at zero delay", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 50), kill(sec(8), P)}, until: 40,
 			want: expect{switches: []sw{{8.005, B, CauseLostLinkDegraded}}, probes: []float64{8},
@@ -219,7 +223,7 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{kill(sec(10), P)}, until: 40,
 			want: expect{switches: []sw{{10.303, B, CauseRetriesExhausted}}, probes: []float64{},
 				connects: []connectAt{{0, P, slow}, {10.1, P, fast}, {10.201, P, fast}, {10.302, P, fast}}}},
-		{name: "a hard kill with a standby that is not Healthy: the seed's slow retries", primary: up(250), backup: up(90),
+		{name: "a hard kill with a standby that is not Healthy: the slow retries", primary: up(250), backup: up(90),
 			steps: []step{kill(sec(10), P)}, until: 40,
 			want: expect{switches: []sw{{25.003, B, CauseRetriesExhausted}}, probes: []float64{25.004, 35.009},
 				connects: []connectAt{{0, P, slow}, {15, P, slow}, {20.001, P, slow}, {25.002, P, slow}}}},
@@ -242,7 +246,7 @@ func TestPolicyRules(t *testing.T) {
 			until: 10, want: expect{switches: []sw{{0.233, B, CauseRetriesExhausted}},
 				connects: []connectAt{{0, P, slow}, {0.111, P, fast}, {0.222, P, fast}}}},
 
-		// Disabled: the seed's connectivity failover, exactly.
+		// Disabled: the connectivity failover that predates ServiceLevel, exactly.
 		{name: "disabled: never probes or switches on ServiceLevel", cfg: disabled, primary: up(90), backup: up(250),
 			steps: []step{lvl(sec(10), P, 0)}, until: 120,
 			want: expect{switches: []sw{}, probes: []float64{}}},
@@ -384,7 +388,6 @@ func TestPolicyStaleAnswerAfterRecovery(t *testing.T) {
 // move the connection.
 func TestPolicyAnswerBelongsToItsStreak(t *testing.T) {
 	p := mustPolicy(t, FailoverConfig{})
-	at := func(s float64) time.Time { return t0.Add(sec(s)) }
 	p.Start(at(0))
 	p.SessionUp(at(0))
 	p.ActiveLevel(at(0), LevelOf(250))
@@ -438,10 +441,9 @@ func TestPolicyIgnoresEventsOutOfState(t *testing.T) {
 }
 
 // TestPolicyObservations checks what the supervisor turns into user events
-// and log lines, along the seed's QA timeline.
+// and log lines, along the QA timeline of the going-away follow-up.
 func TestPolicyObservations(t *testing.T) {
 	p := mustPolicy(t, FailoverConfig{})
-	at := func(s float64) time.Time { return t0.Add(sec(s)) }
 	p.StandbyLevel(at(0), LevelOf(90))
 	p.Start(at(0))
 	p.SessionUp(at(0))

@@ -1,0 +1,137 @@
+package servicelevel
+
+import (
+	"fmt"
+	"time"
+)
+
+// connectActive makes d.To carry the data: it promotes the session there
+// if one is up, lets one that is connecting finish first, or connects.
+func (p *Pair) connectActive(d Decision, now time.Time) {
+	s := p.sess[d.To]
+	if s == nil {
+		s = p.startSession(d.To, d.DialTimeout, d.Attempt, RoleActive, now)
+	}
+	s.activateOnUp = true
+	s.activateCause = d.Cause
+	s.attempt = d.Attempt
+	if s.state == SessionUp {
+		p.activate(s, now)
+	}
+}
+
+// ensureStandby connects the standby endpoint when it has no session,
+// with a backoff between failed attempts.
+func (p *Pair) ensureStandby(now time.Time) {
+	e := p.pol.Active().Other()
+	if p.sess[e] != nil || now.Before(p.standbyAt) {
+		return
+	}
+	p.startSession(e, p.set.Failover.ConnectTimeout, 0, RoleStandby, now)
+}
+
+func (p *Pair) startSession(e Endpoint, dialTimeout time.Duration, attempt int, role Role, now time.Time) *session {
+	p.nextID++
+	s := newSession(p, e, p.nextID, dialTimeout)
+	s.attempt = attempt
+	p.sess[e] = s
+	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.url, dialTimeout)
+	if attempt > 0 {
+		msg = fmt.Sprintf("connecting %s %s (%s, attempt %d, dial timeout %v)", role, e, s.url, attempt, dialTimeout)
+	}
+	p.emit(Event{Kind: EventConnecting, At: now, Endpoint: e, Role: role, Attempt: attempt, Message: msg})
+	p.wg.Add(1)
+	go s.run()
+	return s
+}
+
+func (p *Pair) onConnected(ev evConnected, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	if ev.err != nil {
+		s.dead = true
+		s.cancel()
+		p.sess[s.ep] = nil
+		p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, ev.err))
+		role := p.roleOf(s)
+		p.emit(Event{Kind: EventConnectFailed, At: now, Endpoint: s.ep, Role: role, Attempt: s.attempt, Err: ev.err,
+			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.url, ev.err)})
+		p.answerProbeWait(s.ep, now)
+		if s.activateOnUp {
+			p.feed(p.pol.ConnectFailed(now))
+		} else {
+			p.backoffStandby(now)
+		}
+		return
+	}
+	s.state = SessionUp
+	s.lastBeat, s.lastData = now, now
+	s.nextPoll = now.Add(p.set.PollInterval)
+	l, why := levelOf(s.initial)
+	if !s.activateOnUp {
+		p.standbyWait = 0
+		p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleStandby, Level: l,
+			Message: fmt.Sprintf("%s session up (standby, %s)", s.ep, levelText(l, why))})
+	}
+	p.onLevel(s, l, why, now)
+	if s.activateOnUp {
+		p.activate(s, now)
+	} else {
+		p.pushDesires()
+	}
+	if w := p.probeWait; w.id != 0 && w.ep == s.ep {
+		p.probeWait = probeWait{}
+		if !s.read(readProbe, w.id) {
+			p.feed(p.pol.ProbeResult(now, w.id, Unknown()))
+		}
+	}
+}
+
+func (p *Pair) backoffStandby(now time.Time) {
+	p.standbyWait = min(max(2*p.standbyWait, 100*time.Millisecond), p.set.Failover.ReconnectDelay)
+	p.standbyAt = now.Add(p.standbyWait)
+}
+
+func (p *Pair) roleOf(s *session) Role {
+	if s.ep == p.pol.Active() {
+		return RoleActive
+	}
+	return RoleStandby
+}
+
+// sessionLost ends s and tells the Policy what that means.
+func (p *Pair) sessionLost(s *session, err error) {
+	if s.dead {
+		return
+	}
+	now := time.Now()
+	s.dead = true
+	s.cancel()
+	p.sess[s.ep] = nil
+	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, err))
+	role := p.roleOf(s)
+	p.emit(Event{Kind: EventSessionLost, At: now, Endpoint: s.ep, Role: role, Level: s.level, Err: err,
+		Message: fmt.Sprintf("%s session on %s lost: %v", role, s.ep, err)})
+	wasServing, wasActivating := s.serving, s.activating
+	if wasServing {
+		p.serving = nil
+	}
+	if wasActivating {
+		p.activating = nil
+	}
+	p.releaseWaiters(s)
+	p.answerProbeWait(s.ep, now)
+	if s.ep == p.pol.Active() {
+		switch {
+		case wasActivating || s.activateOnUp && !wasServing:
+			p.feed(p.pol.ConnectFailed(now))
+		case wasServing:
+			p.feed(p.pol.LinkLost(now))
+		}
+		return
+	}
+	p.feed(p.pol.StandbyLevel(now, Unknown()))
+	p.backoffStandby(now)
+}

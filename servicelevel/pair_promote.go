@@ -1,0 +1,153 @@
+package servicelevel
+
+import (
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// activate starts the promotion of s: its items are created (or switched
+// to Reporting) and read; onReconciled completes it.
+func (p *Pair) activate(s *session, now time.Time) {
+	s.activating = true
+	s.activateAt = now
+	p.activating = s
+	p.pushDesires()
+}
+
+// pushDesires tells every live session which items it must have: all of
+// them, Reporting, on the active (with a snapshot while it is promoted);
+// all of them, Sampling, on a Hot standby; none on a Warm standby.
+func (p *Pair) pushDesires() {
+	items := p.itemList()
+	for _, s := range p.sess {
+		if s == nil || s.dead || s.state != SessionUp {
+			continue
+		}
+		p.version++
+		s.wantVer = p.version
+		d := desire{version: p.version, items: items, mode: ua.MonitoringModeReporting}
+		switch {
+		case s.activating:
+			d.snapshot = true
+			s.activationVer = p.version
+		case s.serving:
+		case p.set.Mode == ModeHot:
+			d.mode = ua.MonitoringModeSampling
+		default:
+			d.items = nil
+		}
+		s.setDesire(d)
+	}
+}
+
+func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	if ev.err != nil {
+		p.sessionLost(s, ev.err)
+		return
+	}
+	p.answerWaiters(s, ev)
+	if s.activating && ev.snapshotted && ev.version >= s.activationVer {
+		p.promoted(s, ev, now)
+	}
+}
+
+// promoted completes a promotion: the snapshot is delivered, then the
+// data notifications that arrived meanwhile, then the old active is
+// released and the Policy learns that the new active is up.
+func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
+	p.epoch++
+	cause := s.activateCause
+	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: len(ev.snapshot), Received: now})
+	s.fence = make(map[uint32]*ua.DataValue, len(ev.snapshot))
+	var failed []snapValue
+	for _, v := range ev.snapshot {
+		p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
+		s.fence[v.handle] = v.dv
+		if ev.status[v.handle] != ua.StatusOK {
+			failed = append(failed, v)
+		}
+	}
+	p.out.data(Update{Kind: UpdateRefreshEnd, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: len(ev.snapshot), Received: now})
+
+	old := p.serving
+	s.activating, s.activateOnUp = false, false
+	s.serving = true
+	p.activating = nil
+	p.serving = s
+	buffered := s.buffered
+	s.buffered = nil
+	p.deliver(s, buffered)
+	if old != nil && old != s {
+		old.serving = false
+		old.fence = nil
+	}
+	p.pushDesires() // releases the old active's items
+
+	took := now.Sub(p.switchAt)
+	p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Cause: cause, Duration: took,
+		Message: fmt.Sprintf("%s carries the data (%s): %d items, snapshot %d, %v after the %s decision",
+			s.ep, levelText(s.level, s.levelProblem), len(ev.snapshot), p.epoch, took.Round(time.Microsecond), cause)})
+	for _, v := range failed {
+		code := ev.status[v.handle]
+		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: v.handle, Err: code,
+			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", v.handle, p.nodeOf(v.handle), s.ep, code)})
+	}
+	// Start returns once the first snapshot, and what the first samples
+	// made of it, have reached the handlers.
+	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
+
+	p.feed(p.pol.SessionUp(now))
+	if s.dead || p.serving != s {
+		return
+	}
+	if s.sampled {
+		p.feed(p.pol.ActiveLevel(now, s.level))
+	}
+	if o := p.sess[s.ep.Other()]; o != nil && o.state == SessionUp && o.sampled && !o.dead {
+		p.feed(p.pol.StandbyLevel(now, o.level))
+	}
+}
+
+// deliver hands data notifications of the serving session to the output,
+// dropping those that repeat or predate the snapshot.
+func (p *Pair) deliver(s *session, notes []dataNote) {
+	for _, n := range notes {
+		if p.items[n.handle] == nil {
+			continue // removed meanwhile
+		}
+		if f, ok := s.fence[n.handle]; ok {
+			if stale(n.dv, f) {
+				continue
+			}
+			delete(s.fence, n.handle)
+		}
+		p.out.data(Update{Kind: UpdateData, Epoch: p.epoch, Endpoint: s.ep, Handle: n.handle, Value: n.dv, Received: n.at})
+	}
+}
+
+// stale reports whether a data change that follows a snapshot repeats or
+// predates the snapshot's value f: the same sample again (the initial
+// notification of an item created just before the snapshot read, or the
+// queue a Hot promotion releases), or an older one.
+func stale(dv, f *ua.DataValue) bool {
+	if !dv.SourceTimestamp.IsZero() && !f.SourceTimestamp.IsZero() {
+		if dv.SourceTimestamp.Before(f.SourceTimestamp) {
+			return true
+		}
+		return dv.SourceTimestamp.Equal(f.SourceTimestamp) && dv.Status == f.Status
+	}
+	if dv.Status != f.Status {
+		return false
+	}
+	if dv.Value == nil || f.Value == nil {
+		return dv.Value == f.Value
+	}
+	return reflect.DeepEqual(dv.Value.Value(), f.Value.Value())
+}

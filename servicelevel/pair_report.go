@@ -1,0 +1,104 @@
+package servicelevel
+
+import (
+	"fmt"
+
+	"github.com/rs/zerolog"
+)
+
+// observe turns a Policy observation into an event.
+func (p *Pair) observe(o Observation) {
+	e := Event{At: o.At, Endpoint: o.Endpoint, Level: o.Level, FromBand: o.From, ToBand: o.To, Cause: o.Cause,
+		Probe: o.Probe, Attempt: o.Attempt, Fast: o.Fast, Until: o.Until, Message: o.String()}
+	switch o.Kind {
+	case ActiveBandChanged:
+		e.Kind, e.Role = EventLevelChanged, RoleActive
+	case StandbyBandChanged:
+		e.Kind, e.Role = EventLevelChanged, RoleStandby
+	case StreakStarted:
+		e.Kind = EventStreakStarted
+	case StreakCleared:
+		e.Kind = EventStreakCleared
+	case ProbeAsked:
+		e.Kind, e.Role = EventProbe, RoleStandby
+	case ProbeAnswered:
+		e.Kind, e.Role = EventProbeAnswered, RoleStandby
+	case TriggerDeferred:
+		e.Kind = EventTriggerDeferred
+	case RetryScheduled:
+		e.Kind = EventRetryScheduled
+	default:
+		return
+	}
+	p.emit(e)
+}
+
+// emit logs e and hands it to the event handler.
+func (p *Pair) emit(e Event) {
+	e.URL = p.set.Endpoints[e.Endpoint]
+	var le *zerolog.Event
+	switch e.Kind {
+	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed:
+		le = p.log.Warn()
+	case EventProbe, EventProbeAnswered, EventRetryScheduled, EventConnecting:
+		le = p.log.Debug()
+	default:
+		le = p.log.Info()
+	}
+	if le.Enabled() {
+		le = le.Str("event", e.Kind.String()).Str("endpoint", e.Endpoint.String()).Str("url", e.URL)
+		if e.Kind == EventFailover {
+			le = le.Str("to", e.Target.String()).Str("cause", e.Cause.String()).
+				Str("service_level", e.Level.String()).Str("peer_service_level", e.PeerLevel.String())
+		}
+		if e.Err != nil {
+			le = le.Err(e.Err)
+		}
+		le.Msg(e.Message)
+	}
+	p.out.event(e)
+}
+
+func (p *Pair) setLastErr(err error) {
+	p.statusMu.Lock()
+	p.lastErr = err
+	p.statusMu.Unlock()
+}
+
+func (p *Pair) publishStatus() {
+	ps := p.pol.Status()
+	st := PairStatus{
+		Active:    ps.Active,
+		ActiveURL: p.set.Endpoints[ps.Active],
+		Connected: ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
+		Switching: p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].state == SessionConnecting,
+		Items:     len(p.items),
+		Failovers: p.failovers,
+		Policy:    ps,
+	}
+	if s := p.sess[ps.Active]; s != nil && s.sampled {
+		st.ActiveLevel = s.level
+	}
+	st.ActiveBand = st.ActiveLevel.Band()
+	if s := p.sess[ps.Active.Other()]; s != nil && s.sampled {
+		st.StandbyLevel = s.level
+	}
+	for i, s := range p.sess {
+		if s != nil {
+			st.Sessions[i] = s.state
+		}
+	}
+	p.statusMu.Lock()
+	p.status = st
+	p.statusMu.Unlock()
+}
+
+func levelText(l Level, why string) string {
+	if !l.Known() {
+		if why != "" {
+			return "ServiceLevel unknown: " + why
+		}
+		return "ServiceLevel unknown"
+	}
+	return fmt.Sprintf("ServiceLevel %s, %s", l, l.Band())
+}

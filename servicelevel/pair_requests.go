@@ -1,0 +1,106 @@
+package servicelevel
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+)
+
+// batch bounds the operations per request, so that every request and
+// response fits a 64 KiB chunk.
+const batch = 500
+
+// The nodes the Pair reads itself; new each time, since a NodeID is
+// mutable and requests run concurrently.
+func nodeServiceLevel() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_ServiceLevel) }
+
+func nodeCurrentTime() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_ServerStatus_CurrentTime) }
+
+func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// send sends req and stores the response in *res, which must be a pointer
+// to the response type.
+func send[T ua.Response](ctx context.Context, c *opcua.Client, req ua.Request) (T, error) {
+	var res T
+	err := c.Send(ctx, req, func(v ua.Response) error {
+		r, ok := v.(T)
+		if !ok {
+			return fmt.Errorf("got %T in answer to %T", v, req)
+		}
+		res = r
+		return nil
+	})
+	return res, err
+}
+
+func createSubscription(ctx context.Context, c *opcua.Client, interval time.Duration, keepAlive uint32) (uint32, error) {
+	// The lifetime lets the subscription outlive a minute without Publish
+	// requests (a slow consumer), and at least three keep-alive periods.
+	lifetime := uint32(max(3*int64(keepAlive), int64(time.Minute/max(interval, time.Millisecond))))
+	res, err := send[*ua.CreateSubscriptionResponse](ctx, c, &ua.CreateSubscriptionRequest{
+		RequestedPublishingInterval: msFloat(interval),
+		RequestedLifetimeCount:      lifetime,
+		RequestedMaxKeepAliveCount:  keepAlive,
+		PublishingEnabled:           true,
+	})
+	if err != nil {
+		return 0, err
+	}
+	return res.SubscriptionID, nil
+}
+
+func monitorRequest(node *ua.NodeID, handle uint32, samplingMS float64, queue uint32, mode ua.MonitoringMode) *ua.MonitoredItemCreateRequest {
+	return &ua.MonitoredItemCreateRequest{
+		ItemToMonitor:  &ua.ReadValueID{NodeID: node, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+		MonitoringMode: mode,
+		RequestedParameters: &ua.MonitoringParameters{
+			ClientHandle:     handle,
+			SamplingInterval: samplingMS,
+			QueueSize:        queue,
+			DiscardOldest:    true,
+			Filter:           ua.NewExtensionObject(nil),
+		},
+	}
+}
+
+func createItems(ctx context.Context, c *opcua.Client, sub uint32, reqs []*ua.MonitoredItemCreateRequest) ([]*ua.MonitoredItemCreateResult, error) {
+	res, err := send[*ua.CreateMonitoredItemsResponse](ctx, c, &ua.CreateMonitoredItemsRequest{
+		SubscriptionID:     sub,
+		TimestampsToReturn: ua.TimestampsToReturnBoth,
+		ItemsToCreate:      reqs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Results) != len(reqs) {
+		return nil, fmt.Errorf("CreateMonitoredItems answered %d results for %d items", len(res.Results), len(reqs))
+	}
+	return res.Results, nil
+}
+
+func readValues(ctx context.Context, c *opcua.Client, nodes []*ua.NodeID) ([]*ua.DataValue, error) {
+	rv := make([]*ua.ReadValueID, len(nodes))
+	for i, n := range nodes {
+		rv[i] = &ua.ReadValueID{NodeID: n, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}}
+	}
+	res, err := send[*ua.ReadResponse](ctx, c, &ua.ReadRequest{NodesToRead: rv, TimestampsToReturn: ua.TimestampsToReturnBoth})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Results) != len(nodes) {
+		return nil, fmt.Errorf("servicelevel: the Read answered %d results for %d nodes", len(res.Results), len(nodes))
+	}
+	return res.Results, nil
+}
+
+func readValue(ctx context.Context, c *opcua.Client, node *ua.NodeID) (*ua.DataValue, error) {
+	dvs, err := readValues(ctx, c, []*ua.NodeID{node})
+	if err != nil {
+		return nil, err
+	}
+	return dvs[0], nil
+}
