@@ -3,15 +3,14 @@ package apconn_test
 import (
 	"context"
 	"encoding/binary"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
@@ -97,19 +96,6 @@ func (e *events) kinds() []string {
 	return out
 }
 
-// startCluster starts a NATS cluster that the test's cleanup closes.
-func startCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := testcluster.StartNATS(ctx, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
-}
-
 // The lame-duck timing of ldmCluster: nats-server's defaults (10 s grace,
 // 2 min duration) scaled down so that a test sees a whole lame-duck
 // shutdown, eviction included, in a few seconds.
@@ -120,7 +106,7 @@ const (
 
 // ldmCluster starts a cluster whose nodes use the test's lame-duck timing.
 func ldmCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
-	return startCluster(t, append([]testcluster.Option{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
+	return testutil.StartCluster(t, append([]testcluster.Option{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
 }
 
 // runPast keeps traffic flowing until done is closed (the lame-duck node
@@ -146,7 +132,7 @@ func connect(t *testing.T, cl *testcluster.NATSCluster, ev *events, opts ...apco
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	all := append([]apconn.Option{
-		apconn.WithLogger(testLogger()),
+		apconn.WithLogger(testutil.Logger(t)),
 		apconn.WithNATSOptions(cl.ClientOptions()...),
 		apconn.WithEventHandler(ev.handle),
 	}, opts...)
@@ -251,15 +237,6 @@ func settle(t *testing.T, tr *testcluster.Traffic) testcluster.TrafficReport {
 	defer cancel()
 	tr.Settle(ctx)
 	return tr.Report()
-}
-
-// testLogger returns the Conn's logger: silent, or debug level to stderr
-// when APCONN_LOG is set, to see a Conn's decisions when a test fails.
-func testLogger() zerolog.Logger {
-	if os.Getenv("APCONN_LOG") == "" {
-		return zerolog.Nop()
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"}).Level(zerolog.DebugLevel).With().Timestamp().Logger()
 }
 
 // putSeq writes a sequence number and the send time into buf's first 16

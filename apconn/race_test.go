@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 )
@@ -87,7 +88,7 @@ func TestTwoLDMsInARow(t *testing.T) {
 }
 
 func TestKillPassiveDuringSwitch(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	p := passiveNode(t, cl, c)
@@ -122,7 +123,7 @@ func TestKillPassiveDuringSwitch(t *testing.T) {
 // TestIdleFootprint: an idle ApConnection holds no more than twice the
 // goroutines of two nats.Conn.
 func TestIdleFootprint(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	const n = 10
 	// settled samples the goroutine count until it stops changing:
 	// goroutines start and stop asynchronously.

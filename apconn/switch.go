@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/apbridge/apbridge/internal/ctxtime"
 )
 
 // step is one thing reconcile decided to do.
@@ -461,14 +463,14 @@ func (c *Conn) skewCutover(ctx context.Context, old, p *member) {
 		if n, err := old.nc.Buffered(); err != nil || n == 0 {
 			break
 		}
-		if !sleepCtx(ctx, 50*time.Microsecond) {
+		if ctxtime.Sleep(ctx, 50*time.Microsecond) != nil {
 			return
 		}
 		left = time.Now()
 	}
 	skew := (old.rtt.min()-p.rtt.min())/2 + fastSlack
 	if wait := time.Until(left.Add(skew)); wait > 0 {
-		sleepCtx(ctx, wait)
+		ctxtime.Sleep(ctx, wait)
 	}
 }
 
@@ -535,7 +537,7 @@ func (c *Conn) retire(old *member, alive bool) {
 			deadline := time.Now().Add(5 * time.Second)
 			for _, s := range subs {
 				for !s.oldDone(old.gen) && time.Now().Before(deadline) {
-					if !sleepCtx(ctx, time.Millisecond) {
+					if ctxtime.Sleep(ctx, time.Millisecond) != nil {
 						break
 					}
 				}
@@ -544,7 +546,7 @@ func (c *Conn) retire(old *member, alive bool) {
 		for _, s := range subs {
 			s.finishOld(old.gen)
 		}
-		sleepCtx(ctx, c.opts.dedupeTail)
+		ctxtime.Sleep(ctx, c.opts.dedupeTail)
 		for _, s := range subs {
 			s.endOverlap(old.gen)
 		}
@@ -562,22 +564,6 @@ func sleepUnless(ctx context.Context, lost <-chan struct{}, d time.Duration) boo
 	case <-t.C:
 		return true
 	case <-lost:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// sleepCtx sleeps for d unless ctx is done first; it reports whether ctx
-// is still live, so that a switch step stops waiting when the Conn closes.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
 		return true
 	case <-ctx.Done():
 		return false

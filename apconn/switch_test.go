@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
@@ -168,7 +169,7 @@ func TestPassiveOnlyLetsActiveRideThenPromotes(t *testing.T) {
 }
 
 func TestKillActivePromotesPassiveAtOnce(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
@@ -198,7 +199,7 @@ func TestKillActivePromotesPassiveAtOnce(t *testing.T) {
 }
 
 func TestFrozenActiveLinkPromotesPassive(t *testing.T) {
-	cl := startCluster(t, testcluster.WithProxies())
+	cl := testutil.StartCluster(t, testcluster.WithProxies())
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithLiveness(100*time.Millisecond, 300*time.Millisecond))
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
@@ -303,7 +304,7 @@ func TestNoPassiveFallsBackToReconnect(t *testing.T) {
 }
 
 func TestDegradedStartArmsPassiveLater(t *testing.T) {
-	cl := startCluster(t, testcluster.WithNodes(2))
+	cl := testutil.StartCluster(t, testcluster.WithNodes(2))
 	cl.Node(1).Kill()
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithPassiveBackoff(20*time.Millisecond, 100*time.Millisecond))
@@ -323,7 +324,7 @@ func TestDegradedStartArmsPassiveLater(t *testing.T) {
 }
 
 func TestManualSwitchAndRehome(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
@@ -383,7 +384,7 @@ func TestUnreachableServersReportNoServers(t *testing.T) {
 }
 
 func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	// An outside publisher on the third broker, and a responder.
@@ -489,7 +490,7 @@ func checkOutside(t *testing.T, ctx context.Context, outer *testcluster.Traffic,
 // unless the cutover waits out the difference a subscriber on a third broker
 // sees the passive's first messages before the active's last ones.
 func TestFastCutoverWaitsOutTheSlowerLink(t *testing.T) {
-	cl := startCluster(t, testcluster.WithClientRTT(30*time.Millisecond))
+	cl := testutil.StartCluster(t, testcluster.WithClientRTT(30*time.Millisecond))
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithFastCutover(), apconn.WithLiveness(20*time.Millisecond, time.Second))
 	p := passiveNode(t, cl, c)
@@ -547,7 +548,7 @@ func switchTimes(t *testing.T, ctx context.Context, c *apconn.Conn, ev *events, 
 // The cluster here puts 10 ms of round trip between clients and brokers, as
 // a real network would, and the outside subscriber bypasses it.
 func TestOrderKeptAcrossSwitches(t *testing.T) {
-	cl := startCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
+	cl := testutil.StartCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	const subj = "order.burst"
@@ -607,7 +608,7 @@ func TestOrderKeptAcrossSwitches(t *testing.T) {
 // keeps its order, with no copies, for subscribers on the connection and
 // outside it.
 func TestFastCutoverKeepsSteadyOrder(t *testing.T) {
-	cl := startCluster(t)
+	cl := testutil.StartCluster(t)
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithFastCutover())
 	outer := outsideObserver(t, cl, c, "order.steady")

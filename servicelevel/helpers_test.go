@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/gopcua/opcua/ua"
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
@@ -107,7 +106,7 @@ func newRig(t *testing.T, o rigOption) *rig {
 		o.cfg(&cfg)
 	}
 	opts := append([]servicelevel.PairOption{
-		servicelevel.WithLogger(testLogger(t)),
+		servicelevel.WithLogger(testutil.Logger(t)),
 		servicelevel.WithDataHandler(r.onUpdate),
 		servicelevel.WithEventHandler(r.onEvent),
 	}, o.opts...)
@@ -145,16 +144,6 @@ func (r *rig) waitBothUp() {
 	r.t.Helper()
 	both := [2]servicelevel.SessionState{servicelevel.SessionUp, servicelevel.SessionUp}
 	r.waitStatus("both sessions up", func(st servicelevel.PairStatus) bool { return st.Sessions == both && st.Connected })
-}
-
-// testLogger logs to the test when -v is given and APBRIDGE_TEST_LOG is
-// set, and nowhere otherwise.
-func testLogger(t *testing.T) zerolog.Logger {
-	if os.Getenv("APBRIDGE_TEST_LOG") == "" {
-		return zerolog.Nop()
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: zerolog.TestWriter{T: t}, TimeFormat: "15:04:05.000", NoColor: true}).
-		With().Timestamp().Logger()
 }
 
 func (r *rig) poke() {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -193,7 +194,7 @@ func (n *Node) start(ctx context.Context) error {
 			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
 				n.name, n.clientPort, n.clusterPort, err)
 		}
-		if cerr := sleepCtx(ctx, 100*time.Millisecond); cerr != nil {
+		if cerr := ctxtime.Sleep(ctx, 100*time.Millisecond); cerr != nil {
 			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
 				n.name, n.clientPort, n.clusterPort, errors.Join(cerr, err))
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -67,7 +68,7 @@ func (s *OPCUAServer) Boot(steps ...LevelStep) *Script {
 			if i == len(steps)-1 || st.Hold <= 0 {
 				continue
 			}
-			if err := sleepCtx(ctx, st.Hold); err != nil {
+			if err := ctxtime.Sleep(ctx, st.Hold); err != nil {
 				return err
 			}
 		}
@@ -86,7 +87,7 @@ func (s *OPCUAServer) GracefulStop(delay time.Duration) *Script {
 	return s.runScript(func(ctx context.Context) error {
 		s.setState(ua.ServerStateShutdown)
 		s.setLevel(LevelMaintenance, "graceful stop")
-		if err := sleepCtx(ctx, delay); err != nil {
+		if err := ctxtime.Sleep(ctx, delay); err != nil {
 			return err
 		}
 		fctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -216,7 +217,7 @@ func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
 		if px, err = NewFaultProxyOn(s.addr, s.ln.Addr().String()); err == nil {
 			break
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("testcluster: opcua %s restart on %s: %w", s.name, s.addr, err)
 		}
 	}
@@ -352,7 +353,7 @@ func (s *OPCUAServer) waitReady(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if werr := sleepCtx(ctx, 20*time.Millisecond); werr != nil {
+		if werr := ctxtime.Sleep(ctx, 20*time.Millisecond); werr != nil {
 			return fmt.Errorf("testcluster: opcua %s at %s not ready: %w (last probe: %v)", s.name, s.endpoint, werr, err)
 		}
 	}

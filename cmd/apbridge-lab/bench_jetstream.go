@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
@@ -97,7 +98,7 @@ func waitCond(ctx context.Context, what string, d time.Duration, cond func() boo
 		if time.Now().After(deadline) {
 			return fmt.Errorf("timed out after %v waiting for %s", d, what)
 		}
-		if err := sleepCtx(ctx, 5*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 5*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
@@ -246,7 +247,7 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 	defer rl.Close()
 	stormFor := cfg.storm
 	fmt.Fprintf(cfg.progress, "  the source does not answer for %v ...\n", stormFor)
-	if err := sleepCtx(ctx, stormFor); err != nil {
+	if err := ctxtime.Sleep(ctx, stormFor); err != nil {
 		return nil, err
 	}
 	requests, maxIn := src.Requests()
@@ -257,7 +258,7 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("tags did not subscribe once the source answered")
 		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/gopcua/opcua/ua"
@@ -403,7 +404,7 @@ func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f sl
 		}
 	} else {
 		// A random phase against the subjects' polls and heartbeats.
-		if err := sleepCtx(rctx, 500*time.Millisecond+rand.N(2*time.Second)); err != nil {
+		if err := ctxtime.Sleep(rctx, 500*time.Millisecond+rand.N(2*time.Second)); err != nil {
 			return o, err
 		}
 		start = time.Now()
@@ -438,7 +439,7 @@ func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f sl
 	if f.noSwitch {
 		settle = 2 * time.Second // long enough for a wrong switch to show
 	}
-	if err := sleepCtx(rctx, settle); err != nil {
+	if err := ctxtime.Sleep(rctx, settle); err != nil {
 		return o, err
 	}
 	stop()
@@ -478,7 +479,7 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 		stops = append(stops, stop)
 	}
 	fmt.Fprintf(cfg.progress, "  %d pairs up, watching for %v\n", cfg.runs, cfg.duration)
-	if err := sleepCtx(ctx, cfg.duration); err != nil {
+	if err := ctxtime.Sleep(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
 	r := &result{Runs: cfg.runs}

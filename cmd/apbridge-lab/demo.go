@@ -13,6 +13,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
@@ -166,14 +167,14 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return err
 	}
 	// Let the last switch settle and everything in flight arrive.
-	if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+	if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
 		return err
 	}
 	rl.Shutdown(ctx)
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	consumer.Flush(fctx)
 	cancel()
-	return sleepCtx(ctx, 200*time.Millisecond)
+	return ctxtime.Sleep(ctx, 200*time.Millisecond)
 }
 
 // demo collects what the consumer and the relay report.
@@ -294,7 +295,7 @@ func (d *demo) waitUpdates(ctx context.Context, n uint64, within time.Duration) 
 		if time.Now().After(deadline) {
 			return fmt.Errorf("only %d of %d updates arrived within %v", d.received(), n, within)
 		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -319,15 +320,4 @@ func (d *demo) report() error {
 	}
 	fmt.Fprintf(d.out, "OK: no tag update lost through the maintenance window (%.1fs)\n", time.Since(d.start).Seconds())
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
@@ -100,7 +101,7 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		defer rl.Close()
 		b, conn := rl.Bridge(), rl.Conn()
 		for src.Subscribed() < *tags {
-			if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			if err := ctxtime.Sleep(ctx, 10*time.Millisecond); err != nil {
 				return err
 			}
 		}
