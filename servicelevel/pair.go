@@ -29,6 +29,13 @@ import (
 // the first connect and a reconnect of the same endpoint included, is
 // framed the same way.
 //
+// Each session keeps several Publish requests outstanding, and their
+// answers arrive in any order; the Pair hands every subscription's
+// notifications on in the order of their sequence numbers, holding a
+// message that arrives ahead of a gap, asking the server again
+// (Republish) for one that does not come, and reporting one it cannot
+// have (EventNotificationsLost).
+//
 // Create a Pair with NewPair, add items with AddItems (before or after
 // Start), Start it, and Close it when done. All methods are safe for
 // concurrent use. docs/servicelevel.md describes the timeline of every

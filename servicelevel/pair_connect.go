@@ -67,6 +67,10 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		return
 	}
 	s.state = SessionUp
+	s.seqs = map[uint32]*sequencer[[]dataNote]{
+		s.healthSub: newSequencer[[]dataNote](reorderWait),
+		s.dataSub:   newSequencer[[]dataNote](reorderWait),
+	}
 	s.lastBeat, s.lastData = now, now
 	s.nextPoll = now.Add(p.set.PollInterval)
 	l, why := levelOf(s.initial)

@@ -79,24 +79,32 @@ const (
 	// EventItemFailed: a server rejected a data item (Handle, Err) while a
 	// session was set up.
 	EventItemFailed
+	// EventNotificationsLost: notification messages of a subscription
+	// (Subscription, the server's ID) never arrived and the server could
+	// not send them again (Missing: their sequence numbers; Err: the
+	// Republish answer, such as Bad_MessageNotAvailable). The data
+	// changes they carried are lost; delivery goes on after them, and the
+	// event comes before the updates that follow the gap.
+	EventNotificationsLost
 )
 
 var eventKindNames = [...]string{
-	EventLevelChanged:    "level changed",
-	EventLevelUnreadable: "level unreadable",
-	EventStreakStarted:   "degraded streak started",
-	EventStreakCleared:   "degraded streak cleared",
-	EventProbe:           "probe",
-	EventProbeAnswered:   "probe answered",
-	EventStay:            "stay",
-	EventTriggerDeferred: "trigger deferred",
-	EventRetryScheduled:  "retry scheduled",
-	EventConnecting:      "connecting",
-	EventConnectFailed:   "connect failed",
-	EventSessionUp:       "session up",
-	EventSessionLost:     "session lost",
-	EventFailover:        "failover",
-	EventItemFailed:      "item failed",
+	EventLevelChanged:      "level changed",
+	EventLevelUnreadable:   "level unreadable",
+	EventStreakStarted:     "degraded streak started",
+	EventStreakCleared:     "degraded streak cleared",
+	EventProbe:             "probe",
+	EventProbeAnswered:     "probe answered",
+	EventStay:              "stay",
+	EventTriggerDeferred:   "trigger deferred",
+	EventRetryScheduled:    "retry scheduled",
+	EventConnecting:        "connecting",
+	EventConnectFailed:     "connect failed",
+	EventSessionUp:         "session up",
+	EventSessionLost:       "session lost",
+	EventFailover:          "failover",
+	EventItemFailed:        "item failed",
+	EventNotificationsLost: "notifications lost",
 }
 
 // String returns the kind's name, for example "failover".
@@ -142,6 +150,12 @@ type Event struct {
 	Handle uint32
 	// Reason says why a level is unreadable.
 	Reason string
+	// Subscription is the server's ID of the subscription of an
+	// EventNotificationsLost.
+	Subscription uint32
+	// Missing are the sequence numbers of the notification messages of an
+	// EventNotificationsLost.
+	Missing []uint32
 	// Err is the error behind a failure.
 	Err error
 	// Message is the event as one line of text, as logged.

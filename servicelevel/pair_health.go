@@ -37,6 +37,7 @@ func (p *Pair) onTimer(now time.Time) {
 				gap.Round(time.Millisecond), s.dataQuiet))
 			continue
 		}
+		p.recoverGaps(s, now)
 		if !s.polling && !now.Before(s.nextPoll) {
 			s.nextPoll = now.Add(p.set.PollInterval)
 			if s.read(readPoll, 0) {

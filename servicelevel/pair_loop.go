@@ -39,10 +39,17 @@ type (
 	evPublish struct {
 		s            *session
 		sub          uint32
+		seq          uint32 // the NotificationMessage's sequence number
+		keepAlive    bool   // no notifications: seq is the next data message's
 		notes        []dataNote
 		status       ua.StatusCode
 		statusChange bool
 		at           time.Time
+	}
+	evRepublished struct {
+		s       *session
+		sub     uint32
+		answers []republished // in the order asked
 	}
 	evSessionErr struct {
 		s   *session
@@ -154,6 +161,11 @@ func (p *Pair) nextWake() (time.Time, bool) {
 		if !s.polling {
 			consider(s.nextPoll)
 		}
+		for _, q := range s.seqs {
+			if d, has := q.deadline(); has {
+				consider(d)
+			}
+		}
 	}
 	if p.probeWait.id != 0 {
 		consider(p.probeWait.deadline)
@@ -171,6 +183,8 @@ func (p *Pair) handle(ev event) {
 		p.onConnected(ev, now)
 	case evPublish:
 		p.onPublish(ev, now)
+	case evRepublished:
+		p.onRepublished(ev, now)
 	case evSessionErr:
 		if !ev.s.dead {
 			p.sessionLost(ev.s, ev.err)

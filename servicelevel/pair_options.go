@@ -24,13 +24,20 @@ type options struct {
 	clientOpts []opcua.Option    // both endpoints
 	endpOpts   [2][]opcua.Option // per endpoint, after clientOpts
 	backlog    int
+	publishers int // Publish requests outstanding per session
+
+	// dropMessage, if set, drops the data messages of the sessions' data
+	// subscriptions for which it returns true, as if they never arrived:
+	// the tests' way to open a gap the server cannot fill.
+	dropMessage func(seq uint32) bool
 }
 
 func defaultOptions() options {
 	return options{
-		name:    "apbridge",
-		logger:  zerolog.Nop(),
-		backlog: 1 << 16,
+		name:       "apbridge",
+		logger:     zerolog.Nop(),
+		backlog:    1 << 16,
+		publishers: defaultPublishers,
 	}
 }
 
@@ -98,7 +105,10 @@ func WithBacklog(n int) PairOption {
 
 // WithClientOptions passes gopcua client options to both endpoints'
 // clients: security policy and mode, certificates and keys, user
-// authentication, request and session timeouts, buffer sizes. The Pair
+// authentication, request and session timeouts, buffer sizes. Set buffer
+// sizes with opcua.Dialer and a uacp.Dialer of your own: gopcua v0.8.0's
+// ReceiveBufferSize, SendBufferSize, MaxMessageSize and MaxChunkCount
+// write to a default that every client in the process shares. The Pair
 // applies AutoReconnect(false) (it rebuilds sessions itself), its own
 // session name and no StateChangedCh (gopcua blocks its reconnect loop on
 // that channel) after them, so options that set those are overridden.

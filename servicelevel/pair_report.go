@@ -38,7 +38,7 @@ func (p *Pair) emit(e Event) {
 	e.URL = p.set.Endpoints[e.Endpoint]
 	var le *zerolog.Event
 	switch e.Kind {
-	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed:
+	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost:
 		le = p.log.Warn()
 	case EventProbe, EventProbeAnswered, EventRetryScheduled, EventConnecting:
 		le = p.log.Debug()
@@ -50,6 +50,9 @@ func (p *Pair) emit(e Event) {
 		if e.Kind == EventFailover {
 			le = le.Str("to", e.Target.String()).Str("cause", e.Cause.String()).
 				Str("service_level", e.Level.String()).Str("peer_service_level", e.PeerLevel.String())
+		}
+		if e.Kind == EventNotificationsLost {
+			le = le.Uint32("subscription", e.Subscription).Str("missing", seqList(e.Missing))
 		}
 		if e.Err != nil {
 			le = le.Err(e.Err)

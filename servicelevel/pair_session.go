@@ -71,6 +71,7 @@ type session struct {
 	wantVer       uint64 // version of the last desire sent
 	serving       bool
 	buffered      []dataNote
+	seqs          map[uint32]*sequencer[[]dataNote] // by subscription ID
 	fence         map[uint32]*ua.DataValue
 	attempt       int
 }
@@ -109,7 +110,7 @@ func (s *session) run() {
 	case err == nil:
 		// Started after the loop has the session, so that everything
 		// they post comes after evConnected.
-		for range publishers {
+		for range s.p.opt.publishers {
 			s.child(s.publisher)
 		}
 		s.child(s.worker)
