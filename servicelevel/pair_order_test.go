@@ -28,7 +28,7 @@ func TestPairDeliversInSequenceOrder(t *testing.T) {
 	const tags = 48
 	r := newRig(t, rigOption{
 		levels:  [2]byte{250, 240},
-		servers: []testcluster.OPCUAOption{testcluster.WithTags(tags), testcluster.WithTagInterval(10 * time.Millisecond)},
+		servers: []testcluster.Option{testcluster.WithTags(tags), testcluster.WithTagInterval(10 * time.Millisecond)},
 		cfg: func(c *servicelevel.PairConfig) {
 			c.QueueSize = new(10)
 			c.SamplingIntervalMilliseconds = new(10)
