@@ -1,18 +1,34 @@
 # apbridge: make test runs what CI runs; make demo shows the product on the
-# embedded cluster. Only Go is needed: everything else comes from the Go
-# module proxy.
+# embedded cluster. Go is needed; the interop tests also need Node.js (npm
+# installs node-opcua, the independent OPC UA server, from the project's
+# pinned lock file). Without Node.js they are skipped with a message, except
+# under CI, where they fail.
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 9m
 BENCH_ARGS  ?=
 
-.PHONY: all test vet demo bench lint fmt build clean
+.PHONY: all test vet demo bench lint fmt build clean interop-deps
 
 all: test
 
 ## test: vet, then every test with the race detector (what CI runs).
-test: vet
+test: vet interop-deps
 	$(GO) test $(TEST_FLAGS) ./...
+
+INTEROP := interop/node-opcua
+
+## interop-deps: node-opcua for the interop tests, at the versions of the
+## lock file (npm ci), when Node.js is here and the install is older than
+## the lock file.
+interop-deps:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "*** Node.js/npm not found: the interop tests against node-opcua will be SKIPPED (they fail under CI)"; \
+	elif [ ! -f $(INTEROP)/node_modules/.package-lock.json ] || \
+	     [ $(INTEROP)/package-lock.json -nt $(INTEROP)/node_modules/.package-lock.json ]; then \
+	  echo "installing node-opcua for the interop tests"; \
+	  cd $(INTEROP) && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
 
 vet:
 	$(GO) vet ./...
@@ -42,4 +58,4 @@ build:
 	$(GO) build -o bin/apbridge-lab ./cmd/apbridge-lab
 
 clean:
-	rm -rf bin
+	rm -rf bin $(INTEROP)/node_modules

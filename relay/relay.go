@@ -121,7 +121,7 @@ func (r *Relay) Bridge() *bridge.Bridge { return r.b }
 func (r *Relay) JetStream() *jetstreamsink.Sink { return r.js }
 
 func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
-	secOpts, err := sc.Security.PairOptions()
+	secOpts, err := sc.Security.PairOptions(r.log.With().Str("source", sc.Name).Logger())
 	if err != nil {
 		return fmt.Errorf("sources[%d].security: %w", i, err)
 	}
@@ -157,11 +157,13 @@ const browseTimeout = 30 * time.Second
 func browse(ctx context.Context, sc SourceConfig) ([]bridge.TagConfig, error) {
 	var errs []error
 	for i, ep := range sc.Endpoints {
-		opts, err := sc.Security.ClientOptions(i)
-		if err != nil {
-			return nil, err
-		}
 		bctx, cancel := context.WithTimeout(ctx, browseTimeout)
+		opts, err := sc.Security.ClientOptions(bctx, i, ep)
+		if err != nil {
+			cancel()
+			errs = append(errs, err)
+			continue
+		}
 		tags, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, opts...)
 		cancel()
 		if err == nil {

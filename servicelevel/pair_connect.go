@@ -1,8 +1,12 @@
 package servicelevel
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/gopcua/opcua/ua"
 )
 
 // connectActive makes d.To carry the data: it promotes the session there
@@ -59,9 +63,14 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		p.emit(Event{Kind: EventConnectFailed, At: now, Endpoint: s.ep, Role: role, Attempt: s.attempt, Err: ev.err,
 			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.url, ev.err)})
 		p.answerProbeWait(s.ep, now)
-		if s.activateOnUp {
+		switch {
+		case s.activateOnUp:
 			p.feed(p.pol.ConnectFailed(now))
-		} else {
+		case isRefusal(ev.err):
+			// Trying again sooner will not change the server's mind.
+			p.standbyWait = p.set.Failover.ReconnectDelay
+			p.standbyAt = now.Add(p.standbyWait)
+		default:
 			p.backoffStandby(now)
 		}
 		return
@@ -138,4 +147,33 @@ func (p *Pair) sessionLost(s *session, err error) {
 	}
 	p.feed(p.pol.StandbyLevel(now, Unknown()))
 	p.backoffStandby(now)
+}
+
+// refusedError marks a connect error that is a matter of trust or
+// configuration (the server's certificate, its security offer, the login),
+// not of the link: it is logged as an error and retried no sooner than the
+// reconnect delay.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// refusalCodes are the status codes with which a server refuses a client's
+// certificate or login.
+var refusalCodes = []ua.StatusCode{
+	ua.StatusBadUserAccessDenied, ua.StatusBadIdentityTokenInvalid, ua.StatusBadIdentityTokenRejected,
+	ua.StatusBadCertificateUntrusted, ua.StatusBadCertificateInvalid, ua.StatusBadSecurityChecksFailed,
+	ua.StatusBadCertificateRevoked, ua.StatusBadCertificateUseNotAllowed, ua.StatusBadSecurityPolicyRejected,
+	ua.StatusBadCertificateURIInvalid, ua.StatusBadCertificateHostNameInvalid, ua.StatusBadCertificateTimeInvalid,
+}
+
+// isRefusal reports whether err says the server (or the client's own
+// security settings) refused the connection, as opposed to a link fault.
+func isRefusal(err error) bool {
+	var re *refusedError
+	if errors.As(err, &re) {
+		return true
+	}
+	var sc ua.StatusCode
+	return errors.As(err, &sc) && slices.Contains(refusalCodes, sc)
 }

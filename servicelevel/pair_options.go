@@ -1,6 +1,7 @@
 package servicelevel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -23,6 +24,7 @@ type options struct {
 	onEvent    func(Event)
 	clientOpts []opcua.Option    // both endpoints
 	endpOpts   [2][]opcua.Option // per endpoint, after clientOpts
+	dialOpts   DialOptionsFunc   // per connection, after endpOpts
 	backlog    int
 	publishers int // Publish requests outstanding per session
 
@@ -115,6 +117,29 @@ func WithBacklog(n int) PairOption {
 func WithClientOptions(opts ...opcua.Option) PairOption {
 	return func(o *options) error {
 		o.clientOpts = append(o.clientOpts, opts...)
+		return nil
+	}
+}
+
+// DialOptionsFunc returns client options that must be read from the
+// server before each connection: its endpoints, certificate and user token
+// policies (OPC UA GetEndpoints). ctx is bounded by the dial timeout; an
+// error fails the connection attempt, as a dial error does.
+type DialOptionsFunc func(ctx context.Context, e Endpoint, url string) ([]opcua.Option, error)
+
+// WithDialOptions has the Pair call f before every connection to an
+// endpoint (every session start, on both endpoints) and apply the options
+// it returns after those of WithClientOptions and
+// WithEndpointClientOptions. Secure channels need it: the client must
+// take the server's certificate and thumbprint, and the user token's
+// policy ID, from the endpoint the server describes, and a server's
+// certificate can change between connections.
+func WithDialOptions(f DialOptionsFunc) PairOption {
+	return func(o *options) error {
+		if f == nil {
+			return errors.New("dial options: nil function")
+		}
+		o.dialOpts = f
 		return nil
 	}
 }

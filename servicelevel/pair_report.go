@@ -45,6 +45,9 @@ func (p *Pair) emit(e Event) {
 	default:
 		le = p.log.Info()
 	}
+	if e.Kind == EventConnectFailed && isRefusal(e.Err) {
+		le = p.log.Error() // a configuration or trust problem: someone has to act
+	}
 	if le.Enabled() {
 		le = le.Str("event", e.Kind.String()).Str("endpoint", e.Endpoint.String()).Str("url", e.URL)
 		if e.Kind == EventFailover {

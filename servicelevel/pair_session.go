@@ -146,7 +146,11 @@ func closeClient(c *opcua.Client, polite bool) {
 	cancel()
 }
 
-func (s *session) clientOptions() []opcua.Option {
+// clientOptions returns the client's options: the Pair's defaults, the
+// options for both endpoints, those for this endpoint, then dial (those
+// read from the server for this connection), then what the Pair must
+// control itself.
+func (s *session) clientOptions(dial []opcua.Option) []opcua.Option {
 	o := &s.p.opt
 	opts := []opcua.Option{
 		opcua.SecurityMode(ua.MessageSecurityModeNone),
@@ -156,6 +160,7 @@ func (s *session) clientOptions() []opcua.Option {
 	}
 	opts = append(opts, o.clientOpts...)
 	opts = append(opts, o.endpOpts[s.ep]...)
+	opts = append(opts, dial...)
 	return append(opts,
 		opcua.AutoReconnect(false),
 		opcua.StateChangedCh(nil),
@@ -168,11 +173,19 @@ func (s *session) clientOptions() []opcua.Option {
 // subscription (empty until items are wanted) and reads the level once,
 // within the connect timeout.
 func (s *session) connect() error {
-	c, err := opcua.NewClient(s.url, s.clientOptions()...)
+	dctx, dcancel := context.WithTimeout(s.ctx, s.dialTimeout)
+	defer dcancel()
+	var dial []opcua.Option
+	if f := s.p.opt.dialOpts; f != nil {
+		var err error
+		if dial, err = f(dctx, s.ep, s.url); err != nil {
+			return &refusedError{err}
+		}
+	}
+	c, err := opcua.NewClient(s.url, s.clientOptions(dial)...)
 	if err != nil {
 		return fmt.Errorf("client options: %w", err)
 	}
-	dctx, dcancel := context.WithTimeout(s.ctx, s.dialTimeout)
 	err = c.Connect(dctx)
 	dcancel()
 	if err != nil {

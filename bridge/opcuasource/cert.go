@@ -98,3 +98,47 @@ func writeCertFile(path, pemType string, der []byte, mode os.FileMode) error {
 	}
 	return os.WriteFile(path, data, mode)
 }
+
+// readCertificate reads a certificate file, PEM or DER.
+func readCertificate(path string) (*x509.Certificate, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	der := data
+	if b, _ := pem.Decode(data); b != nil {
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("%s holds a PEM %q block, not a CERTIFICATE", path, b.Type)
+		}
+		der = b.Bytes
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a certificate (neither PEM nor DER X.509): %v", path, err)
+	}
+	return cert, nil
+}
+
+// readRSAKey reads an RSA private key file: PEM (PKCS #1 or PKCS #8) or DER.
+func readRSAKey(path string) (*rsa.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	der := data
+	if b, _ := pem.Decode(data); b != nil {
+		der = b.Bytes
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not an RSA private key (PKCS #1 or #8, PEM or DER)", path)
+	}
+	rk, ok := k.(*rsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s holds a %T, not an RSA key", path, k)
+	}
+	return rk, nil
+}

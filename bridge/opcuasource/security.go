@@ -3,17 +3,24 @@ package opcuasource
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/gopcua/opcua"
+	"github.com/rs/zerolog"
 )
 
-// Security is how an OPC UA source authenticates to its servers.
+// Security is how an OPC UA source authenticates to its servers and which
+// servers it trusts. docs/security.md explains certificates, trust and
+// rotation.
 type Security struct {
 	// Policy is the security policy: None (default), Basic256Sha256,
-	// Aes128_Sha256_RsaOaep or Aes256_Sha256_RsaPss.
+	// Aes128_Sha256_RsaOaep, Aes256_Sha256_RsaPss, or auto for the
+	// strongest policy and mode the server offers.
 	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
-	// Mode is None (default), Sign or SignAndEncrypt.
+	// Mode is None (default), Sign or SignAndEncrypt; with policy auto,
+	// empty or auto.
 	Mode string `yaml:"mode,omitempty" json:"mode,omitempty"`
 	// CertFile and KeyFile are the client's certificate and RSA key (PEM
 	// when the name ends in .pem, DER otherwise). Required with a policy
@@ -24,107 +31,154 @@ type Security struct {
 	// ApplicationURI is the client's ApplicationUri, written into a
 	// created certificate. Default urn:apbridge:<hostname>.
 	ApplicationURI string `yaml:"applicationUri,omitempty" json:"applicationUri,omitempty"`
-	// ServerCerts are the servers' certificates, one per endpoint in the
-	// order of the endpoints: the servers the client trusts.
+	// ServerCerts pins the servers' certificates, one file per endpoint in
+	// the order of the endpoints: the certificate a server presents must
+	// be this one (same SHA-1 thumbprint), or the connection is refused.
 	ServerCerts []string `yaml:"serverCerts,omitempty" json:"serverCerts,omitempty"`
-	// Username and Password select user-name authentication; anonymous
-	// without them. Password may be given through the environment (see
-	// the configuration reference) and never appears in logs.
+	// TrustDir is a directory of trusted server certificates (PEM or DER
+	// files), the alternative to ServerCerts: a server's certificate must
+	// be one of them. Files are read at every connection, so a certificate
+	// is trusted or withdrawn without a restart.
+	TrustDir string `yaml:"trustDir,omitempty" json:"trustDir,omitempty"`
+	// Username and Password select user-name login; anonymous without
+	// them. Password may be given through the environment (see the
+	// configuration reference) and never appears in logs.
 	Username string `yaml:"username,omitempty" json:"username,omitempty"`
 	Password string `yaml:"password,omitempty" json:"-"`
+	// UserCertFile and UserKeyFile select an X.509 user certificate login
+	// instead (PEM or DER, as CertFile and KeyFile).
+	UserCertFile string `yaml:"userCertFile,omitempty" json:"userCertFile,omitempty"`
+	UserKeyFile  string `yaml:"userKeyFile,omitempty" json:"userKeyFile,omitempty"`
 }
 
+// policyAuto asks for the strongest policy and mode the server offers.
+const policyAuto = "auto"
+
 var (
-	validPolicies = []string{"None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"}
+	validPolicies = []string{"None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss", policyAuto}
 	validModes    = []string{"None", "Sign", "SignAndEncrypt"}
 )
 
 // Validate checks the fields; field is the path to report, e.g.
-// "sources[0].security".
+// "sources[0].security", and endpoints the number of the source's
+// endpoints. Files are read: a pinned certificate must be a certificate.
 func (c Security) Validate(field string, endpoints int) error {
 	var errs []error
-	if c.Policy != "" && !contains(validPolicies, c.Policy) {
-		errs = append(errs, fmt.Errorf("%s.policy: %q is not valid (valid: %v)", field, c.Policy, validPolicies))
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Policy != "" && !slices.Contains(validPolicies, c.Policy) {
+		add("%s.policy: %q is not valid (valid: %v)", field, c.Policy, validPolicies)
 	}
-	if c.Mode != "" && !contains(validModes, c.Mode) {
-		errs = append(errs, fmt.Errorf("%s.mode: %q is not valid (valid: %v)", field, c.Mode, validModes))
+	switch {
+	case c.Policy == policyAuto:
+		if c.Mode != "" && c.Mode != policyAuto {
+			add("%s.mode: %q with policy auto (valid: empty or auto; auto picks the mode too)", field, c.Mode)
+		}
+	case c.Mode != "" && !slices.Contains(validModes, c.Mode):
+		add("%s.mode: %q is not valid (valid: %v)", field, c.Mode, validModes)
+	case c.secure() != (c.Mode != "" && c.Mode != "None"):
+		add("%s: policy %q and mode %q must both be None or both be set", field, c.Policy, c.Mode)
 	}
-	secure := c.Policy != "" && c.Policy != "None"
-	if secure != (c.Mode != "" && c.Mode != "None") {
-		errs = append(errs, fmt.Errorf("%s: policy %q and mode %q must both be None or both be set", field, c.Policy, c.Mode))
-	}
-	if secure && (c.CertFile == "" || c.KeyFile == "") {
-		errs = append(errs, fmt.Errorf("%s: certFile and keyFile are required with policy %s", field, c.Policy))
+	if c.secure() && (c.CertFile == "" || c.KeyFile == "") {
+		add("%s: certFile and keyFile are required with policy %s", field, c.Policy)
 	}
 	if len(c.ServerCerts) > 0 && len(c.ServerCerts) != endpoints {
-		errs = append(errs, fmt.Errorf("%s.serverCerts: %d given, want one per endpoint (%d)", field, len(c.ServerCerts), endpoints))
+		add("%s.serverCerts: %d given, want one per endpoint (%d)", field, len(c.ServerCerts), endpoints)
+	}
+	for i, f := range c.ServerCerts {
+		if _, err := readCertificate(f); err != nil {
+			add("%s.serverCerts[%d]: %v", field, i, err)
+		}
+	}
+	if c.TrustDir != "" {
+		if len(c.ServerCerts) > 0 {
+			add("%s: serverCerts and trustDir are alternatives: give one", field)
+		}
+		if st, err := os.Stat(c.TrustDir); err != nil {
+			add("%s.trustDir: %v", field, err)
+		} else if !st.IsDir() {
+			add("%s.trustDir: %s is not a directory", field, c.TrustDir)
+		}
 	}
 	if (c.Username == "") != (c.Password == "") {
-		errs = append(errs, fmt.Errorf("%s: username and password go together", field))
+		add("%s: username and password go together", field)
+	}
+	if (c.UserCertFile == "") != (c.UserKeyFile == "") {
+		add("%s: userCertFile and userKeyFile go together", field)
+	}
+	if c.Username != "" && c.UserCertFile != "" {
+		add("%s: username and userCertFile are alternatives: give one", field)
+	}
+	if c.UserCertFile != "" {
+		if _, err := readCertificate(c.UserCertFile); err != nil {
+			add("%s.userCertFile: %v", field, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
+// secure reports a policy other than None: the channel is signed, and
+// the client needs a certificate.
+func (c Security) secure() bool { return c.Policy != "" && c.Policy != "None" }
+
+// discovers reports whether connecting needs the server's endpoint
+// description (GetEndpoints): for a secure channel (its certificate and
+// thumbprint), for a login other than anonymous (the token's policy ID),
+// and to check the server's certificate against a pinned or trusted one.
+func (c Security) discovers() bool {
+	return c.secure() || c.Username != "" || c.UserCertFile != "" || len(c.ServerCerts) > 0 || c.TrustDir != ""
 }
 
-// ClientOptions returns the gopcua client options that apply c to the
-// endpoint with the given index (0 primary, 1 backup): security policy and
-// mode, the client certificate (created if absent), that server's
-// certificate and the user.
-func (c Security) ClientOptions(endpoint int) ([]opcua.Option, error) {
-	opts, err := c.commonOptions()
+// PairOptions returns the Pair options that apply c to both endpoints:
+// before every connection the Pair asks the server for its endpoints,
+// selects the one that matches the policy and mode, checks the server's
+// certificate and sets the channel and the login from it. log gets the
+// server certificate's thumbprint and subject at the first connection to
+// each endpoint.
+func (c Security) PairOptions(log zerolog.Logger) ([]servicelevel.PairOption, error) {
+	d, err := newDialer(c, log)
 	if err != nil {
 		return nil, err
 	}
-	if endpoint < len(c.ServerCerts) {
-		opts = append(opts, opcua.RemoteCertificateFile(c.ServerCerts[endpoint]))
-	}
-	return opts, nil
+	return []servicelevel.PairOption{servicelevel.WithDialOptions(d.pairOptions)}, nil
 }
 
-func (c Security) commonOptions() ([]opcua.Option, error) {
-	policy, mode := c.Policy, c.Mode
-	if policy == "" {
-		policy = "None"
-	}
-	if mode == "" {
-		mode = "None"
-	}
-	opts := []opcua.Option{opcua.SecurityPolicy(policy), opcua.SecurityModeString(mode)}
-	if policy != "None" {
-		if _, err := EnsureClientCertificate(c.CertFile, c.KeyFile, c.applicationURI()); err != nil {
-			return nil, err
+// clientAuth returns the options every client of c has, whatever the
+// server: the client certificate (created if absent) and the user
+// identity; the endpoint then supplies the rest.
+func (c Security) clientAuth(log zerolog.Logger) ([]opcua.Option, error) {
+	var opts []opcua.Option
+	if c.secure() || c.Policy == policyAuto {
+		if c.CertFile != "" {
+			created, err := EnsureClientCertificate(c.CertFile, c.KeyFile, c.applicationURI())
+			if err != nil {
+				return nil, err
+			}
+			if cert, err := readCertificate(c.CertFile); err == nil {
+				ev := log.Info()
+				if created {
+					ev = ev.Bool("created", true)
+				}
+				ev.Str("thumbprint", thumbprint(cert.Raw)).Str("subject", cert.Subject.String()).
+					Str("file", c.CertFile).Msg("OPC UA client certificate")
+			}
+			opts = append(opts, opcua.CertificateFile(c.CertFile), opcua.PrivateKeyFile(c.KeyFile))
 		}
-		opts = append(opts, opcua.CertificateFile(c.CertFile), opcua.PrivateKeyFile(c.KeyFile))
 	}
-	if c.Username != "" {
+	switch {
+	case c.Username != "":
 		opts = append(opts, opcua.AuthUsername(c.Username, c.Password))
-	} else {
-		opts = append(opts, opcua.AuthAnonymous())
-	}
-	return opts, nil
-}
-
-// PairOptions returns the Pair options that apply c to both endpoints.
-func (c Security) PairOptions() ([]servicelevel.PairOption, error) {
-	common, err := c.commonOptions()
-	if err != nil {
-		return nil, err
-	}
-	opts := []servicelevel.PairOption{servicelevel.WithClientOptions(common...)}
-	for i, f := range c.ServerCerts {
-		e := servicelevel.Primary
-		if i == 1 {
-			e = servicelevel.Backup
+	case c.UserCertFile != "":
+		cert, err := readCertificate(c.UserCertFile)
+		if err != nil {
+			return nil, fmt.Errorf("userCertFile: %w", err)
 		}
-		opts = append(opts, servicelevel.WithEndpointClientOptions(e, opcua.RemoteCertificateFile(f)))
+		key, err := readRSAKey(c.UserKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("userKeyFile: %w", err)
+		}
+		opts = append(opts, opcua.AuthCertificate(cert.Raw), opcua.AuthPrivateKey(key))
+	default:
+		opts = append(opts, opcua.AuthAnonymous())
 	}
 	return opts, nil
 }

@@ -1,0 +1,290 @@
+package opcuasource_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/internal/nodeopcua"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/id"
+	"github.com/gopcua/opcua/ua"
+	"github.com/nats-io/nats.go"
+)
+
+// secureServer is a node-opcua server that offers every policy and mode
+// the relay supports, anonymous and user-name login.
+func secureServer(t *testing.T, cfg nodeopcua.Config) *nodeopcua.Server {
+	t.Helper()
+	if cfg.Policies == nil {
+		cfg.Policies = []string{"None", "Basic256Sha256", "Aes128_Sha256_RsaOaep", "Aes256_Sha256_RsaPss"}
+		cfg.Modes = []string{"None", "Sign", "SignAndEncrypt"}
+	}
+	if cfg.Users == nil {
+		cfg.Users = map[string]string{"relay": "s3cret #1"}
+	}
+	return nodeopcua.StartT(t, cfg)
+}
+
+// clientCert returns a client certificate and key, created in a
+// directory of the test's own.
+func clientCert(t *testing.T) (cert, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
+	if _, err := opcuasource.EnsureClientCertificate(cert, key, "urn:apbridge:interop-test"); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// connectAndRead connects with sec's options for url and reads the
+// server's state; it returns the connect or read error.
+func connectAndRead(t *testing.T, sec opcuasource.Security, url string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts, err := sec.ClientOptions(ctx, 0, url)
+	if err != nil {
+		return err
+	}
+	c, err := opcua.NewClient(url, append(opts, opcua.AutoReconnect(false))...)
+	if err != nil {
+		return err
+	}
+	if err := c.Connect(ctx); err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	res, err := c.Read(ctx, &ua.ReadRequest{NodesToRead: []*ua.ReadValueID{
+		{NodeID: ua.NewNumericNodeID(0, id.Server_ServerStatus_State), AttributeID: ua.AttributeIDValue}}})
+	if err != nil {
+		return err
+	}
+	if len(res.Results) != 1 || res.Results[0].Status != ua.StatusOK {
+		t.Fatalf("read server state: %+v", res.Results)
+	}
+	return nil
+}
+
+// TestSecurityInterop connects to a server we did not write with every
+// policy and mode the relay supports, anonymous and with a user name.
+func TestSecurityInterop(t *testing.T) {
+	srv := secureServer(t, nodeopcua.Config{})
+	cert, key := clientCert(t)
+	for _, tc := range []struct{ policy, mode, user string }{
+		{"", "", ""},
+		{"None", "None", "relay"},
+		{"Basic256Sha256", "Sign", ""},
+		{"Basic256Sha256", "SignAndEncrypt", "relay"},
+		{"Aes128_Sha256_RsaOaep", "SignAndEncrypt", "relay"},
+		{"Aes256_Sha256_RsaPss", "Sign", ""},
+		{"Aes256_Sha256_RsaPss", "SignAndEncrypt", "relay"},
+		{"auto", "", "relay"},
+	} {
+		t.Run(tc.policy+"/"+tc.mode+"/"+tc.user, func(t *testing.T) {
+			sec := opcuasource.Security{Policy: tc.policy, Mode: tc.mode}
+			if tc.policy != "" && tc.policy != "None" {
+				sec.CertFile, sec.KeyFile = cert, key
+			}
+			if tc.user != "" {
+				sec.Username, sec.Password = tc.user, "s3cret #1"
+			}
+			if err := sec.Validate("security", 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := connectAndRead(t, sec, srv.Endpoint); err != nil {
+				t.Fatalf("connect: %v\nserver stderr: %s", err, srv.Stderr())
+			}
+		})
+	}
+}
+
+// TestSecurityRefusals: what must not connect does not, with an error
+// that says why.
+func TestSecurityRefusals(t *testing.T) {
+	srv := secureServer(t, nodeopcua.Config{})
+	cert, key := clientCert(t)
+	otherCert, _ := clientCert(t) // a certificate that is not the server's
+	secure := opcuasource.Security{Policy: "Basic256Sha256", Mode: "SignAndEncrypt", CertFile: cert, KeyFile: key}
+
+	t.Run("wrong password", func(t *testing.T) {
+		sec := secure
+		sec.Username, sec.Password = "relay", "wrong"
+		err := connectAndRead(t, sec, srv.Endpoint)
+		if err == nil || !strings.Contains(err.Error(), "BadUserAccessDenied") {
+			t.Fatalf("got %v, want BadUserAccessDenied", err)
+		}
+	})
+	t.Run("pinned certificate matches", func(t *testing.T) {
+		sec := secure
+		sec.ServerCerts = []string{srv.CertFile}
+		if err := connectAndRead(t, sec, srv.Endpoint); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("pinned certificate differs", func(t *testing.T) {
+		sec := secure
+		sec.ServerCerts = []string{otherCert}
+		err := connectAndRead(t, sec, srv.Endpoint)
+		if err == nil || !strings.Contains(err.Error(), "is not the pinned one") {
+			t.Fatalf("got %v, want a pinning error", err)
+		}
+	})
+	t.Run("trust directory", func(t *testing.T) {
+		sec := secure
+		sec.TrustDir = filepath.Dir(otherCert) // holds only other certificates
+		err := connectAndRead(t, sec, srv.Endpoint)
+		if err == nil || !strings.Contains(err.Error(), "is not in trustDir") {
+			t.Fatalf("got %v, want a trust error", err)
+		}
+		sec.TrustDir = filepath.Dir(srv.CertFile)
+		if err := connectAndRead(t, sec, srv.Endpoint); err != nil {
+			t.Fatalf("with the server's certificate in trustDir: %v", err)
+		}
+	})
+	t.Run("policy not offered", func(t *testing.T) {
+		only := nodeopcua.StartT(t, nodeopcua.Config{Policies: []string{"None"}, Modes: []string{"None"}})
+		err := connectAndRead(t, secure, only.Endpoint)
+		if err == nil || !strings.Contains(err.Error(), "offers no endpoint with policy Basic256Sha256 and mode SignAndEncrypt (it offers None/None)") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("untrusted client certificate", func(t *testing.T) {
+		strict := secureServer(t, nodeopcua.Config{RejectClients: true})
+		if err := connectAndRead(t, secure, strict.Endpoint); err == nil {
+			t.Fatal("a server that does not trust the client's certificate let it connect")
+		}
+	})
+}
+
+// counterNode returns the node ID of the interop server's counter, whose
+// namespace index the server chooses.
+func counterNode(t *testing.T, endpoint string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := opcua.NewClient(endpoint, opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ns, err := c.NamespaceArray(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, uri := range ns {
+		if uri == "urn:apbridge:interop" {
+			return fmt.Sprintf("ns=%d;s=Counter", i)
+		}
+	}
+	t.Fatalf("the server has no namespace urn:apbridge:interop: %v", ns)
+	return ""
+}
+
+// TestWarmPairInterop relays a Warm pair of servers we did not write over
+// a signed and encrypted channel with a user-name login, and fails over
+// when the primary stops gracefully: the counter keeps coming, Good, from
+// the backup, and never goes back in source time.
+func TestWarmPairInterop(t *testing.T) {
+	a := secureServer(t, nodeopcua.Config{ServiceLevel: 250})
+	b := secureServer(t, nodeopcua.Config{ServiceLevel: 90})
+	node := counterNode(t, a.Endpoint)
+	if nb := counterNode(t, b.Endpoint); nb != node {
+		t.Fatalf("the two servers number the namespace differently (%s, %s): this test needs them equal", node, nb)
+	}
+	cert, key := clientCert(t)
+	sec := opcuasource.Security{Policy: "Basic256Sha256", Mode: "SignAndEncrypt", CertFile: cert, KeyFile: key,
+		Username: "relay", Password: "s3cret #1"}
+	secOpts, err := sec.PairOptions(testutil.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := opcuasource.New("plant", servicelevel.PairConfig{Endpoints: []string{a.Endpoint, b.Endpoint}},
+		opcuasource.WithLogger(testutil.Logger(t)), opcuasource.WithPairOptions(secOpts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	var got []bridge.Update
+	if _, err := nc.Subscribe("apbridge.plant.Counter", func(m *nats.Msg) {
+		if u, err := bridge.DecodeJSON(m.Data); err == nil {
+			mu.Lock()
+			got = append(got, u)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	br, err := bridge.New(conn, bridge.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddSource(src, []bridge.TagConfig{{Name: "Counter", Address: node}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := br.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	goodFrom := func(endpoint string, n int) func() bool {
+		return func() bool {
+			if br.Stats()[0].Health.Endpoint != endpoint {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			good := 0
+			for _, u := range got {
+				if u.Status.Quality() == bridge.QualityGood {
+					good++
+				}
+			}
+			return good >= n
+		}
+	}
+	testutil.WaitFor(t, "Good counter values from the primary", 20*time.Second, goodFrom(a.Endpoint, 5))
+	mu.Lock()
+	before := len(got)
+	mu.Unlock()
+	// The graceful stop: the backup is promoted, the primary says 0 and
+	// leaves.
+	if err := b.SetLevel(ctx, 250); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "Good counter values from the backup", 20*time.Second, goodFrom(b.Endpoint, before+5))
+	mu.Lock()
+	defer mu.Unlock()
+	// Two servers count independently, so the counter's value may jump at
+	// the switch; its source time must not go back within a server.
+	for i := 1; i < len(got); i++ {
+		if got[i].SourceTime.Before(got[i-1].SourceTime) && got[i].Status.Quality() == got[i-1].Status.Quality() {
+			t.Errorf("update %d (%v at %v) is older than the one before (%v at %v)", i, got[i].Value, got[i].SourceTime,
+				got[i-1].Value, got[i-1].SourceTime)
+		}
+	}
+}

@@ -1,0 +1,253 @@
+// Package nodeopcua runs the independent OPC UA server of
+// interop/node-opcua (node-opcua from npm, a server apbridge did not write)
+// for the interop tests and benchmarks. `make interop-deps` installs it;
+// tests skip loudly where Node.js or the install is missing, and fail
+// instead when CI is set.
+package nodeopcua
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Config is the server's configuration; zero fields take the script's
+// defaults (ServiceLevel 255, policy and mode None, anonymous login, a
+// counter ticking every 100 ms).
+type Config struct {
+	Port         int               `json:"port,omitempty"`
+	ServiceLevel int               `json:"serviceLevel,omitempty"`
+	Policies     []string          `json:"policies,omitempty"`
+	Modes        []string          `json:"modes,omitempty"`
+	Users        map[string]string `json:"users,omitempty"`
+	NoAnonymous  bool              `json:"-"`
+	CounterMs    int               `json:"counterMs,omitempty"`
+	// PKI is the server's certificate store (created when missing).
+	PKI string `json:"pki,omitempty"`
+	// Namespaces are registered in order; the tags are in the last.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// RejectClients refuses client certificates it does not already
+	// trust (by default every client certificate is accepted).
+	RejectClients bool `json:"-"`
+}
+
+// Server is a running node-opcua server.
+type Server struct {
+	// Endpoint is its opc.tcp URL; CertFile its certificate (PEM).
+	Endpoint string
+	CertFile string
+
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	done   chan struct{}
+	stderr *tail
+
+	closeOnce sync.Once
+}
+
+// Dir returns the directory of the server script.
+func Dir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "interop", "node-opcua")
+}
+
+// Available reports why the server cannot run here, or nil.
+func Available() error {
+	if _, err := exec.LookPath("node"); err != nil {
+		return errors.New("Node.js (node) is not on PATH")
+	}
+	if _, err := os.Stat(filepath.Join(Dir(), "node_modules", "node-opcua")); err != nil {
+		return fmt.Errorf("node-opcua is not installed in %s: run make interop-deps", Dir())
+	}
+	return nil
+}
+
+// Require skips t, loudly, when the server cannot run here; with CI set it
+// fails t instead, so that CI never passes by skipping.
+func Require(t testing.TB) {
+	t.Helper()
+	if err := Available(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("interop test needs node-opcua and CI is set: %v", err)
+		}
+		t.Skipf("SKIPPED (interop with node-opcua): %v", err)
+	}
+}
+
+// FreePort returns a port nothing listens on now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start starts a server and returns once it listens (node-opcua takes a
+// few seconds) or ctx ends.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	if cfg.Port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Port = p
+	}
+	args := struct {
+		Config
+		Anonymous    bool `json:"anonymous"`
+		TrustClients bool `json:"trustClients"`
+	}{cfg, !cfg.NoAnonymous, !cfg.RejectClients}
+	js, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("node", filepath.Join(Dir(), "server.js"), string(js))
+	cmd.Dir = Dir()
+	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	cmd.Stderr = s.stderr
+	if s.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case s.lines <- sc.Text():
+			default: // nobody waits for it
+			}
+		}
+		cmd.Wait()
+	}()
+	line, err := s.waitLine(ctx, "READY ")
+	if err != nil {
+		s.Kill()
+		return nil, fmt.Errorf("node-opcua server did not start: %w; its stderr: %s", err, s.stderr.String())
+	}
+	f := strings.Fields(line)
+	if len(f) < 3 {
+		s.Kill()
+		return nil, fmt.Errorf("node-opcua server: unexpected line %q", line)
+	}
+	s.Endpoint, s.CertFile = f[1], f[2]
+	return s, nil
+}
+
+func (s *Server) waitLine(ctx context.Context, prefix string) (string, error) {
+	for {
+		select {
+		case l := <-s.lines:
+			if strings.HasPrefix(l, prefix) {
+				return l, nil
+			}
+		case <-s.done:
+			return "", errors.New("the process exited")
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+// SetLevel sets the server's ServiceLevel and waits until it has.
+func (s *Server) SetLevel(ctx context.Context, level int) error {
+	if _, err := fmt.Fprintf(s.stdin, "level %d\n", level); err != nil {
+		return err
+	}
+	_, err := s.waitLine(ctx, fmt.Sprintf("OK level %d", level))
+	return err
+}
+
+// Stop shuts the server down as a graceful stop does: ServiceLevel 0,
+// then the sessions closed and the process gone.
+func (s *Server) Stop(ctx context.Context) error {
+	if _, err := fmt.Fprintln(s.stdin, "stop"); err != nil {
+		return err
+	}
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		s.Kill()
+		return ctx.Err()
+	}
+}
+
+// Kill ends the process at once, as a crash does, and waits for it.
+func (s *Server) Kill() {
+	s.closeOnce.Do(func() {
+		s.cmd.Process.Kill()
+		s.stdin.Close()
+	})
+	<-s.done
+}
+
+// Close is Kill: idempotent, for a test's cleanup.
+func (s *Server) Close() { s.Kill() }
+
+// Stderr returns the last of what the server wrote to stderr.
+func (s *Server) Stderr() string { return s.stderr.String() }
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// StartT starts a server for t and closes it when t ends.
+func StartT(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	Require(t)
+	if cfg.PKI == "" {
+		cfg.PKI = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}

@@ -1,0 +1,161 @@
+// An independent OPC UA server for apbridge's interop tests: node-opcua,
+// configured by one JSON argument, controlled by lines on stdin.
+//
+//   node server.js '{"port":4840,"serviceLevel":250,"policies":["None","Basic256Sha256"],
+//                    "modes":["None","Sign","SignAndEncrypt"],"users":{"relay":"secret"},
+//                    "anonymous":true,"counterMs":100,"pki":"/tmp/pki","namespaces":["urn:a","urn:b"]}'
+//
+// It prints one line "READY <endpoint> <server certificate file>" once it
+// listens. Commands on stdin, one per line:
+//   level N     set ServiceLevel (i=2267) to N
+//   stop        shut down (as a graceful stop: ServiceLevel 0 first, then close)
+// The address space: ns=<counter ns>;s=Counter (Int32, +1 every counterMs),
+// ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String). The counter's
+// namespace is the last one of "namespaces" (default urn:apbridge:interop),
+// so that two servers can number it differently.
+"use strict";
+
+const path = require("path");
+const readline = require("readline");
+const {
+  OPCUAServer,
+  OPCUACertificateManager,
+  Variant,
+  DataValue,
+  DataType,
+  SecurityPolicy,
+  MessageSecurityMode,
+  StatusCodes,
+} = require("node-opcua");
+
+const cfg = Object.assign(
+  {
+    port: 4840,
+    serviceLevel: 255,
+    policies: ["None"],
+    modes: ["None"],
+    users: {},
+    anonymous: true,
+    counterMs: 100,
+    pki: path.join(__dirname, "pki"),
+    namespaces: ["urn:apbridge:interop"],
+    trustClients: true,
+  },
+  JSON.parse(process.argv[2] || "{}"),
+);
+
+async function main() {
+  const serverCertificateManager = new OPCUACertificateManager({
+    automaticallyAcceptUnknownCertificate: cfg.trustClients,
+    rootFolder: path.join(cfg.pki, "server"),
+  });
+  await serverCertificateManager.initialize();
+  const userCertificateManager = new OPCUACertificateManager({
+    automaticallyAcceptUnknownCertificate: cfg.trustClients,
+    rootFolder: path.join(cfg.pki, "user"),
+  });
+  await userCertificateManager.initialize();
+
+  const server = new OPCUAServer({
+    port: cfg.port,
+    hostname: "127.0.0.1",
+    alternateHostname: ["127.0.0.1"],
+    resourcePath: "",
+    serverCertificateManager,
+    userCertificateManager,
+    securityPolicies: cfg.policies.map((p) => SecurityPolicy[p]),
+    securityModes: cfg.modes.map((m) => MessageSecurityMode[m]),
+    allowAnonymous: cfg.anonymous,
+    userManager: {
+      isValidUser: (user, password) => Object.prototype.hasOwnProperty.call(cfg.users, user) && cfg.users[user] === password,
+    },
+    buildInfo: { productName: "apbridge interop (node-opcua)", manufacturerName: "apbridge tests" },
+    serverCapabilities: { maxSessions: 50 },
+  });
+  await server.initialize();
+
+  const addressSpace = server.engine.addressSpace;
+  let ns;
+  for (const uri of cfg.namespaces) {
+    ns = addressSpace.registerNamespace(uri);
+  }
+  const folder = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Interop" });
+  let counter = 0;
+  let counterTime = new Date();
+  ns.addVariable({
+    componentOf: folder,
+    nodeId: "s=Counter",
+    browseName: "Counter",
+    dataType: "Int32",
+    minimumSamplingInterval: 10,
+    value: {
+      timestamped_get: () =>
+        new DataValue({
+          value: new Variant({ dataType: DataType.Int32, value: counter }),
+          sourceTimestamp: counterTime,
+          serverTimestamp: new Date(),
+          statusCode: StatusCodes.Good,
+        }),
+    },
+  });
+  let setpoint = 20.5;
+  ns.addVariable({
+    componentOf: folder,
+    nodeId: "s=Setpoint",
+    browseName: "Setpoint",
+    minimumSamplingInterval: 50,
+    dataType: "Double",
+    accessLevel: "CurrentRead | CurrentWrite",
+    userAccessLevel: "CurrentRead | CurrentWrite",
+    value: {
+      get: () => new Variant({ dataType: DataType.Double, value: setpoint }),
+      set: (v) => {
+        setpoint = v.value;
+        return StatusCodes.Good;
+      },
+    },
+  });
+  ns.addVariable({
+    componentOf: folder,
+    nodeId: "s=Name",
+    browseName: "Name",
+    minimumSamplingInterval: 50,
+    dataType: "String",
+    value: { get: () => new Variant({ dataType: DataType.String, value: "interop" }) },
+  });
+  setInterval(() => {
+    counter++;
+    counterTime = new Date();
+  }, cfg.counterMs).unref();
+
+  let level = cfg.serviceLevel;
+  const sl = addressSpace.findNode("i=2267");
+  sl.bindVariable({ get: () => new Variant({ dataType: DataType.Byte, value: level }) }, true);
+
+  await server.start();
+  const endpoint = server.getEndpointUrl();
+  process.stdout.write(`READY ${endpoint} ${server.certificateFile}\n`);
+
+  const rl = readline.createInterface({ input: process.stdin });
+  rl.on("line", async (line) => {
+    const [cmd, arg] = line.trim().split(/\s+/);
+    if (cmd === "level") {
+      level = Number(arg);
+      process.stdout.write(`OK level ${level}\n`);
+    } else if (cmd === "stop") {
+      level = 0;
+      await server.shutdown(Number(arg || 0));
+      process.stdout.write("STOPPED\n");
+      process.exit(0);
+    }
+  });
+  rl.on("close", async () => {
+    await server.shutdown(0);
+    process.exit(0);
+  });
+}
+
+main().catch((err) => {
+  process.stderr.write(`server failed: ${err && err.stack ? err.stack : err}\n`);
+  process.exit(1);
+});
