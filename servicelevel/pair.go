@@ -105,6 +105,7 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 	if err != nil {
 		return nil, err
 	}
+	pol.single = set.Single
 	p := &Pair{
 		set:      set,
 		opt:      o,

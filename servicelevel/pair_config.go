@@ -61,8 +61,10 @@ const (
 // or null field takes its default; an explicit value is kept, or rejected when
 // out of range.
 type PairConfig struct {
-	// Endpoints are the two opc.tcp URLs: the primary first, then the
-	// backup. They must name different servers.
+	// Endpoints are the two opc.tcp URLs of a redundant pair, the primary
+	// first, then the backup, which must name different servers; or one
+	// URL for a single server (no standby, no failover: the Pair follows
+	// its ServiceLevel and reconnects to it).
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
 
 	// FailoverConfig holds serviceLevelFailover and the connectivity
@@ -102,7 +104,8 @@ type PairConfig struct {
 
 // PairSettings are a validated PairConfig with defaults applied.
 type PairSettings struct {
-	Endpoints          [2]string     // endpoints: primary, backup
+	Endpoints          [2]string     // endpoints: primary, backup (the same URL twice for one server)
+	Single             bool          // one endpoint given: no standby, no failover
 	Failover           Settings      // the embedded FailoverConfig
 	Mode               Mode          // mode
 	HeartbeatInterval  time.Duration // heartbeatIntervalMilliseconds
@@ -140,6 +143,15 @@ func (c PairConfig) Settings() (PairSettings, error) {
 	var s PairSettings
 
 	switch len(c.Endpoints) {
+	case 1:
+		// One server: no standby and no failover. The Pair still follows
+		// its ServiceLevel (status, write gate) and reconnects to it.
+		if reason := checkEndpointURL(c.Endpoints[0]); reason != "" {
+			errs = append(errs, &ValueError{Field: "endpoints[0]", Value: c.Endpoints[0], Reason: reason})
+		}
+		u := strings.TrimSpace(c.Endpoints[0])
+		s.Endpoints = [2]string{u, u}
+		s.Single = true
 	case 2:
 		for i, u := range c.Endpoints {
 			if reason := checkEndpointURL(u); reason != "" {
@@ -153,7 +165,7 @@ func (c PairConfig) Settings() (PairSettings, error) {
 		}
 	default:
 		errs = append(errs, &ValueError{Field: "endpoints", Value: strings.Join(c.Endpoints, ","),
-			Reason: fmt.Sprintf("%d given, want 2 (primary, backup)", len(c.Endpoints))})
+			Reason: fmt.Sprintf("%d given, want 1 (one server) or 2 (primary, backup)", len(c.Endpoints))})
 	}
 
 	fs, err := c.FailoverConfig.Settings()
@@ -167,6 +179,10 @@ func (c PairConfig) Settings() (PairSettings, error) {
 		s.Mode = ModeWarm
 	case ModeHot:
 		s.Mode = ModeHot
+		if s.Single {
+			errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
+				Reason: "hot keeps the data items on a standby server: it needs two endpoints"})
+		}
 	default:
 		errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
 			Reason: fmt.Sprintf("%q is not valid (valid: warm, hot)", string(c.Mode))})

@@ -46,7 +46,12 @@ func TestPairConfigValidation(t *testing.T) {
 		cfg  PairConfig
 		want []string // every line of the error
 	}{
-		{"one endpoint", PairConfig{Endpoints: ok[:1]}, []string{"endpoints: 1 given, want 2 (primary, backup)"}},
+		{"no endpoint", PairConfig{}, []string{"endpoints: 0 given, want 1 (one server) or 2 (primary, backup)"}},
+		{"three endpoints", PairConfig{Endpoints: append(ok, "opc.tcp://c:4840")},
+			[]string{"endpoints: 3 given, want 1 (one server) or 2 (primary, backup)"}},
+		{"one endpoint, hot", PairConfig{Endpoints: ok[:1], Mode: ModeHot},
+			[]string{"mode: hot keeps the data items on a standby server: it needs two endpoints"}},
+		{"one bad endpoint", PairConfig{Endpoints: []string{"http://a"}}, []string{`endpoints[0]: "http://a" is not an opc.tcp:// URL`}},
 		{"same URL", PairConfig{Endpoints: []string{"opc.tcp://a:4840", "OPC.TCP://A/"}},
 			[]string{"endpoints[1]: same URL as endpoints[0] (opc.tcp://a:4840): the backup must be another server"}},
 		{"bad URLs", PairConfig{Endpoints: []string{" ", "http://b:80"}}, []string{

@@ -28,7 +28,7 @@ func (p *Pair) connectActive(d Decision, now time.Time) {
 // with a backoff between failed attempts.
 func (p *Pair) ensureStandby(now time.Time) {
 	e := p.pol.Active().Other()
-	if p.sess[e] != nil || now.Before(p.standbyAt) {
+	if p.set.Single || p.sess[e] != nil || now.Before(p.standbyAt) {
 		return
 	}
 	p.startSession(e, p.set.Failover.ConnectTimeout, 0, RoleStandby, now)

@@ -170,7 +170,7 @@ func (p *Pair) nextWake() (time.Time, bool) {
 	if p.probeWait.id != 0 {
 		consider(p.probeWait.deadline)
 	}
-	if p.sess[p.pol.Active().Other()] == nil {
+	if !p.set.Single && p.sess[p.pol.Active().Other()] == nil {
 		consider(p.standbyAt)
 	}
 	return at, ok

@@ -91,6 +91,11 @@ type Policy struct {
 
 	dwellUntil time.Time // no ServiceLevel switch before this
 
+	// single is a Policy for one server: there is no peer to probe or to
+	// switch to, so every rule that would move the connection retries the
+	// same server instead.
+	single bool
+
 	obs []Observation // collected during the current call
 }
 
@@ -297,7 +302,7 @@ func (p *Policy) LinkLost(now time.Time) Decision {
 		p.probe = 0
 		return p.finish(now, p.attemptFailed(now))
 	}
-	if p.set.Enabled && p.last.Unhealthy() && !now.Before(p.dwellUntil) {
+	if !p.single && p.set.Enabled && p.last.Unhealthy() && !now.Before(p.dwellUntil) {
 		p.conn = connProbing
 		if p.probe != 0 {
 			// A probe is already out; its answer serves the lost link.
@@ -364,7 +369,7 @@ func (p *Policy) advance(now time.Time) Decision {
 // maybeProbe asks the peer when a ServiceLevel trigger is due and the dwell
 // allows it.
 func (p *Policy) maybeProbe(now time.Time) Decision {
-	if !p.set.Enabled || !p.streak || p.probe != 0 {
+	if p.single || !p.set.Enabled || !p.streak || p.probe != 0 {
 		return Decision{}
 	}
 	due, cause := p.triggerDue()
@@ -467,7 +472,7 @@ func (p *Policy) connect(cause Cause) Decision {
 
 func (p *Policy) attemptFailed(now time.Time) Decision {
 	p.failed++
-	if p.failed >= p.set.RetryCount {
+	if p.failed >= p.set.RetryCount && !p.single {
 		return p.switchTo(now, CauseRetriesExhausted, p.standby)
 	}
 	p.wait(now, CauseConnectFailed)

@@ -92,6 +92,11 @@ type slRecorder struct {
 	lastSt   map[uint32]ua.StatusCode
 	lost     uint64
 	dup      uint64
+	// outOfOrder counts data changes older in source time than the tag's
+	// last one; bad counts the counters' values that were not Good.
+	lastSrc    map[uint32]time.Time
+	outOfOrder uint64
+	bad        uint64
 	// Good values of tag 0 (a counter) for the gap.
 	lastGood, gapFrom time.Time
 	maxGap            time.Duration
@@ -109,7 +114,8 @@ type slRecorder struct {
 }
 
 func newSLRecorder(tags []testcluster.Tag) *slRecorder {
-	r := &slRecorder{counters: map[uint32]bool{}, last: map[uint32]int64{}, lastSt: map[uint32]ua.StatusCode{}, causes: map[string]int{}, changed: make(chan struct{}, 1)}
+	r := &slRecorder{counters: map[uint32]bool{}, last: map[uint32]int64{}, lastSt: map[uint32]ua.StatusCode{},
+		lastSrc: map[uint32]time.Time{}, causes: map[string]int{}, changed: make(chan struct{}, 1)}
 	for i, t := range tags {
 		if t.Kind == testcluster.TagCounter {
 			r.counters[uint32(i)] = true
@@ -148,6 +154,18 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 			r.maxGap = now.Sub(r.lastGood)
 		}
 		r.lastGood = now
+	}
+	if dv != nil && !dv.SourceTimestamp.IsZero() {
+		// A snapshot may repeat an older value; a data change may not.
+		if last := r.lastSrc[h]; !refresh && dv.SourceTimestamp.Before(last) {
+			r.outOfOrder++
+		}
+		if dv.SourceTimestamp.After(r.lastSrc[h]) {
+			r.lastSrc[h] = dv.SourceTimestamp
+		}
+	}
+	if r.counters[h] && dv != nil && !good {
+		r.bad++
 	}
 	if r.counters[h] && dv != nil && dv.Value != nil {
 		if v, ok := dv.Value.Value().(int64); ok {
@@ -314,6 +332,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	defer p.Close()
 	r := &result{}
 	causes := map[string]int{}
+	var outOfOrder, bad uint64
 	var recovers []float64
 	for run := 1; run <= cfg.runs; run++ {
 		if ctx.Err() != nil {
@@ -333,14 +352,18 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 		r.MaxGap = max(r.MaxGap, ms(o.gap))
 		r.Lost += o.lost
 		r.Duplicated += o.dup
+		outOfOrder += o.outOfOrder
+		bad += o.bad
 		for c, n := range o.causes {
 			causes[c] += n
 		}
-		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d\n",
-			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup)
+		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d, out of order %d, bad %d\n",
+			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup, o.outOfOrder, o.bad)
 	}
 	sw := total(causes)
 	r.set("switches", sw)
+	r.set("out_of_order", outOfOrder)
+	r.set("bad_samples", bad)
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
@@ -371,10 +394,11 @@ func causeList(m map[string]int) string {
 }
 
 type slOutcome struct {
-	dur       time.Duration
-	gap       time.Duration
-	lost, dup uint64
-	causes    map[string]int
+	dur             time.Duration
+	gap             time.Duration
+	lost, dup       uint64
+	outOfOrder, bad uint64
+	causes          map[string]int
 }
 
 func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
@@ -447,6 +471,7 @@ func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f sl
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	o.gap, o.lost, o.dup = rec.maxGap, rec.lost, rec.dup
+	o.outOfOrder, o.bad = rec.outOfOrder, rec.bad
 	o.causes = maps.Clone(rec.causes)
 	return o, nil
 }
@@ -484,10 +509,13 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	r := &result{Runs: cfg.runs}
 	causes := map[string]int{}
+	var outOfOrder, bad uint64
 	for i, rec := range recs {
 		rec.mu.Lock()
 		r.Lost += rec.lost
 		r.Duplicated += rec.dup
+		outOfOrder += rec.outOfOrder
+		bad += rec.bad
 		r.MaxGap = max(r.MaxGap, ms(rec.maxGap))
 		for c, n := range rec.causes {
 			causes[c] += n
@@ -497,6 +525,8 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	sw := total(causes)
 	r.set("switches", sw)
+	r.set("out_of_order", outOfOrder)
+	r.set("bad_samples", bad)
 	if sw > 0 {
 		r.set("cause", causeList(causes))
 	}

@@ -60,7 +60,7 @@ func TestSLScenariosRun(t *testing.T) {
 			t.Errorf("%s: no result", w.name)
 			continue
 		}
-		for _, f := range []string{"runs", "switch_ms_p50", "switch_ms_p99", "switch_ms_max", "max_gap_ms", "lost", "duplicated", "switches"} {
+		for _, f := range []string{"runs", "switch_ms_p50", "switch_ms_p99", "switch_ms_max", "max_gap_ms", "lost", "duplicated", "switches", "out_of_order", "bad_samples"} {
 			if _, ok := m[f]; !ok {
 				t.Errorf("%s: no %s field", w.name, f)
 			}
@@ -77,6 +77,9 @@ func TestSLScenariosRun(t *testing.T) {
 		}
 		if d := m["duplicated"].(float64); d != 0 {
 			t.Errorf("%s: %v ticks delivered twice", w.name, d)
+		}
+		if o, ok := m["out_of_order"].(float64); ok && o != 0 {
+			t.Errorf("%s: %v updates older in source time than the tag's last", w.name, o)
 		}
 		t.Logf("%s: %v", w.name, m)
 	}

@@ -1,0 +1,94 @@
+package servicelevel
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPolicySingleServer: a Policy for one server never probes or
+// switches, whatever the server says or does; it retries the same server.
+// Each case runs twice: with a peer (the positive control, which must
+// probe or switch, proving the trigger was live) and without.
+func TestPolicySingleServer(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	up := func(p *Policy, now time.Time) {
+		p.Start(now)
+		p.SessionUp(now)
+		p.ActiveLevel(now, LevelOf(250))
+		p.ActiveLevel(now.Add(20*time.Second), LevelOf(250)) // proven
+	}
+	for _, tc := range []struct {
+		name   string
+		events func(p *Policy) []Decision
+		moved  Action // what a Policy with a peer does
+	}{
+		{"ServiceLevel 0", func(p *Policy) []Decision {
+			up(p, t0)
+			return []Decision{p.ActiveLevel(t0.Add(21*time.Second), LevelOf(0))}
+		}, ActionProbe},
+		{"degraded past the window", func(p *Policy) []Decision {
+			up(p, t0)
+			d1 := p.ActiveLevel(t0.Add(21*time.Second), LevelOf(150))
+			return []Decision{d1, p.Tick(t0.Add(21*time.Second + time.Hour))}
+		}, ActionProbe},
+		{"link lost after a degraded level", func(p *Policy) []Decision {
+			up(p, t0)
+			p.ActiveLevel(t0.Add(21*time.Second), LevelOf(150))
+			return []Decision{p.LinkLost(t0.Add(22 * time.Second))}
+		}, ActionProbe},
+		{"connect attempts exhausted", func(p *Policy) []Decision {
+			d := p.Start(t0)
+			ds := []Decision{d}
+			now := t0
+			for range 10 {
+				ds = append(ds, p.ConnectFailed(now))
+				now = now.Add(time.Minute)
+				ds = append(ds, p.Tick(now))
+			}
+			return ds
+		}, ActionSwitch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peer := mustPolicy(t, FailoverConfig{})
+			if !hasAction(tc.events(peer), tc.moved) {
+				t.Fatalf("positive control: a Policy with a peer did not %s", tc.moved)
+			}
+			single := mustPolicy(t, FailoverConfig{})
+			single.single = true
+			ds := tc.events(single)
+			for _, d := range ds {
+				if d.Action == ActionProbe || d.Action == ActionSwitch || d.To != Primary && d.Action != ActionNone {
+					t.Fatalf("a single-server Policy decided %s to %s (%v)", d.Action, d.To, d)
+				}
+			}
+			if single.Active() != Primary {
+				t.Fatalf("active is %s", single.Active())
+			}
+		})
+	}
+	// It does retry the one server.
+	p := mustPolicy(t, FailoverConfig{})
+	p.single = true
+	p.Start(t0)
+	now := t0
+	connects := 0
+	for range 10 {
+		p.ConnectFailed(now)
+		now = now.Add(time.Minute)
+		if d := p.Tick(now); d.Action == ActionConnect && d.To == Primary {
+			connects++
+		}
+	}
+	if connects < 9 {
+		t.Fatalf("%d reconnects to the one server in 10 failed attempts", connects)
+	}
+}
+
+func hasAction(ds []Decision, a Action) bool {
+	for _, d := range ds {
+		if d.Action == a {
+			return true
+		}
+	}
+	return false
+}
