@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -116,11 +117,15 @@ func (p *Pair) specOf(it Item) (*itemSpec, error) {
 	if s == "" {
 		return nil, fmt.Errorf("item %d: node ID is empty", it.Handle)
 	}
-	node, err := parseNodeID(s)
+	node, uri, err := parseItemNode(s)
 	if err != nil {
 		return nil, fmt.Errorf("item %d: node ID %q: %w", it.Handle, it.NodeID, err)
 	}
-	spec := &itemSpec{handle: it.Handle, node: node, nodeStr: node.String(),
+	str := s
+	if node != nil {
+		str = node.String()
+	}
+	spec := &itemSpec{handle: it.Handle, node: node, nsURI: uri, nodeStr: str,
 		sampling: p.set.SamplingInterval, queue: p.set.QueueSize}
 	if it.SamplingInterval > 0 {
 		spec.sampling = it.SamplingInterval
@@ -129,6 +134,61 @@ func (p *Pair) specOf(it Item) (*itemSpec, error) {
 		spec.queue = it.QueueSize
 	}
 	return spec, nil
+}
+
+// parseItemNode parses a node ID. A node ID by namespace URI
+// (nsu=<uri>;<identifier>) is checked and returned as its URI, to be
+// resolved against each server's NamespaceArray: the two servers of a pair
+// may number their namespaces differently.
+func parseItemNode(s string) (node *ua.NodeID, nsURI string, err error) {
+	if strings.HasPrefix(s, "nsu=") {
+		uri, id, ok := splitNSU(s)
+		if !ok || uri == "" || !identifierForm.MatchString(id) {
+			return nil, "", errors.New("want nsu=<namespace URI>;<i|s|g|b>=<identifier>")
+		}
+		if _, err := parseNodeID("ns=1;" + id); err != nil {
+			return nil, "", err
+		}
+		return nil, uri, nil
+	}
+	node, err = parseNodeID(s)
+	return node, "", err
+}
+
+// identifierForm is the identifier part of a node ID in string form.
+var identifierForm = regexp.MustCompile(`^(i=\d+|s=.+|g=[0-9A-Fa-f-]{36}|b=.+)$`)
+
+// splitNSU splits nsu=<uri>;<identifier>.
+func splitNSU(s string) (uri, id string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "nsu=")
+	if !ok {
+		return "", "", false
+	}
+	uri, id, ok = strings.Cut(rest, ";")
+	return uri, id, ok
+}
+
+// resolveNode returns the node ID s names on a server with the namespace
+// array ns.
+func resolveNode(s string, ns []string) (*ua.NodeID, error) {
+	uri, id, ok := splitNSU(s)
+	if !ok {
+		return parseNodeID(s)
+	}
+	i := slices.Index(ns, uri)
+	if i < 0 {
+		return nil, fmt.Errorf("namespace %q is not in the server's NamespaceArray", uri)
+	}
+	return parseNodeID(fmt.Sprintf("ns=%d;%s", i, id))
+}
+
+// resolve returns the item's node ID on a server with the namespace array
+// ns.
+func (it itemSpec) resolve(ns []string) (*ua.NodeID, error) {
+	if it.node != nil {
+		return it.node, nil
+	}
+	return resolveNode(it.nodeStr, ns)
 }
 
 // parseNodeID is ua.ParseNodeID, which must never take the Pair down.
@@ -296,7 +356,8 @@ func (p *Pair) releaseWaiters(s *session) {
 // itemSpec is a registered data item, as the Pair monitors it.
 type itemSpec struct {
 	handle   uint32
-	node     *ua.NodeID
+	node     *ua.NodeID // nil for a node ID by namespace URI: see resolve
+	nsURI    string     // the namespace URI of an nsu= node ID
 	nodeStr  string
 	sampling time.Duration
 	queue    uint32

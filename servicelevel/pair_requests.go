@@ -18,6 +18,8 @@ const batch = 500
 // mutable and requests run concurrently.
 func nodeServiceLevel() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_ServiceLevel) }
 
+func nodeNamespaceArray() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_NamespaceArray) }
+
 func nodeCurrentTime() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_ServerStatus_CurrentTime) }
 
 func msFloat(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -40,6 +40,7 @@ type session struct {
 	dataSub   uint32
 	dataQuiet time.Duration // the data subscription's allowed silence
 	initial   *ua.DataValue // the first ServiceLevel read
+	ns        []string      // the server's NamespaceArray, for nsu= node IDs
 	upAt      time.Time
 
 	mu      sync.Mutex
@@ -224,10 +225,14 @@ func (s *session) connect() error {
 	// nothing changed); three periods of silence mean it is gone.
 	s.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
 	rctx, rcancel := context.WithTimeout(s.ctx, set.ReadTimeout)
-	s.initial, err = readValue(rctx, c, nodeServiceLevel())
+	dvs, err := readValues(rctx, c, []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()})
 	rcancel()
 	if err != nil {
 		return fail("read ServiceLevel", err)
+	}
+	s.initial = dvs[0]
+	if v := dvs[1].Value; v != nil {
+		s.ns, _ = v.Value().([]string) // a server without one has only ns 0
 	}
 	s.c = c
 	s.upAt = time.Now()

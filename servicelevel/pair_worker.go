@@ -120,10 +120,24 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 		create = append(create, it)
 	}
+	// A node ID by namespace URI that this server lacks fails here, for
+	// this server only.
+	resolved := create[:0]
+	for _, it := range create {
+		if _, err := it.resolve(s.ns); err != nil {
+			s.p.log.Warn().Str("endpoint", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
+				Msg("item not created")
+			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
+			continue
+		}
+		resolved = append(resolved, it)
+	}
+	create = resolved
 	for chunk := range slices.Chunk(create, batch) {
 		reqs := make([]*ua.MonitoredItemCreateRequest, len(chunk))
 		for i, it := range chunk {
-			reqs[i] = monitorRequest(it.node, it.handle, msFloat(it.sampling), it.queue, d.mode)
+			node, _ := it.resolve(s.ns)
+			reqs[i] = monitorRequest(node, it.handle, msFloat(it.sampling), it.queue, d.mode)
 		}
 		results, err := createItems(ctx, s.c, s.dataSub, reqs)
 		if err != nil {
@@ -186,8 +200,12 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 			res.snapshot = append(res.snapshot, snapValue{handle: it.handle, dv: dv})
 			continue
 		}
+		node, err := it.resolve(s.ns)
+		if err != nil {
+			continue // failed above, or the item is on another server's numbering
+		}
 		idx = append(idx, len(res.snapshot))
-		nodes = append(nodes, it.node)
+		nodes = append(nodes, node)
 		res.snapshot = append(res.snapshot, snapValue{handle: it.handle})
 	}
 	for start := 0; start < len(nodes); start += batch {

@@ -99,7 +99,7 @@ func (p *Pair) onWrite(ev evWrite) {
 	}
 	var node *ua.NodeID
 	if ev.t.byNode {
-		n, err := parseNodeID(strings.TrimSpace(ev.t.node))
+		n, err := resolveNode(strings.TrimSpace(ev.t.node), s.ns)
 		if err != nil || strings.TrimSpace(ev.t.node) == "" {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: node ID %q: %v", ev.t.node, err)}
 			return
@@ -111,7 +111,12 @@ func (p *Pair) onWrite(ev evWrite) {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, ErrUnknownHandle)}
 			return
 		}
-		node = it.node
+		n, err := it.resolve(s.ns)
+		if err != nil {
+			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, err)}
+			return
+		}
+		node = n
 	}
 	if !s.acquire() {
 		refuse(s.level, ErrNoSession, "the active session is closing")

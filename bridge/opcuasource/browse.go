@@ -42,12 +42,16 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 		return nil, fmt.Errorf("browse %s: connect: %w", endpoint, err)
 	}
 	defer c.Close(context.Background())
+	ns, err := c.NamespaceArray(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("browse %s: read the NamespaceArray: %w", endpoint, err)
+	}
 	var tags []bridge.TagConfig
 	seen := map[string]bool{}
 	for i, r := range roots {
-		root, err := ua.ParseNodeID(r.Node)
+		root, err := parseNode(r.Node, ns)
 		if err != nil {
-			return nil, fmt.Errorf("browse[%d].node: %q is not a node ID: %v", i, r.Node, err)
+			return nil, fmt.Errorf("browse[%d].node: %q: %v", i, r.Node, err)
 		}
 		depth := r.MaxDepth
 		if depth <= 0 {
@@ -59,6 +63,11 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 				return nil
 			}
 			seen[key] = true
+			// By namespace URI: the other server of a pair may number
+			// its namespaces differently.
+			if n := int(nid.Namespace()); n > 0 && n < len(ns) {
+				key = "nsu=" + ns[n] + ";" + strings.SplitN(key, ";", 2)[1]
+			}
 			name := strings.Join(path, ".")
 			if r.Prefix != "" {
 				name = r.Prefix + "." + name
@@ -145,4 +154,17 @@ func references(ctx context.Context, c *opcua.Client, node *ua.NodeID) ([]*ua.Re
 		cp = next.Results[0].ContinuationPoint
 	}
 	return refs, nil
+}
+
+// parseNode parses a node ID in string form, resolving nsu=<uri> against
+// the server's namespace array ns.
+func parseNode(s string, ns []string) (*ua.NodeID, error) {
+	if strings.HasPrefix(s, "nsu=") {
+		e, err := ua.ParseExpandedNodeID(s, ns)
+		if err != nil {
+			return nil, err
+		}
+		return e.NodeID, nil
+	}
+	return ua.ParseNodeID(s)
 }

@@ -197,14 +197,15 @@ func counterNode(t *testing.T, endpoint string) string {
 // TestWarmPairInterop relays a Warm pair of servers we did not write over
 // a signed and encrypted channel with a user-name login, and fails over
 // when the primary stops gracefully: the counter keeps coming, Good, from
-// the backup, and never goes back in source time.
+// the backup, and never goes back in source time. The two servers number
+// the counter's namespace differently; the tag names it by URI.
 func TestWarmPairInterop(t *testing.T) {
-	a := secureServer(t, nodeopcua.Config{ServiceLevel: 250})
-	b := secureServer(t, nodeopcua.Config{ServiceLevel: 90})
-	node := counterNode(t, a.Endpoint)
-	if nb := counterNode(t, b.Endpoint); nb != node {
-		t.Fatalf("the two servers number the namespace differently (%s, %s): this test needs them equal", node, nb)
+	a := secureServer(t, nodeopcua.Config{ServiceLevel: 250, Namespaces: []string{"urn:apbridge:interop"}})
+	b := secureServer(t, nodeopcua.Config{ServiceLevel: 90, Namespaces: []string{"urn:other", "urn:apbridge:interop"}})
+	if na, nb := counterNode(t, a.Endpoint), counterNode(t, b.Endpoint); na == nb {
+		t.Fatalf("both servers number the counter's namespace alike (%s): the test needs them to differ", na)
 	}
+	node := "nsu=urn:apbridge:interop;s=Counter"
 	cert, key := clientCert(t)
 	sec := opcuasource.Security{Policy: "Basic256Sha256", Mode: "SignAndEncrypt", CertFile: cert, KeyFile: key,
 		Username: "relay", Password: "s3cret #1"}
