@@ -68,6 +68,7 @@ type Pair struct {
 	sess        [2]*session
 	serving     *session // the session whose data is delivered
 	activating  *session // the session being promoted
+	hold        *outOfServiceHold
 	items       map[uint32]*itemSpec
 	version     uint64
 	epoch       uint64

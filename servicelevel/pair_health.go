@@ -16,6 +16,7 @@ type probeWait struct {
 }
 
 func (p *Pair) onTimer(now time.Time) {
+	p.holdExpired(now)
 	// While the handlers are behind, the publishers hold back and the
 	// subscriptions are silent on purpose: the gap checks stand down and
 	// the polls alone watch the links.

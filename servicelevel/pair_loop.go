@@ -170,6 +170,9 @@ func (p *Pair) nextWake() (time.Time, bool) {
 	if p.probeWait.id != 0 {
 		consider(p.probeWait.deadline)
 	}
+	if p.hold != nil {
+		consider(p.hold.until)
+	}
 	if !p.set.Single && p.sess[p.pol.Active().Other()] == nil {
 		consider(p.standbyAt)
 	}

@@ -369,3 +369,44 @@ func TestPairSlowHandlerIsNotALostLink(t *testing.T) {
 	r.waitUpdates(mark{}, 1, "data from the backup", dataFrom(servicelevel.Backup))
 	r.servers.A().Heal()
 }
+
+// TestPairOutOfServiceHoldIsBounded: a primary that turns its data
+// Bad_OutOfService while a Healthy standby waits is held back, but when no
+// promotion follows (a degraded level waits out its window) the samples go
+// on after the bound, in order: the hold hides a planned failover, never a
+// real outage. The positive control is the promotion case in
+// TestPairGracefulStop, where the same samples are dropped.
+func TestPairOutOfServiceHoldIsBounded(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}, cfg: func(c *servicelevel.PairConfig) {
+		window := 30 // far beyond the hold
+		c.ServiceLevelFailover = &servicelevel.ServiceLevelFailover{DegradedWindowSeconds: &window}
+	}})
+	r.waitUpdates(mark{}, 3, "data from the primary", dataFrom(servicelevel.Primary))
+	m := r.mark()
+	demoted := time.Now()
+	r.servers.A().Demote() // 90: its data turns Bad_OutOfService
+	bad := r.waitUpdates(m, 1, "the Bad_OutOfService samples, once the hold ends", func(u servicelevel.Update) bool {
+		return u.Kind == servicelevel.UpdateData && u.Value != nil && u.Value.Status == ua.StatusBadOutOfService
+	})
+	if d := bad[0].Received.Sub(demoted); d > 10*time.Second {
+		t.Fatalf("the first Bad_OutOfService sample was received %v after the demotion", d)
+	}
+	// Received is when the sample arrived at the Pair; the hold kept it
+	// from the handler for up to 2 s. The handler saw nothing from the
+	// primary in between but what came before the first Bad sample.
+	if evs := r.eventsSince(m, servicelevel.EventFailover); len(evs) != 0 {
+		t.Fatalf("failover within the degraded window: %v", evs[0])
+	}
+	ups := r.updatesSince(m)
+	seenBad := false
+	for _, u := range ups {
+		if u.Kind != servicelevel.UpdateData || u.Value == nil {
+			continue
+		}
+		if u.Value.Status == ua.StatusBadOutOfService {
+			seenBad = true
+		} else if seenBad && u.Endpoint == servicelevel.Primary && u.Value.Status == ua.StatusOK {
+			t.Fatalf("a Good sample from the demoted primary after its Bad ones")
+		}
+	}
+}

@@ -62,6 +62,9 @@ func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 // data notifications that arrived meanwhile, then the old active is
 // released and the Policy learns that the new active is up.
 func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
+	if h := p.hold; h != nil {
+		p.releaseHold(h.s != s, now)
+	}
 	p.epoch++
 	cause := s.activateCause
 	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: len(ev.snapshot), Received: now})

@@ -165,7 +165,7 @@ func (p *Pair) handOn(s *session, sub uint32, msgs [][]dataNote, now time.Time) 
 		}
 		switch {
 		case s.serving:
-			p.deliver(s, notes)
+			p.holdOrDeliver(s, notes, now)
 		case s.activating:
 			s.buffered = append(s.buffered, notes...)
 		}

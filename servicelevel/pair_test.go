@@ -82,9 +82,13 @@ func TestPairGracefulStop(t *testing.T) {
 		}
 	}
 	// Data before the snapshot came from the primary; after it, only from
-	// the backup.
+	// the backup. The departing primary's Bad_OutOfService samples were
+	// held and replaced by the snapshot: no Bad in between.
 	inSnap := false
 	for _, u := range ups {
+		if u.Kind == servicelevel.UpdateData && u.Value != nil && u.Value.Status == ua.StatusBadOutOfService {
+			t.Errorf("a Bad_OutOfService sample from %s reached the handler across a planned failover", u.Endpoint)
+		}
 		switch {
 		case u.Kind == servicelevel.UpdateRefreshStart:
 			inSnap = true
