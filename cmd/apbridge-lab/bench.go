@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/rs/zerolog"
 )
 
@@ -189,7 +190,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.log = zerolog.Nop()
 	if *verbose {
-		cfg.log = newLogger(stderr, true, zerolog.DebugLevel)
+		cfg.log = cli.NewLogger(stderr, true, zerolog.DebugLevel)
 	}
 	cfg.progress = stderr
 

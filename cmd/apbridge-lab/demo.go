@@ -13,6 +13,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/relay"
@@ -38,7 +39,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	log := zerolog.Nop()
 	if *verbose {
-		log = newLogger(stderr, *pretty, zerolog.InfoLevel)
+		log = cli.NewLogger(stderr, *pretty, zerolog.InfoLevel)
 	}
 	d := newDemo(stdout)
 	if err := runMaintenance(ctx, d, *grace, *nTags, log); err != nil {
@@ -316,7 +317,7 @@ func (d *demo) report() error {
 		d.n, len(d.last), d.lost, d.dup, d.maxGap.Round(time.Millisecond), d.maxGapAt.Sub(d.start).Seconds())
 	if d.lost > 0 {
 		fmt.Fprintln(d.out, "FAIL: tag updates were lost")
-		return exitError{code: 1}
+		return cli.ExitError{Code: 1}
 	}
 	fmt.Fprintf(d.out, "OK: no tag update lost through the maintenance window (%.1fs)\n", time.Since(d.start).Seconds())
 	return nil

@@ -9,90 +9,23 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
-	"time"
 
-	"github.com/rs/zerolog"
+	"github.com/apbridge/apbridge/internal/cli"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// command is one subcommand of apbridge.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-func commands() []command {
-	return []command{
-		{"run", "relay the configured OPC UA tags to NATS (--config FILE)", runRun},
-		{"validate", "check a config file without connecting (--config FILE)", runValidate},
+func commands() []cli.Command {
+	return []cli.Command{
+		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
+		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 	}
 }
-
-// exitError carries a process exit code out of a command.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	for _, c := range commands() {
-		if c.name != args[0] {
-			continue
-		}
-		err := c.run(ctx, args[1:], stdout, stderr)
-		var ee exitError
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.As(err, &ee):
-			return ee.code
-		default:
-			fmt.Fprintf(stderr, "apbridge %s: %v\n", c.name, err)
-			return 1
-		}
-	}
-	fmt.Fprintf(stderr, "apbridge: unknown command %q\n\n", args[0])
-	usage(stderr)
-	return 2
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: apbridge <command> [flags]")
-	fmt.Fprintln(w)
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'apbridge <command> -h' for a command's flags.")
-}
-
-// newLogger returns the binary's logger: JSON lines, or console output
-// with pretty.
-func newLogger(w io.Writer, pretty bool, level zerolog.Level) zerolog.Logger {
-	if pretty {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+	return cli.Run("apbridge", commands(), args, stdout, stderr)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -48,7 +49,7 @@ func loadConfigFlag(path string, stderr io.Writer) (*relay.Config, error) {
 		for _, e := range relay.Errors(err) {
 			fmt.Fprintln(stderr, e)
 		}
-		return nil, exitError{code: 1}
+		return nil, cli.ExitError{Code: 1}
 	}
 	return c, nil
 }
@@ -79,7 +80,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if c.LogLevel == "" {
 		level = zerolog.InfoLevel
 	}
-	log := newLogger(stderr, *pretty, level).With().Str("instance", c.Instance).Logger()
+	log := cli.NewLogger(stderr, *pretty, level).With().Str("instance", c.Instance).Logger()
 	r, err := startRelay(ctx, c, log)
 	if err != nil {
 		return err
