@@ -12,8 +12,8 @@ import (
 const maxOutOfServiceHold = 2 * time.Second
 
 // outOfServiceHold holds the serving session's data from its first
-// Bad_OutOfService sample on, while a Healthy standby is there to take
-// over. A server that is stopped for maintenance turns its data
+// Bad_OutOfService sample on, while a standby is there to take over. A
+// server that is stopped for maintenance turns its data
 // Bad_OutOfService as it announces its departure (ServiceLevel 0 or a
 // degraded level); relaying those samples would show consumers a Bad value
 // for one publishing cycle before the backup's Good values, which SCADA
@@ -50,14 +50,17 @@ func (p *Pair) holdOrDeliver(s *session, notes []dataNote, now time.Time) {
 	p.hold = &outOfServiceHold{s: s, notes: append([]dataNote(nil), notes[first:]...), until: now.Add(maxOutOfServiceHold)}
 }
 
-// takeoverReady reports whether a Healthy standby could take s's place:
-// a live standby session whose last level is Healthy.
+// takeoverReady reports whether a standby could take s's place: a live
+// standby session. Its level need not be Healthy yet: at a planned
+// switch-over the backup raises its level as the primary lowers its own,
+// and the primary's Bad_OutOfService samples can come before the backup's
+// new level; if no promotion follows, the hold ends after its bound.
 func (p *Pair) takeoverReady(s *session) bool {
 	if p.set.Single {
 		return false
 	}
 	o := p.sess[s.ep.Other()]
-	return o != nil && o.state == SessionUp && !o.dead && o.sampled && o.level.Healthy()
+	return o != nil && o.state == SessionUp && !o.dead
 }
 
 // releaseHold ends the hold: after a promotion of another session

@@ -274,12 +274,19 @@ func TestWarmPairInterop(t *testing.T) {
 	if err := b.SetLevel(ctx, 250); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Stop(ctx); err != nil {
+	if err := a.Stop(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "Good counter values from the backup", 20*time.Second, goodFrom(b.Endpoint, before+5))
 	mu.Lock()
 	defer mu.Unlock()
+	// The departing primary's data turned Bad_OutOfService with its level
+	// 0; a planned failover shows consumers none of it.
+	for _, u := range got {
+		if u.Status == bridge.StatusCode(ua.StatusBadOutOfService) {
+			t.Errorf("a Bad_OutOfService sample reached consumers across the graceful failover: %+v", u)
+		}
+	}
 	// Two servers count independently, so the counter's value may jump at
 	// the switch; its source time must not go back within a server.
 	for i := 1; i < len(got); i++ {

@@ -182,10 +182,11 @@ func (s *Server) SetLevel(ctx context.Context, level int) error {
 	return err
 }
 
-// Stop shuts the server down as a graceful stop does: ServiceLevel 0,
-// then the sessions closed and the process gone.
-func (s *Server) Stop(ctx context.Context) error {
-	if _, err := fmt.Fprintln(s.stdin, "stop"); err != nil {
+// Stop shuts the server down as a graceful stop does: ServiceLevel 0 (its
+// data Bad_OutOfService) at once, then after delay the sessions closed and
+// the process gone.
+func (s *Server) Stop(ctx context.Context, delay time.Duration) error {
+	if _, err := fmt.Fprintf(s.stdin, "stop %d\n", delay.Milliseconds()); err != nil {
 		return err
 	}
 	select {

@@ -10,7 +10,8 @@
 //   level N     set ServiceLevel (i=2267) to N
 //   stop        shut down (as a graceful stop: ServiceLevel 0 first, then close)
 // The address space: ns=<counter ns>;s=Counter (Int32, +1 every counterMs),
-// ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String). The counter's
+// ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String). The counter
+// is Bad_OutOfService while ServiceLevel is below 200 (Warm redundancy). Its
 // namespace is the last one of "namespaces" (default urn:apbridge:interop),
 // so that two servers can number it differently.
 "use strict";
@@ -80,6 +81,7 @@ async function main() {
     ns = addressSpace.registerNamespace(uri);
   }
   const folder = ns.addFolder(addressSpace.rootFolder.objects, { browseName: "Interop" });
+  let level = cfg.serviceLevel;
   let counter = 0;
   let counterTime = new Date();
   ns.addVariable({
@@ -94,7 +96,9 @@ async function main() {
           value: new Variant({ dataType: DataType.Int32, value: counter }),
           sourceTimestamp: counterTime,
           serverTimestamp: new Date(),
-          statusCode: StatusCodes.Good,
+          // Warm redundancy: a server below the Healthy band (200) does
+          // not serve data.
+          statusCode: level < 200 ? StatusCodes.BadOutOfService : StatusCodes.Good,
         }),
     },
   });
@@ -128,7 +132,6 @@ async function main() {
     counterTime = new Date();
   }, cfg.counterMs).unref();
 
-  let level = cfg.serviceLevel;
   const sl = addressSpace.findNode("i=2267");
   sl.bindVariable({ get: () => new Variant({ dataType: DataType.Byte, value: level }) }, true);
 
@@ -141,9 +144,11 @@ async function main() {
     const [cmd, arg] = line.trim().split(/\s+/);
     if (cmd === "level") {
       level = Number(arg);
+      counterTime = new Date(); // the status changes: a new sample
       process.stdout.write(`OK level ${level}\n`);
     } else if (cmd === "stop") {
       level = 0;
+      counterTime = new Date();
       await server.shutdown(Number(arg || 0));
       process.stdout.write("STOPPED\n");
       process.exit(0);
