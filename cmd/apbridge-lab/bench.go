@@ -20,9 +20,11 @@ import (
 
 // benchConfig is what every scenario may read from the command line.
 type benchConfig struct {
-	runs     int
-	rtt      time.Duration
-	tls      bool
+	runs int
+	rtt  time.Duration
+	tls  bool
+	// server is where the sl-* scenarios run: serverEmbedded or serverNode.
+	server   string
 	grace    time.Duration
 	duration time.Duration
 	rate     time.Duration
@@ -134,6 +136,7 @@ func scenarios() []scenario {
 	var all []scenario
 	all = append(all, natsScenarios()...)
 	all = append(all, slScenarios()...)
+	all = append(all, uaScenarios()...)
 	all = append(all, relayScenarios()...)
 	all = append(all, jsScenarios()...)
 	return all
@@ -147,6 +150,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000)")
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
+	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
@@ -156,7 +160,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: apbridge bench [--json] [--runs N] [--rtt DURATION] [--tls] [SCENARIO...]")
+		fmt.Fprintln(stderr, "usage: apbridge-lab bench [--json] [--runs N] [--rtt DURATION] [--tls] [SCENARIO...]")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "\nscenarios (all when none is named):")
@@ -166,6 +170,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.server != serverEmbedded && cfg.server != serverNode {
+		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
 	}
 	if cfg.runs < 1 || cfg.runs > 1000 {
 		return fmt.Errorf("--runs: %d is out of range (valid 1-1000)", cfg.runs)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -48,7 +49,7 @@ type slFault struct {
 	levels [2]byte
 	// hit injects the fault and returns a channel closed when the
 	// scenario's own script is over (the stopped server is down).
-	hit func(p *testcluster.OPCUAPair) <-chan struct{}
+	hit func(t slTarget) <-chan struct{}
 	// noSwitch: the scenario must not switch; measure the recovery on the
 	// primary instead.
 	noSwitch bool
@@ -64,22 +65,11 @@ func closed() <-chan struct{} {
 }
 
 var (
-	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
-		p.B().Promote()
-		return p.A().GracefulStop(time.Second).Done()
-	}}
-	slHardKill = slFault{levels: [2]byte{250, 240}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
-		p.A().Kill()
-		return closed()
-	}}
-	slFreeze = slFault{levels: [2]byte{250, 240}, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
-		p.A().Freeze()
-		return closed()
-	}}
-	slBlip = slFault{levels: [2]byte{250, 240}, noSwitch: true, hit: func(p *testcluster.OPCUAPair) <-chan struct{} {
-		p.A().ResetConns()
-		return closed()
-	}}
+	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(t slTarget) <-chan struct{} { return t.gracefulStop() }}
+	slHardKill     = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget) <-chan struct{} { t.kill(); return closed() }}
+	slFreeze       = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget) <-chan struct{} { t.freeze(); return closed() }}
+	slBlip         = slFault{levels: [2]byte{250, 240}, noSwitch: true,
+		hit: func(t slTarget) <-chan struct{} { t.resetConns(); return closed() }}
 	slConnectStandby = slFault{levels: [2]byte{90, 250}, fromFirstSample: true}
 )
 
@@ -88,10 +78,13 @@ var (
 type slRecorder struct {
 	mu       sync.Mutex
 	counters map[uint32]bool
-	last     map[uint32]int64
-	lastSt   map[uint32]ua.StatusCode
-	lost     uint64
-	dup      uint64
+	// independent: the two servers count on their own, so a counter's
+	// value says nothing about lost or repeated ticks across a switch.
+	independent bool
+	last        map[uint32]int64
+	lastSt      map[uint32]ua.StatusCode
+	lost        uint64
+	dup         uint64
 	// outOfOrder counts data changes older in source time than the tag's
 	// last one; bad counts the counters' values that were not Good.
 	lastSrc    map[uint32]time.Time
@@ -167,7 +160,7 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 	if r.counters[h] && dv != nil && !good {
 		r.bad++
 	}
-	if r.counters[h] && dv != nil && dv.Value != nil {
+	if r.counters[h] && !r.independent && dv != nil && dv.Value != nil {
 		if v, ok := dv.Value.Value().(int64); ok {
 			r.counterValues[ep]++
 			last, seen := r.last[h]
@@ -255,20 +248,12 @@ func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
 
 // slSubject is the client under test: a Pair, or the poll-based client
 // of the original ServiceLevel design.
-type slSubject func(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (stop func(), err error)
-
-func slItems(p *testcluster.OPCUAPair) []servicelevel.Item {
-	var items []servicelevel.Item
-	for i, t := range p.Tags()[:slTags] {
-		items = append(items, servicelevel.Item{Handle: uint32(i), NodeID: t.NodeID().String()})
-	}
-	return items
-}
+type slSubject func(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (stop func(), err error)
 
 // pairSubject is servicelevel.Pair with its defaults, except a queue of 10
 // per item so that no tick is lost to OPC UA's sampling in steady state.
-func pairSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (func(), error) {
-	pc := servicelevel.PairConfig{Endpoints: p.Endpoints(), QueueSize: new(10)}
+func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (func(), error) {
+	pc := servicelevel.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10)}
 	sp, err := servicelevel.NewPair(pc,
 		servicelevel.WithLogger(cfg.log),
 		servicelevel.WithDataHandler(func(u servicelevel.Update) {
@@ -288,7 +273,7 @@ func pairSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig,
 	if err != nil {
 		return nil, err
 	}
-	if _, err := sp.AddItems(ctx, slItems(p)); err != nil {
+	if _, err := sp.AddItems(ctx, t.items()); err != nil {
 		sp.Close()
 		return nil, err
 	}
@@ -297,22 +282,6 @@ func pairSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig,
 		return nil, err
 	}
 	return sp.Close, nil
-}
-
-// resetSL brings both servers back up, healed, at the given levels.
-func resetSL(ctx context.Context, p *testcluster.OPCUAPair, levels [2]byte) error {
-	for i, s := range p.Servers() {
-		s.SetLevelEncoding(testcluster.LevelAsByte)
-		if !s.Running() {
-			if err := s.Restart(ctx, levels[i]); err != nil {
-				return err
-			}
-			continue
-		}
-		s.Heal()
-		s.SetLevel(levels[i])
-	}
-	return nil
 }
 
 func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPair, error) {
@@ -325,11 +294,11 @@ func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPai
 
 // benchSL runs one fault against one subject cfg.runs times.
 func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*result, error) {
-	p, err := startSLCluster(ctx, cfg)
+	t, err := startSLTarget(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer t.close()
 	r := &result{}
 	causes := map[string]int{}
 	var outOfOrder, bad uint64
@@ -338,7 +307,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		o, err := slOnce(ctx, p, cfg, f, subj)
+		o, err := slOnce(ctx, t, cfg, f, subj)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", run, err)
 		}
@@ -364,6 +333,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r.set("switches", sw)
 	r.set("out_of_order", outOfOrder)
 	r.set("bad_samples", bad)
+	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
@@ -401,18 +371,18 @@ type slOutcome struct {
 	causes          map[string]int
 }
 
-func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
+func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
 	var o slOutcome
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := resetSL(rctx, p, f.levels); err != nil {
+	if err := t.reset(rctx, f.levels); err != nil {
 		return o, err
 	}
-	rec := newSLRecorder(p.Tags())
+	rec := t.recorder()
 	if f.fromFirstSample {
 		rec.setMark(time.Now()) // the connect is the fault
 	}
-	stop, err := subj(rctx, p, cfg, rec)
+	stop, err := subj(rctx, t, cfg, rec)
 	if err != nil {
 		return o, err
 	}
@@ -439,7 +409,7 @@ func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f sl
 	}
 	down := closed()
 	if f.hit != nil {
-		down = f.hit(p)
+		down = f.hit(t)
 	}
 	// A switch ends with the first Good value from the backup; a blip
 	// with the primary's snapshot after its reconnect.
@@ -479,11 +449,15 @@ func slOnce(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, f sl
 // benchSLHealthy runs cfg.runs Pairs side by side on a healthy 250/240 pair
 // for cfg.duration: none may switch.
 func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
+	if cfg.server == serverNode {
+		return nil, fmt.Errorf("sl-healthy-pair runs on the embedded servers only (--server %s)", serverEmbedded)
+	}
 	p, err := startSLCluster(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
+	t := &embeddedTarget{p: p}
 	recs := make([]*slRecorder, cfg.runs)
 	var stops []func()
 	defer func() {
@@ -495,9 +469,9 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	defer cancel()
 	start := time.Now()
 	for i := range recs {
-		recs[i] = newSLRecorder(p.Tags())
+		recs[i] = t.recorder()
 		recs[i].gapFrom = start
-		stop, err := pairSubject(sctx, p, cfg, recs[i])
+		stop, err := pairSubject(sctx, t, cfg, recs[i])
 		if err != nil {
 			return nil, fmt.Errorf("pair %d: %w", i+1, err)
 		}
@@ -527,6 +501,7 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("switches", sw)
 	r.set("out_of_order", outOfOrder)
 	r.set("bad_samples", bad)
+	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	if sw > 0 {
 		r.set("cause", causeList(causes))
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -22,14 +21,14 @@ import (
 // defaults (10 s window, 60 s dwell, 3 retries 5 s apart); with no warm
 // standby it never learns the standby's level, so it always retries the
 // slow way, as that design does.
-func pollSubject(ctx context.Context, p *testcluster.OPCUAPair, cfg benchConfig, rec *slRecorder) (func(), error) {
+func pollSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (func(), error) {
 	pol, err := servicelevel.NewPolicy(servicelevel.FailoverConfig{})
 	if err != nil {
 		return nil, err
 	}
-	sc := &pollClient{eps: [2]string{p.Endpoints()[0], p.Endpoints()[1]}, rec: rec, pol: pol,
+	sc := &pollClient{eps: [2]string{t.endpoints()[0], t.endpoints()[1]}, rec: rec, pol: pol,
 		evc: make(chan func(), 64), quit: make(chan struct{}), done: make(chan struct{})}
-	for _, it := range slItems(p) {
+	for _, it := range t.items() {
 		n, err := ua.ParseNodeID(it.NodeID)
 		if err != nil {
 			return nil, err

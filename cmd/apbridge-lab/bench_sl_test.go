@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 )
@@ -101,11 +102,12 @@ func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := resetSL(ctx, p, [2]byte{250, 240}); err != nil {
+	target := &embeddedTarget{p: p}
+	if err := target.reset(ctx, [2]byte{250, 240}); err != nil {
 		t.Fatal(err)
 	}
-	rec := newSLRecorder(p.Tags())
-	stop, err := pollSubject(ctx, p, benchConfig{}, rec)
+	rec := target.recorder()
+	stop, err := pollSubject(ctx, target, benchConfig{}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,4 +133,32 @@ func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 		t.Fatal("no connection to reset")
 	}
 	waitCounterValues(2 * counters)
+}
+
+// TestNodeScenariosRun runs the failover and connect scenarios on
+// node-opcua, an OPC UA server the project did not write, once each.
+func TestNodeScenariosRun(t *testing.T) {
+	nodeopcua.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out, progress bytes.Buffer
+	if err := runBench(ctx, []string{"--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "ua-connect"}, &out, &progress); err != nil {
+		t.Fatalf("bench: %v\n%s", err, progress.String())
+	}
+	got := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		got[m["scenario"].(string)] = m
+	}
+	sl := got["sl-graceful-stop"]
+	if sl == nil || sl["server"] != "node" || sl["switches"] != 1.0 || sl["bad_samples"] != 0.0 || sl["out_of_order"] != 0.0 {
+		t.Errorf("sl-graceful-stop on node-opcua: %v", sl)
+	}
+	uc := got["ua-connect"]
+	if uc == nil || uc["connect_ms_none_p50"].(float64) <= 0 || uc["connect_ms_sign_and_encrypt_p50"].(float64) <= 0 {
+		t.Errorf("ua-connect: %v", uc)
+	}
 }
