@@ -283,7 +283,12 @@ func (r *runner) applyReply(e guardEvent) bool {
 			continue
 		}
 		if err != nil {
-			ts.subErr = err.Error()
+			if msg := err.Error(); msg != ts.subErr {
+				// Once per tag and reason: the guard retries, the log
+				// must not repeat it every time.
+				r.b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Err(err).Msg("tag not subscribed")
+				ts.subErr = msg
+			}
 			all = false
 			failed++
 			continue

@@ -125,16 +125,42 @@ type SubscribeConfig struct {
 	InFlightCeiling time.Duration `yaml:"inFlightCeiling"`
 }
 
-// SourceConfig is one redundant OPC UA server pair.
+// SourceConfig is one OPC UA source: a redundant server pair, or one
+// server.
 type SourceConfig struct {
 	Name string `yaml:"name"`
 	// Type is "opcua" (the only one so far, and the default).
 	Type string `yaml:"type"`
 	// The pair's endpoints, failover rules and timing.
 	servicelevel.PairConfig `yaml:",inline"`
-	Security                opcuasource.Security     `yaml:"security"`
-	Tags                    []bridge.TagConfig       `yaml:"tags"`
-	Browse                  []opcuasource.BrowseRoot `yaml:"browse"`
+	Security                opcuasource.Security `yaml:"security"`
+	// Tags are listed tags, each with optional monitoring overrides.
+	Tags []opcuasource.TagConfig `yaml:"tags"`
+	// Groups are tags that share monitoring overrides.
+	Groups []opcuasource.TagGroup   `yaml:"groups"`
+	Browse []opcuasource.BrowseRoot `yaml:"browse"`
+}
+
+// tagEntry is a listed tag and the path of its config, for messages.
+type tagEntry struct {
+	field string
+	tag   opcuasource.TagConfig
+	// mon is the tag's monitoring with its group's applied.
+	mon opcuasource.Monitoring
+}
+
+// listedTags returns the source's tags and those of its groups, in order.
+func (s SourceConfig) listedTags(f string) []tagEntry {
+	var out []tagEntry
+	for j, t := range s.Tags {
+		out = append(out, tagEntry{fmt.Sprintf("%s.tags[%d]", f, j), t, t.Monitoring})
+	}
+	for g, grp := range s.Groups {
+		for j, t := range grp.Tags {
+			out = append(out, tagEntry{fmt.Sprintf("%s.groups[%d].tags[%d]", f, g, j), t, t.Monitoring.Over(grp.Monitoring)})
+		}
+	}
+	return out
 }
 
 // Load reads, expands and checks a config file.
@@ -272,12 +298,25 @@ func (c *Config) validate(withSources bool) error {
 				add("%v", e)
 			}
 		}
-		if len(s.Tags) == 0 && len(s.Browse) == 0 {
-			add("%s: give tags, browse roots, or both", f)
+		listed := s.listedTags(f)
+		if len(listed) == 0 && len(s.Browse) == 0 {
+			add("%s: give tags, groups, browse roots, or a mix", f)
+		}
+		for g, grp := range s.Groups {
+			gf := fmt.Sprintf("%s.groups[%d]", f, g)
+			if len(grp.Tags) == 0 {
+				add("%s.tags: a group needs tags", gf)
+			}
+			for _, e := range Errors(grp.Monitoring.Validate(gf + ".")) {
+				add("%v", e)
+			}
 		}
 		seen := map[string]bool{}
-		for j, t := range s.Tags {
-			tf := fmt.Sprintf("%s.tags[%d]", f, j)
+		for _, e := range listed {
+			tf, t := e.field, e.tag
+			for _, err := range Errors(t.Monitoring.Validate(tf + ".")) {
+				add("%v", err)
+			}
 			switch {
 			case t.Name == "":
 				add("%s.name: required", tf)

@@ -59,6 +59,18 @@ func TestBadConfigs(t *testing.T) {
 		{"subject placeholder", edit("instance: site-a", "instance: site-a\nsubject: 'plant.{line}'"), "unknown placeholder {line}"},
 		{"guard ceiling below floor", edit("instance: site-a", "instance: site-a\nsubscribe: {retryFloor: 10s, retryCeiling: 5s}"), "subscribe.retryCeiling"},
 		{"sink", edit("instance: site-a", "instance: site-a\nsink: kafka"), "sink: \"kafka\" is not a sink (valid: core, jetstream)"},
+		{"tag deadband", edit(`address: "ns=2;s=Line1.Temp"}`, `address: "ns=2;s=Line1.Temp", filter: {deadbandType: percent, deadbandValue: 120}}`),
+			"sources[0].tags[0].filter.deadbandValue: 120 is out of range (valid 0-100, percent of the node's EURange)"},
+		{"tag queue", edit(`address: "ns=2;s=Line1.Temp"}`, `address: "ns=2;s=Line1.Temp", queueSize: 0}`),
+			"sources[0].tags[0].queueSize: 0 is out of range (valid 1-65536)"},
+		{"group trigger", edit("    tags:\n", "    groups:\n      - {name: fast, filter: {trigger: sometimes}, tags: [{name: G1, address: \"ns=2;s=G1\"}]}\n    tags:\n"),
+			`sources[0].groups[0].filter.trigger: "sometimes" is not valid (valid: status, statusValue, statusValueTimestamp)`},
+		{"group tag twice", edit("    tags:\n", "    groups:\n      - {tags: [{name: Line1.Temp, address: \"ns=2;s=X\"}]}\n    tags:\n"),
+			`sources[0].groups[0].tags[0].name: tag "Line1.Temp" is listed twice`},
+		{"empty group", edit("    tags:\n", "    groups:\n      - {name: empty, queueSize: 5}\n    tags:\n"),
+			"sources[0].groups[0].tags: a group needs tags"},
+		{"batch size", edit("    serviceLevelFailover", "    subscribeBatchSize: 0\n    serviceLevelFailover"),
+			"sources[0].subscribeBatchSize: 0 is out of range (valid 1-10000)"},
 		{"jetstream replicas", edit("instance: site-a", "instance: site-a\nsink: jetstream\njetstream: {replicas: 7}"), "jetstream.replicas"},
 		{"jetstream window", edit("instance: site-a", "instance: site-a\nsink: jetstream\njetstream: {duplicateWindow: 10ms}"), "jetstream.duplicateWindow: 10ms is out of range (valid 100ms-24h)"},
 		{"no sources", "nats: {servers: [nats://127.0.0.1:4222]}\n", "sources: at least one source"},
@@ -73,7 +85,7 @@ func TestBadConfigs(t *testing.T) {
 		{"security without cert", edit("    tags:", "    security: {policy: Basic256Sha256, mode: SignAndEncrypt}\n    tags:"), "certFile and keyFile are required"},
 		{"policy without mode", edit("    tags:", "    security: {policy: Basic256Sha256, certFile: c.pem, keyFile: k.pem}\n    tags:"), "must both be None or both be set"},
 		{"server certs count", edit("    tags:", "    security: {serverCerts: [a.der]}\n    tags:"), "serverCerts: 1 given, want one per endpoint (2)"},
-		{"no tags", edit("    tags:\n      - {name: Line1.Temp, address: \"ns=2;s=Line1.Temp\"}\n      - {name: Line1.SP, address: \"ns=2;s=Line1.SP\", writable: true}\n", ""), "give tags, browse roots, or both"},
+		{"no tags", edit("    tags:\n      - {name: Line1.Temp, address: \"ns=2;s=Line1.Temp\"}\n      - {name: Line1.SP, address: \"ns=2;s=Line1.SP\", writable: true}\n", ""), "give tags, groups, browse roots, or a mix"},
 		{"tag twice", edit("name: Line1.SP", "name: Line1.Temp"), "sources[0].tags[1].name: tag \"Line1.Temp\" is listed twice"},
 		{"tag address", edit(`"ns=2;s=Line1.SP"`, `"Line1.SP"`), "sources[0].tags[1].address: \"Line1.SP\" is not a node ID"},
 		{"tag subject", edit(`writable: true}`, `writable: true, subject: "a..b"}`), "sources[0].tags[1].subject"},
@@ -144,5 +156,41 @@ func TestSinkConfig(t *testing.T) {
 	}
 	if err := (SinkConfig{Sink: "jetstream", JetStream: jetstreamsink.Config{Replicas: 9}}).Validate(); err == nil {
 		t.Error("bad jetstream settings accepted")
+	}
+}
+
+// TestTagMonitoring: a tag's own settings win over its group's, which win
+// over the source's (applied by the Pair).
+func TestTagMonitoring(t *testing.T) {
+	c, err := Parse([]byte(edit("    tags:\n", `    queueSize: 4
+    groups:
+      - name: analog
+        samplingIntervalMilliseconds: 500
+        filter: {deadbandType: absolute, deadbandValue: 0.5}
+        tags:
+          - {name: Flow, address: "ns=2;s=Flow"}
+          - {name: Level, address: "ns=2;s=Level", queueSize: 10, filter: {trigger: statusValueTimestamp}}
+    tags:
+`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]tagEntry{}
+	for _, e := range c.Sources[0].listedTags("sources[0]") {
+		byName[e.tag.Name] = e
+	}
+	if len(byName) != 4 {
+		t.Fatalf("%d tags, want 4", len(byName))
+	}
+	flow, level := byName["Flow"].mon, byName["Level"].mon
+	if *flow.SamplingIntervalMilliseconds != 500 || flow.QueueSize != nil || flow.Filter.DeadbandValue != 0.5 {
+		t.Errorf("Flow: %+v", flow)
+	}
+	if *level.SamplingIntervalMilliseconds != 500 || *level.QueueSize != 10 || level.Filter.Trigger != "statusValueTimestamp" ||
+		level.Filter.DeadbandType != "" {
+		t.Errorf("Level: %+v (the tag's filter replaces the group's whole)", level)
+	}
+	if !byName["Line1.Temp"].mon.IsZero() || *c.Sources[0].QueueSize != 4 {
+		t.Errorf("a listed tag without overrides: %+v", byName["Line1.Temp"].mon)
 	}
 }

@@ -125,24 +125,37 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 	if err != nil {
 		return fmt.Errorf("sources[%d].security: %w", i, err)
 	}
-	tags := append([]bridge.TagConfig(nil), sc.Tags...)
+	var tags []bridge.TagConfig
+	monitoring := map[string]opcuasource.Monitoring{}
+	for _, e := range sc.listedTags(fmt.Sprintf("sources[%d]", i)) {
+		tags = append(tags, e.tag.TagConfig)
+		if !e.mon.IsZero() {
+			monitoring[e.tag.Name] = e.mon
+		}
+	}
 	if len(sc.Browse) > 0 {
 		found, err := browse(ctx, sc)
 		if err != nil {
 			return fmt.Errorf("sources[%d].browse: %w", i, err)
 		}
-		listed := map[string]bool{}
+		// A listed tag wins over a browsed one of the same name or node:
+		// one node is relayed once.
+		listed, nodes := map[string]bool{}, map[string]bool{}
 		for _, t := range tags {
-			listed[t.Name] = true
+			listed[t.Name], nodes[t.Address] = true, true
 		}
+		dup := 0
 		for _, t := range found {
-			if !listed[t.Name] {
-				tags = append(tags, t)
+			if listed[t.Name] || nodes[t.Address] {
+				dup++
+				continue
 			}
+			tags = append(tags, t)
 		}
-		r.log.Info().Str("source", sc.Name).Int("browsed", len(found)).Msg("browse roots expanded")
+		r.log.Info().Str("source", sc.Name).Int("browsed", len(found)).Int("already_listed", dup).Msg("browse roots expanded")
 	}
-	src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...))
+	src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
+		opcuasource.WithMonitoring(monitoring))
 	if err != nil {
 		return err
 	}

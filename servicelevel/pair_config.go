@@ -49,6 +49,10 @@ const (
 	MinSamplingIntervalMilliseconds = 0
 	MaxSamplingIntervalMilliseconds = 600000
 
+	DefaultSubscribeBatchSize = 500
+	MinSubscribeBatchSize     = 1
+	MaxSubscribeBatchSize     = 10000
+
 	DefaultQueueSize = 1
 	MinQueueSize     = 1
 	MaxQueueSize     = 65536
@@ -100,21 +104,34 @@ type PairConfig struct {
 	// QueueSize is the data items' queue size unless an Item sets its
 	// own. Default 1, valid 1-65536.
 	QueueSize *int `json:"queueSize,omitempty" yaml:"queueSize,omitempty"`
+	// DiscardOldest is what a full item queue drops unless an Item says
+	// otherwise: the oldest sample (default true) or the newest.
+	DiscardOldest *bool `json:"discardOldest,omitempty" yaml:"discardOldest,omitempty"`
+	// Filter is the data items' data-change filter unless an Item sets
+	// its own. Default: report a change of status or value, no deadband.
+	Filter *DataChangeFilter `json:"filter,omitempty" yaml:"filter,omitempty"`
+	// SubscribeBatchSize is the most monitored items one request creates,
+	// changes or deletes: servers limit operations per call
+	// (MaxMonitoredItemsPerCall). Default 500, valid 1-10000.
+	SubscribeBatchSize *int `json:"subscribeBatchSize,omitempty" yaml:"subscribeBatchSize,omitempty"`
 }
 
 // PairSettings are a validated PairConfig with defaults applied.
 type PairSettings struct {
-	Endpoints          [2]string     // endpoints: primary, backup (the same URL twice for one server)
-	Single             bool          // one endpoint given: no standby, no failover
-	Failover           Settings      // the embedded FailoverConfig
-	Mode               Mode          // mode
-	HeartbeatInterval  time.Duration // heartbeatIntervalMilliseconds
-	HeartbeatTimeout   time.Duration // heartbeatTimeoutMilliseconds
-	PollInterval       time.Duration // pollIntervalMilliseconds
-	ReadTimeout        time.Duration // readTimeoutMilliseconds
-	PublishingInterval time.Duration // publishingIntervalMilliseconds
-	SamplingInterval   time.Duration // samplingIntervalMilliseconds
-	QueueSize          uint32        // queueSize
+	Endpoints          [2]string         // endpoints: primary, backup (the same URL twice for one server)
+	Single             bool              // one endpoint given: no standby, no failover
+	Failover           Settings          // the embedded FailoverConfig
+	Mode               Mode              // mode
+	HeartbeatInterval  time.Duration     // heartbeatIntervalMilliseconds
+	HeartbeatTimeout   time.Duration     // heartbeatTimeoutMilliseconds
+	PollInterval       time.Duration     // pollIntervalMilliseconds
+	ReadTimeout        time.Duration     // readTimeoutMilliseconds
+	PublishingInterval time.Duration     // publishingIntervalMilliseconds
+	SamplingInterval   time.Duration     // samplingIntervalMilliseconds
+	QueueSize          uint32            // queueSize
+	DiscardOldest      bool              // discardOldest
+	Filter             *DataChangeFilter // filter; nil for the default
+	BatchSize          int               // subscribeBatchSize
 }
 
 // ValueError is an invalid field whose problem is not a range: an endpoint
@@ -215,6 +232,15 @@ func (c PairConfig) Settings() (PairSettings, error) {
 	s.SamplingInterval = ms(resolve("samplingIntervalMilliseconds", c.SamplingIntervalMilliseconds,
 		pub, MinSamplingIntervalMilliseconds, MaxSamplingIntervalMilliseconds))
 	s.QueueSize = uint32(resolve("queueSize", c.QueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize))
+	s.DiscardOldest = c.DiscardOldest == nil || *c.DiscardOldest
+	if c.Filter != nil {
+		if err := c.Filter.Validate("filter"); err != nil {
+			errs = append(errs, err)
+		}
+		f := *c.Filter
+		s.Filter = &f
+	}
+	s.BatchSize = resolve("subscribeBatchSize", c.SubscribeBatchSize, DefaultSubscribeBatchSize, MinSubscribeBatchSize, MaxSubscribeBatchSize)
 
 	if len(errs) > 0 {
 		return PairSettings{}, errors.Join(errs...)

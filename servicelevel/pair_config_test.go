@@ -25,6 +25,8 @@ func TestPairConfigDefaults(t *testing.T) {
 		PublishingInterval: 100 * time.Millisecond,
 		SamplingInterval:   100 * time.Millisecond,
 		QueueSize:          1,
+		DiscardOldest:      true,
+		BatchSize:          500,
 	}
 	want.Failover, _ = FailoverConfig{}.Settings()
 	if s != want {
@@ -59,6 +61,17 @@ func TestPairConfigValidation(t *testing.T) {
 			`endpoints[1]: "http://b:80" is not an opc.tcp:// URL`}},
 		{"no host", PairConfig{Endpoints: []string{"opc.tcp://a", "opc.tcp://:4840"}}, []string{`endpoints[1]: "opc.tcp://:4840" has no host`}},
 		{"mode", PairConfig{Endpoints: ok, Mode: "cold"}, []string{`mode: "cold" is not valid (valid: warm, hot)`}},
+		{"filter", PairConfig{Endpoints: ok, Filter: &DataChangeFilter{Trigger: "always", DeadbandType: "relative", DeadbandValue: 1}},
+			[]string{`filter.trigger: "always" is not valid (valid: status, statusValue, statusValueTimestamp)`,
+				`filter.deadbandType: "relative" is not valid (valid: none, absolute, percent)`}},
+		{"percent deadband", PairConfig{Endpoints: ok, Filter: &DataChangeFilter{DeadbandType: "percent", DeadbandValue: 150}},
+			[]string{"filter.deadbandValue: 150 is out of range (valid 0-100, percent of the node's EURange)"}},
+		{"absolute deadband", PairConfig{Endpoints: ok, Filter: &DataChangeFilter{DeadbandType: "absolute", DeadbandValue: -1}},
+			[]string{"filter.deadbandValue: -1 is out of range (valid: 0 or more, in the value's units)"}},
+		{"deadband value alone", PairConfig{Endpoints: ok, Filter: &DataChangeFilter{DeadbandValue: 2}},
+			[]string{"filter.deadbandValue: set without a deadbandType (valid: absolute, percent)"}},
+		{"batch size", PairConfig{Endpoints: ok, SubscribeBatchSize: new(0)},
+			[]string{"subscribeBatchSize: 0 is out of range (valid 1-10000)"}},
 		{"ranges", PairConfig{Endpoints: ok,
 			HeartbeatIntervalMilliseconds:  new(5),
 			PollIntervalMilliseconds:       new(0),

@@ -239,6 +239,10 @@ type Item struct {
 	SamplingInterval time.Duration
 	// QueueSize overrides the configured queue size when positive.
 	QueueSize uint32
+	// DiscardOldest, when set, overrides the configured discardOldest.
+	DiscardOldest *bool
+	// Filter, when set, overrides the configured data-change filter.
+	Filter *DataChangeFilter
 }
 
 // ItemResult is the outcome of adding one Item.

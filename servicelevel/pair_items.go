@@ -126,7 +126,17 @@ func (p *Pair) specOf(it Item) (*itemSpec, error) {
 		str = node.String()
 	}
 	spec := &itemSpec{handle: it.Handle, node: node, nsURI: uri, nodeStr: str,
-		sampling: p.set.SamplingInterval, queue: p.set.QueueSize}
+		sampling: p.set.SamplingInterval, queue: p.set.QueueSize, discardOldest: p.set.DiscardOldest, filter: p.set.Filter}
+	if it.DiscardOldest != nil {
+		spec.discardOldest = *it.DiscardOldest
+	}
+	if it.Filter != nil {
+		if err := it.Filter.Validate("filter"); err != nil {
+			return nil, fmt.Errorf("item %d: %w", it.Handle, err)
+		}
+		f := *it.Filter
+		spec.filter = &f
+	}
 	if it.SamplingInterval > 0 {
 		spec.sampling = it.SamplingInterval
 	}
@@ -361,8 +371,12 @@ type itemSpec struct {
 	nodeStr  string
 	sampling time.Duration
 	queue    uint32
+
+	discardOldest bool
+	filter        *DataChangeFilter // nil: the server's default
 }
 
 func (a itemSpec) same(b itemSpec) bool {
-	return a.handle == b.handle && a.nodeStr == b.nodeStr && a.sampling == b.sampling && a.queue == b.queue
+	return a.handle == b.handle && a.nodeStr == b.nodeStr && a.sampling == b.sampling && a.queue == b.queue &&
+		a.discardOldest == b.discardOldest && a.filter.same(b.filter)
 }

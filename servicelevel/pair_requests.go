@@ -10,10 +10,6 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// batch bounds the operations per request, so that every request and
-// response fits a 64 KiB chunk.
-const batch = 500
-
 // The nodes the Pair reads itself; new each time, since a NodeID is
 // mutable and requests run concurrently.
 func nodeServiceLevel() *ua.NodeID { return ua.NewNumericNodeID(0, id.Server_ServiceLevel) }
@@ -67,6 +63,15 @@ func monitorRequest(node *ua.NodeID, handle uint32, samplingMS float64, queue ui
 			Filter:           ua.NewExtensionObject(nil),
 		},
 	}
+}
+
+// itemRequest is monitorRequest for a data item, with its queue policy and
+// data-change filter.
+func itemRequest(node *ua.NodeID, it itemSpec, mode ua.MonitoringMode) *ua.MonitoredItemCreateRequest {
+	r := monitorRequest(node, it.handle, msFloat(it.sampling), it.queue, mode)
+	r.RequestedParameters.DiscardOldest = it.discardOldest
+	r.RequestedParameters.Filter = it.filter.encode()
+	return r
 }
 
 func createItems(ctx context.Context, c *opcua.Client, sub uint32, reqs []*ua.MonitoredItemCreateRequest) ([]*ua.MonitoredItemCreateResult, error) {

@@ -100,7 +100,7 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 	}
 	slices.Sort(del)
-	for chunk := range slices.Chunk(del, batch) {
+	for chunk := range slices.Chunk(del, s.p.set.BatchSize) {
 		if _, err := send[*ua.DeleteMonitoredItemsResponse](ctx, s.c, &ua.DeleteMonitoredItemsRequest{
 			SubscriptionID: s.dataSub, MonitoredItemIDs: chunk,
 		}); err != nil {
@@ -133,11 +133,11 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		resolved = append(resolved, it)
 	}
 	create = resolved
-	for chunk := range slices.Chunk(create, batch) {
+	for chunk := range slices.Chunk(create, s.p.set.BatchSize) {
 		reqs := make([]*ua.MonitoredItemCreateRequest, len(chunk))
 		for i, it := range chunk {
 			node, _ := it.resolve(s.ns)
-			reqs[i] = monitorRequest(node, it.handle, msFloat(it.sampling), it.queue, d.mode)
+			reqs[i] = itemRequest(node, it, d.mode)
 		}
 		results, err := createItems(ctx, s.c, s.dataSub, reqs)
 		if err != nil {
@@ -166,7 +166,7 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 	}
 	slices.Sort(switching)
-	for chunk := range slices.Chunk(switching, batch) {
+	for chunk := range slices.Chunk(switching, s.p.set.BatchSize) {
 		if _, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
 			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: chunk,
 		}); err != nil {
@@ -208,8 +208,8 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		nodes = append(nodes, node)
 		res.snapshot = append(res.snapshot, snapValue{handle: it.handle})
 	}
-	for start := 0; start < len(nodes); start += batch {
-		end := min(start+batch, len(nodes))
+	for start := 0; start < len(nodes); start += s.p.set.BatchSize {
+		end := min(start+s.p.set.BatchSize, len(nodes))
 		dvs, err := readValues(ctx, s.c, nodes[start:end])
 		if err != nil {
 			res.err = fmt.Errorf("read the snapshot: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // secureServer is a node-opcua server that offers every policy and mode
@@ -295,4 +297,104 @@ func TestWarmPairInterop(t *testing.T) {
 				got[i-1].Value, got[i-1].SourceTime)
 		}
 	}
+}
+
+// TestMonitoringInterop sets data-change filters per tag on one server we
+// did not write: an absolute deadband thins a counter's updates, and a
+// deadband on a string is refused by the server with an error that names
+// the tag.
+func TestMonitoringInterop(t *testing.T) {
+	srv := nodeopcua.StartT(t, nodeopcua.Config{CounterMs: 50})
+	deadband := &servicelevel.DataChangeFilter{DeadbandType: "absolute", DeadbandValue: 4.5}
+	queue := 1
+	src, err := opcuasource.New("mon", servicelevel.PairConfig{Endpoints: []string{srv.Endpoint}},
+		opcuasource.WithMonitoring(map[string]opcuasource.Monitoring{
+			"Thinned": {Filter: deadband, QueueSize: &queue},
+			"Name":    {Filter: deadband},
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs testutil.SyncBuffer
+	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	got := map[string][]bridge.Update{}
+	if _, err := nc.Subscribe("apbridge.mon.>", func(m *nats.Msg) {
+		if u, err := bridge.DecodeJSON(m.Data); err == nil {
+			mu.Lock()
+			got[u.Tag] = append(got[u.Tag], u)
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	br, err := bridge.New(conn, bridge.Config{}, bridge.WithLogger(zerolog.New(&logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "nsu=urn:apbridge:interop;"
+	if err := br.AddSource(src, []bridge.TagConfig{
+		{Name: "Every", Address: ns + "s=Counter"},
+		{Name: "Thinned", Address: ns + "s=Counter"},
+		{Name: "Name", Address: ns + "s=Name"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := br.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	count := func(tag string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got[tag])
+	}
+	testutil.WaitFor(t, "four thinned counter updates", 20*time.Second, func() bool { return count("Thinned") >= 4 })
+	testutil.WaitFor(t, "the refusal logged", 10*time.Second, func() bool { return strings.Contains(logs.String(), `"tag":"Name"`) })
+	mu.Lock()
+	defer mu.Unlock()
+	steps := func(us []bridge.Update) (smallest float64) {
+		smallest = 1e9
+		for i := 2; i < len(us); i++ { // the first is the initial value
+			smallest = min(smallest, toFloat(us[i].Value)-toFloat(us[i-1].Value))
+		}
+		return smallest
+	}
+	// The positive control: without the filter the same node moves in
+	// steps below the deadband.
+	if s := steps(got["Every"]); s >= 4.5 {
+		t.Errorf("the unfiltered counter's smallest step is %v: the control cannot show a deadband", s)
+	}
+	if s := steps(got["Thinned"]); s < 4.5 {
+		t.Errorf("the filtered counter moved by %v, less than the deadband 4.5: %v", s, got["Thinned"])
+	}
+	if len(got["Name"]) != 0 {
+		t.Errorf("the string tag with a deadband was relayed: %v", got["Name"])
+	}
+	if st := br.Stats()[0]; st.Failed != 1 {
+		t.Errorf("%d tags failed, want the string one", st.Failed)
+	}
+	t.Logf("refusal: %s", lineWith(logs.String(), `"tag":"Name"`))
+}
+
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+func toFloat(v any) float64 {
+	f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
+	return f
 }

@@ -22,6 +22,8 @@ type Source struct {
 	cfg  servicelevel.PairConfig
 	opts []servicelevel.PairOption
 	log  zerolog.Logger
+	// monitoring holds the tags' own monitoring settings, by tag name.
+	monitoring map[string]Monitoring
 
 	mu     sync.Mutex
 	pair   *servicelevel.Pair
@@ -36,8 +38,9 @@ type Source struct {
 type Option func(*options) error
 
 type options struct {
-	log  zerolog.Logger
-	pair []servicelevel.PairOption
+	log        zerolog.Logger
+	pair       []servicelevel.PairOption
+	monitoring map[string]Monitoring
 }
 
 // WithLogger logs through l, and so does the source's Pair (default: no
@@ -69,7 +72,7 @@ func New(name string, cfg servicelevel.PairConfig, opts ...Option) (*Source, err
 		}
 	}
 	return &Source{
-		name: name, cfg: cfg, opts: o.pair, log: o.log,
+		name: name, cfg: cfg, opts: o.pair, log: o.log, monitoring: o.monitoring,
 		added:  map[uint32]bool{},
 		health: bridge.Health{State: bridge.StateConnecting, Level: -1},
 	}, nil
@@ -175,7 +178,11 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 		if s.added[t.Handle] {
 			continue // already a data item: accepted again
 		}
-		items = append(items, servicelevel.Item{Handle: t.Handle, NodeID: t.Address})
+		it := servicelevel.Item{Handle: t.Handle, NodeID: t.Address}
+		if m, ok := s.monitoring[t.Name]; ok {
+			m.apply(&it)
+		}
+		items = append(items, it)
 		idx = append(idx, i)
 	}
 	s.mu.Unlock()

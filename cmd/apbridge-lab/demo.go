@@ -13,6 +13,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/ldm"
@@ -68,9 +69,9 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	defer pair.Close()
 
 	// The relay, as `apbridge run` builds it from its config.
-	var tags []bridge.TagConfig
+	var tags []opcuasource.TagConfig
 	for _, tg := range pair.Tags() {
-		tags = append(tags, bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String(), Writable: tg.Writable()})
+		tags = append(tags, opcuasource.TagConfig{TagConfig: bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String(), Writable: tg.Writable()}})
 	}
 	handling := ldm.SwitchToPassive.String()
 	rl, err := relay.Start(ctx, &relay.Config{

@@ -33,6 +33,9 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tags := 0
 	for _, s := range c.Sources {
 		tags += len(s.Tags)
+		for _, g := range s.Groups {
+			tags += len(g.Tags)
+		}
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d sources, %d tags listed, %d browse roots)\n", *path, len(c.Sources), tags, countBrowse(c))
 	return nil
