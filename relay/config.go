@@ -336,12 +336,8 @@ func (c *Config) validate(withSources bool) error {
 			}
 		}
 		for j, b := range s.Browse {
-			bf := fmt.Sprintf("%s.browse[%d]", f, j)
-			if err := opcuasource.ValidateNodeID(b.Node); err != nil {
-				add("%s.node: %q is not a node ID: %v", bf, b.Node, err)
-			}
-			if b.MaxDepth < 0 || b.MaxDepth > 100 {
-				add("%s.maxDepth: %d is out of range (valid 0-100; 0 means 10)", bf, b.MaxDepth)
+			for _, e := range Errors(b.Validate(fmt.Sprintf("%s.browse[%d]", f, j))) {
+				add("%v", e)
 			}
 		}
 	}

@@ -91,6 +91,10 @@ func TestBadConfigs(t *testing.T) {
 		{"tag subject", edit(`writable: true}`, `writable: true, subject: "a..b"}`), "sources[0].tags[1].subject"},
 		{"browse node", edit("    tags:", "    browse: [{node: 'Line1'}]\n    tags:"), "sources[0].browse[0].node"},
 		{"browse depth", edit("    tags:", "    browse: [{node: 'i=85', maxDepth: 500}]\n    tags:"), "sources[0].browse[0].maxDepth: 500 is out of range"},
+		{"browse pattern", edit("    tags:", "    browse: [{node: 'i=85', include: ['Line[1']}]\n    tags:"),
+			`sources[0].browse[0].include[0]: "Line[1" is not a glob pattern`},
+		{"browse cap", edit("    tags:", "    browse: [{node: 'i=85', maxNodes: -1}]\n    tags:"),
+			"sources[0].browse[0].maxNodes: -1 is out of range (valid 0-200000; 0 means 10000)"},
 		{"two sources one name", goodConfig + "  - name: line1\n    endpoints: [opc.tcp://h:1]\n    tags: [{name: A, address: 'i=1'}]\n", "sources[1].name: \"line1\" is used by another source"},
 		{"env var unset", edit("instance: site-a", "instance: ${APBRIDGE_TEST_UNSET_VAR}"), "environment variables not set: APBRIDGE_TEST_UNSET_VAR"},
 	}

@@ -134,7 +134,7 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 		}
 	}
 	if len(sc.Browse) > 0 {
-		found, err := browse(ctx, sc)
+		found, err := browse(ctx, sc, func(msg string) { r.log.Warn().Str("source", sc.Name).Msg(msg) })
 		if err != nil {
 			return fmt.Errorf("sources[%d].browse: %w", i, err)
 		}
@@ -167,7 +167,7 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 const browseTimeout = 30 * time.Second
 
 // browse expands the browse roots on the first endpoint that answers.
-func browse(ctx context.Context, sc SourceConfig) ([]bridge.TagConfig, error) {
+func browse(ctx context.Context, sc SourceConfig, warn func(string)) ([]bridge.TagConfig, error) {
 	var errs []error
 	for i, ep := range sc.Endpoints {
 		bctx, cancel := context.WithTimeout(ctx, browseTimeout)
@@ -177,7 +177,7 @@ func browse(ctx context.Context, sc SourceConfig) ([]bridge.TagConfig, error) {
 			errs = append(errs, err)
 			continue
 		}
-		tags, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, opts...)
+		tags, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, warn, opts...)
 		cancel()
 		if err == nil {
 			return tags, nil

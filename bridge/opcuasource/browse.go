@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -24,6 +25,59 @@ type BrowseRoot struct {
 	MaxDepth int `yaml:"maxDepth,omitempty" json:"maxDepth,omitempty"`
 	// Writable marks every tag found as writable.
 	Writable bool `yaml:"writable,omitempty" json:"writable,omitempty"`
+	// Include and Exclude are glob patterns (path.Match: *, ?, [...]) on
+	// the tag name below the root, before Prefix: a Variable becomes a tag
+	// when it matches an Include pattern (or there are none) and no Exclude
+	// pattern. '*' does not cross the '.' between browse names.
+	Include []string `yaml:"include,omitempty" json:"include,omitempty"`
+	Exclude []string `yaml:"exclude,omitempty" json:"exclude,omitempty"`
+	// MaxNodes caps the tags this root may yield (default 10000); a root
+	// that finds more is an error, not a silent cut.
+	MaxNodes int `yaml:"maxNodes,omitempty" json:"maxNodes,omitempty"`
+}
+
+// DefaultMaxNodes is a browse root's cap on the tags it yields.
+const DefaultMaxNodes = 10000
+
+// Validate checks the root's fields, each error prefixed with field.
+func (r BrowseRoot) Validate(field string) error {
+	var errs []error
+	if err := ValidateNodeID(r.Node); err != nil {
+		errs = append(errs, fmt.Errorf("%s.node: %q is not a node ID: %v", field, r.Node, err))
+	}
+	if r.MaxDepth < 0 || r.MaxDepth > 100 {
+		errs = append(errs, fmt.Errorf("%s.maxDepth: %d is out of range (valid 0-100; 0 means 10)", field, r.MaxDepth))
+	}
+	if r.MaxNodes < 0 || r.MaxNodes > maxBrowseTags {
+		errs = append(errs, fmt.Errorf("%s.maxNodes: %d is out of range (valid 0-%d; 0 means %d)", field, r.MaxNodes, maxBrowseTags, DefaultMaxNodes))
+	}
+	for kind, pats := range map[string][]string{"include": r.Include, "exclude": r.Exclude} {
+		for i, p := range pats {
+			if _, err := path.Match(p, ""); err != nil || p == "" {
+				errs = append(errs, fmt.Errorf("%s.%s[%d]: %q is not a glob pattern (path.Match: *, ?, [...])", field, kind, i, p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wants reports whether a Variable named name (below the root) becomes a
+// tag.
+func (r BrowseRoot) wants(name string) bool {
+	for _, p := range r.Exclude {
+		if ok, _ := path.Match(p, name); ok {
+			return false
+		}
+	}
+	if len(r.Include) == 0 {
+		return true
+	}
+	for _, p := range r.Include {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // maxBrowseTags stops a browse that would never end (a reference loop the
@@ -33,7 +87,12 @@ const maxBrowseTags = 200000
 // BrowseTags connects a short-lived client to endpoint and returns a tag
 // for every Variable below each root, following hierarchical references.
 // Nodes reached twice are listed once.
-func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts ...opcua.Option) ([]bridge.TagConfig, error) {
+//
+// warn, if not nil, is told of a root whose include patterns match nothing.
+func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn func(string), opts ...opcua.Option) ([]bridge.TagConfig, error) {
+	if warn == nil {
+		warn = func(string) {}
+	}
 	c, err := opcua.NewClient(endpoint, append([]opcua.Option{opcua.AutoReconnect(false)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("browse %s: %w", endpoint, err)
@@ -57,18 +116,31 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 		if depth <= 0 {
 			depth = 10
 		}
+		limit := r.MaxNodes
+		if limit <= 0 {
+			limit = DefaultMaxNodes
+		}
+		found, variables := 0, 0
 		err = browse(ctx, c, root, nil, depth, func(path []string, nid *ua.NodeID) error {
 			key := nid.String()
 			if seen[key] {
 				return nil
 			}
 			seen[key] = true
+			variables++
+			rel := strings.Join(path, ".")
+			if !r.wants(rel) {
+				return nil
+			}
+			if found++; found > limit {
+				return fmt.Errorf("more than maxNodes (%d) variables below %s: raise maxNodes or narrow include", limit, r.Node)
+			}
 			// By namespace URI: the other server of a pair may number
 			// its namespaces differently.
 			if n := int(nid.Namespace()); n > 0 && n < len(ns) {
 				key = "nsu=" + ns[n] + ";" + strings.SplitN(key, ";", 2)[1]
 			}
-			name := strings.Join(path, ".")
+			name := rel
 			if r.Prefix != "" {
 				name = r.Prefix + "." + name
 			}
@@ -80,6 +152,10 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, opts .
 		})
 		if err != nil {
 			return nil, fmt.Errorf("browse %s below %s: %w", endpoint, r.Node, err)
+		}
+		if found == 0 && variables > 0 {
+			warn(fmt.Sprintf("browse[%d]: none of the %d variables below %s matches include %q (exclude %q)",
+				i, variables, r.Node, r.Include, r.Exclude))
 		}
 	}
 	return tags, nil

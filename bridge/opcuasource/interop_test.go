@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,4 +398,66 @@ func lineWith(s, sub string) string {
 func toFloat(v any) float64 {
 	f, _ := strconv.ParseFloat(fmt.Sprint(v), 64)
 	return f
+}
+
+// TestBrowseInterop browses a server we did not write, with include and
+// exclude patterns and a cap.
+func TestBrowseInterop(t *testing.T) {
+	srv := nodeopcua.StartT(t, nodeopcua.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	names := func(tags []bridge.TagConfig) []string {
+		var out []string
+		for _, tg := range tags {
+			out = append(out, tg.Name+"="+tg.Address)
+		}
+		slices.Sort(out)
+		return out
+	}
+	const ns = "nsu=urn:apbridge:interop;"
+	for _, tc := range []struct {
+		name string
+		root opcuasource.BrowseRoot
+		want []string
+		warn string
+		err  string
+	}{
+		{"include", opcuasource.BrowseRoot{Node: "i=85", MaxDepth: 2, Include: []string{"Interop.*"}},
+			[]string{"Interop.Counter=" + ns + "s=Counter", "Interop.Name=" + ns + "s=Name", "Interop.Setpoint=" + ns + "s=Setpoint"}, "", ""},
+		{"include and exclude", opcuasource.BrowseRoot{Node: "i=85", MaxDepth: 2, Include: []string{"Interop.*"}, Exclude: []string{"Interop.[NS]*"}},
+			[]string{"Interop.Counter=" + ns + "s=Counter"}, "", ""},
+		{"prefix", opcuasource.BrowseRoot{Node: "i=85", MaxDepth: 2, Include: []string{"Interop.C*"}, Prefix: "plc1"},
+			[]string{"plc1.Interop.Counter=" + ns + "s=Counter"}, "", ""},
+		{"matches nothing", opcuasource.BrowseRoot{Node: "i=85", MaxDepth: 2, Include: []string{"Line9.*"}},
+			nil, "none of the", ""},
+		{"cap", opcuasource.BrowseRoot{Node: "i=85", MaxDepth: 2, Include: []string{"Interop.*"}, MaxNodes: 2},
+			nil, "", "more than maxNodes (2)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.root.Validate("browse[0]"); err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			tags, err := opcuasource.BrowseTags(ctx, srv.Endpoint, []opcuasource.BrowseRoot{tc.root},
+				func(m string) { warned = append(warned, m) })
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want %q", err, tc.err)
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			if got := names(tags); !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+			if tc.warn != "" && (len(warned) != 1 || !strings.Contains(warned[0], tc.warn)) {
+				t.Errorf("warnings %q, want one with %q", warned, tc.warn)
+			}
+			if tc.warn == "" && len(warned) > 0 {
+				t.Errorf("unexpected warnings %q", warned)
+			}
+		})
+	}
 }
