@@ -461,3 +461,75 @@ func TestBrowseInterop(t *testing.T) {
 		})
 	}
 }
+
+// TestPairFaultsInterop: a process kill and a frozen link on the primary
+// of a node-opcua pair (250/240) move the data to the backup.
+func TestPairFaultsInterop(t *testing.T) {
+	for _, fault := range []string{"kill", "freeze"} {
+		t.Run(fault, func(t *testing.T) {
+			a := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 250})
+			b := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 240})
+			proxy, err := testcluster.NewFaultProxy(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { proxy.Close() })
+			var mu sync.Mutex
+			good := map[servicelevel.Endpoint]int{}
+			failovers := 0
+			p, err := servicelevel.NewPair(servicelevel.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint}},
+				servicelevel.WithLogger(testutil.Logger(t)),
+				servicelevel.WithDataHandler(func(u servicelevel.Update) {
+					if u.Value != nil && u.Value.Status == ua.StatusOK {
+						mu.Lock()
+						good[u.Endpoint]++
+						mu.Unlock()
+					}
+				}),
+				servicelevel.WithEventHandler(func(e servicelevel.Event) {
+					if e.Kind == servicelevel.EventFailover {
+						mu.Lock()
+						failovers++
+						mu.Unlock()
+					}
+				}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := p.AddItems(ctx, []servicelevel.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			count := func(e servicelevel.Endpoint) int {
+				mu.Lock()
+				defer mu.Unlock()
+				return good[e]
+			}
+			testutil.WaitFor(t, "data from the primary", 10*time.Second, func() bool { return count(servicelevel.Primary) >= 3 })
+			if count(servicelevel.Backup) != 0 {
+				t.Fatal("data from the backup before the fault")
+			}
+			switch fault {
+			case "kill":
+				a.Kill()
+			case "freeze":
+				proxy.Freeze()
+			}
+			testutil.WaitFor(t, "data from the backup", 15*time.Second, func() bool { return count(servicelevel.Backup) >= 3 })
+			mu.Lock()
+			n := failovers
+			mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d failovers, want 1", n)
+			}
+			start := time.Now()
+			p.Close()
+			t.Logf("failover seen; Close took %v", time.Since(start))
+		})
+	}
+}
