@@ -221,46 +221,14 @@ func TestWarmPairInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
-	nc, err := nats.Connect(cl.Node(0).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	var mu sync.Mutex
-	var got []bridge.Update
-	if _, err := nc.Subscribe("apbridge.plant.Counter", func(m *nats.Msg) {
-		if u, err := bridge.DecodeJSON(m.Data); err == nil {
-			mu.Lock()
-			got = append(got, u)
-			mu.Unlock()
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	nc.Flush()
-	br, err := bridge.New(conn, bridge.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := br.AddSource(src, []bridge.TagConfig{{Name: "Counter", Address: node}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := br.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
+	br, rec := relayOn(t, src, []bridge.TagConfig{{Name: "Counter", Address: node}})
 	goodFrom := func(endpoint string, n int) func() bool {
 		return func() bool {
 			if br.Stats()[0].Health.Endpoint != endpoint {
 				return false
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			good := 0
-			for _, u := range got {
+			for _, u := range rec.of("Counter") {
 				if u.Status.Quality() == bridge.QualityGood {
 					good++
 				}
@@ -269,11 +237,11 @@ func TestWarmPairInterop(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, "Good counter values from the primary", 20*time.Second, goodFrom(a.Endpoint, 5))
-	mu.Lock()
-	before := len(got)
-	mu.Unlock()
+	before := len(rec.of("Counter"))
 	// The graceful stop: the backup is promoted, the primary says 0 and
 	// leaves.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if err := b.SetLevel(ctx, 250); err != nil {
 		t.Fatal(err)
 	}
@@ -281,8 +249,7 @@ func TestWarmPairInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "Good counter values from the backup", 20*time.Second, goodFrom(b.Endpoint, before+5))
-	mu.Lock()
-	defer mu.Unlock()
+	got := rec.of("Counter")
 	// The departing primary's data turned Bad_OutOfService with its level
 	// 0; a planned failover shows consumers none of it.
 	for _, u := range got {
@@ -317,51 +284,16 @@ func TestMonitoringInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testutil.SyncBuffer
-	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
-	nc, err := nats.Connect(cl.Node(0).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	var mu sync.Mutex
-	got := map[string][]bridge.Update{}
-	if _, err := nc.Subscribe("apbridge.mon.>", func(m *nats.Msg) {
-		if u, err := bridge.DecodeJSON(m.Data); err == nil {
-			mu.Lock()
-			got[u.Tag] = append(got[u.Tag], u)
-			mu.Unlock()
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	nc.Flush()
-	br, err := bridge.New(conn, bridge.Config{}, bridge.WithLogger(zerolog.New(&logs)))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "nsu=urn:apbridge:interop;"
-	if err := br.AddSource(src, []bridge.TagConfig{
+	br, rec := relayOn(t, src, []bridge.TagConfig{
 		{Name: "Every", Address: ns + "s=Counter"},
 		{Name: "Thinned", Address: ns + "s=Counter"},
 		{Name: "Name", Address: ns + "s=Name"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := br.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
-	count := func(tag string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got[tag])
-	}
+	}, bridge.WithLogger(zerolog.New(&logs)))
+	count := func(tag string) int { return len(rec.of(tag)) }
 	testutil.WaitFor(t, "four thinned counter updates", 20*time.Second, func() bool { return count("Thinned") >= 4 })
 	testutil.WaitFor(t, "the refusal logged", 10*time.Second, func() bool { return strings.Contains(logs.String(), `"tag":"Name"`) })
-	mu.Lock()
-	defer mu.Unlock()
+	got := map[string][]bridge.Update{"Every": rec.of("Every"), "Thinned": rec.of("Thinned"), "Name": rec.of("Name")}
 	steps := func(us []bridge.Update) (smallest float64) {
 		smallest = 1e9
 		for i := 2; i < len(us); i++ { // the first is the initial value
@@ -532,4 +464,53 @@ func TestPairFaultsInterop(t *testing.T) {
 			t.Logf("failover seen; Close took %v", time.Since(start))
 		})
 	}
+}
+
+// received collects what a NATS subscriber receives, by tag.
+type received struct {
+	mu    sync.Mutex
+	byTag map[string][]bridge.Update
+}
+
+func (r *received) of(tag string) []bridge.Update {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.byTag[tag])
+}
+
+// relayOn relays src's tags through a bridge on a one-node cluster, to a
+// subscriber whose updates it returns; everything stops with the test.
+func relayOn(t *testing.T, src bridge.Source, tags []bridge.TagConfig, opts ...bridge.Option) (*bridge.Bridge, *received) {
+	t.Helper()
+	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rec := &received{byTag: map[string][]bridge.Update{}}
+	if _, err := nc.Subscribe("apbridge."+src.Name()+".>", func(m *nats.Msg) {
+		if u, err := bridge.DecodeJSON(m.Data); err == nil {
+			rec.mu.Lock()
+			rec.byTag[u.Tag] = append(rec.byTag[u.Tag], u)
+			rec.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	br, err := bridge.New(conn, bridge.Config{}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.AddSource(src, tags); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := br.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { br.Close() })
+	return br, rec
 }

@@ -38,20 +38,7 @@ func TestSLScenariosRun(t *testing.T) {
 		}
 		args = append(args, w.name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var out, progress bytes.Buffer
-	if err := runBench(ctx, args, &out, &progress); err != nil {
-		t.Fatalf("bench: %v\n%s", err, progress.String())
-	}
-	got := map[string]map[string]any{}
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		got[m["scenario"].(string)] = m
-	}
+	got := benchJSON(t, 5*time.Minute, args...)
 	for _, w := range want {
 		m, ok := got[w.name]
 		if !ok {
@@ -139,10 +126,25 @@ func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 // node-opcua, an OPC UA server the project did not write, once each.
 func TestNodeScenariosRun(t *testing.T) {
 	nodeopcua.Require(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	got := benchJSON(t, 3*time.Minute, "--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "ua-connect")
+	sl := got["sl-graceful-stop"]
+	if sl == nil || sl["server"] != "node" || sl["switches"] != 1.0 || sl["bad_samples"] != 0.0 || sl["out_of_order"] != 0.0 {
+		t.Errorf("sl-graceful-stop on node-opcua: %v", sl)
+	}
+	uc := got["ua-connect"]
+	if uc == nil || uc["connect_ms_none_p50"].(float64) <= 0 || uc["connect_ms_sign_and_encrypt_p50"].(float64) <= 0 {
+		t.Errorf("ua-connect: %v", uc)
+	}
+}
+
+// benchJSON runs apbridge-lab bench with args (--json among them) within
+// limit and returns its results by scenario.
+func benchJSON(t *testing.T, limit time.Duration, args ...string) map[string]map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var out, progress bytes.Buffer
-	if err := runBench(ctx, []string{"--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "ua-connect"}, &out, &progress); err != nil {
+	if err := runBench(ctx, args, &out, &progress); err != nil {
 		t.Fatalf("bench: %v\n%s", err, progress.String())
 	}
 	got := map[string]map[string]any{}
@@ -153,12 +155,5 @@ func TestNodeScenariosRun(t *testing.T) {
 		}
 		got[m["scenario"].(string)] = m
 	}
-	sl := got["sl-graceful-stop"]
-	if sl == nil || sl["server"] != "node" || sl["switches"] != 1.0 || sl["bad_samples"] != 0.0 || sl["out_of_order"] != 0.0 {
-		t.Errorf("sl-graceful-stop on node-opcua: %v", sl)
-	}
-	uc := got["ua-connect"]
-	if uc == nil || uc["connect_ms_none_p50"].(float64) <= 0 || uc["connect_ms_sign_and_encrypt_p50"].(float64) <= 0 {
-		t.Errorf("ua-connect: %v", uc)
-	}
+	return got
 }
