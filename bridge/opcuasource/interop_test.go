@@ -93,13 +93,18 @@ func TestSecurityInterop(t *testing.T) {
 		{"Aes256_Sha256_RsaPss", "Sign", ""},
 		{"Aes256_Sha256_RsaPss", "SignAndEncrypt", "relay"},
 		{"auto", "", "relay"},
+		{"Basic256Sha256", "SignAndEncrypt", "x509"},
 	} {
 		t.Run(tc.policy+"/"+tc.mode+"/"+tc.user, func(t *testing.T) {
 			sec := opcuasource.Security{Policy: tc.policy, Mode: tc.mode}
 			if tc.policy != "" && tc.policy != "None" {
 				sec.CertFile, sec.KeyFile = cert, key
 			}
-			if tc.user != "" {
+			switch tc.user {
+			case "":
+			case "x509": // an X.509 user certificate instead of a user name
+				sec.UserCertFile, sec.UserKeyFile = clientCert(t)
+			default:
 				sec.Username, sec.Password = tc.user, "s3cret #1"
 			}
 			if err := sec.Validate("security", 1); err != nil {

@@ -278,6 +278,7 @@ func benchRelayMaintenance(ctx context.Context, cfg benchConfig) (*result, error
 	r := &result{}
 	var opcua []float64
 	var maxGap time.Duration
+	var outOfOrder uint64
 	for run := 1; run <= cfg.runs; run++ {
 		d := newDemo(io.Discard)
 		if err := runMaintenance(ctx, d, cfg.grace, 1000, cfg.log); err != nil {
@@ -287,6 +288,7 @@ func benchRelayMaintenance(ctx context.Context, cfg benchConfig) (*result, error
 		r.Runs++
 		r.Lost += d.lost
 		r.Duplicated += d.dup
+		outOfOrder += d.outOfOrder
 		for _, sw := range d.natsSw {
 			r.addSwitch(sw)
 		}
@@ -300,6 +302,7 @@ func benchRelayMaintenance(ctx context.Context, cfg benchConfig) (*result, error
 	}
 	// A tag's longest silence, beyond its 100 ms period.
 	r.MaxGap = ms(max(maxGap-100*time.Millisecond, 0))
+	r.set("out_of_order", outOfOrder)
 	if len(opcua) > 0 {
 		r.set("opcua_failover_ms_p50", percentile(opcua, 50))
 		r.set("opcua_failover_ms_max", percentile(opcua, 100))

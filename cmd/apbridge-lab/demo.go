@@ -196,6 +196,10 @@ type demo struct {
 	natsSw   []time.Duration // NATS switches, from the fault
 	opcuaSw  []time.Duration // OPC UA failovers, from the fault to data again
 	lastAt   map[string]time.Time
+	// lastSrc is each tag's latest source time; an update older than it
+	// (outside a snapshot, which may repeat a value) left out of order.
+	lastSrc    map[string]time.Time
+	outOfOrder uint64
 }
 
 func (d *demo) say(format string, a ...any) {
@@ -264,7 +268,15 @@ func (d *demo) update(m *nats.Msg) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lastAt == nil {
-		d.lastAt = map[string]time.Time{}
+		d.lastAt, d.lastSrc = map[string]time.Time{}, map[string]time.Time{}
+	}
+	if !u.SourceTime.IsZero() {
+		if m.Header.Get(bridge.HeaderRefresh) != "true" && u.SourceTime.Before(d.lastSrc[u.Tag]) {
+			d.outOfOrder++
+		}
+		if u.SourceTime.After(d.lastSrc[u.Tag]) {
+			d.lastSrc[u.Tag] = u.SourceTime
+		}
 	}
 	prev := d.last[u.Tag]
 	switch {
@@ -314,10 +326,14 @@ func (d *demo) report() error {
 		fmt.Fprintln(d.out, l)
 	}
 	fmt.Fprintln(d.out)
-	fmt.Fprintf(d.out, "tag updates received %d from %d tags; lost %d; duplicated %d; longest silence of a counter tag (10 Hz) %v (ending at %.3fs)\n",
-		d.n, len(d.last), d.lost, d.dup, d.maxGap.Round(time.Millisecond), d.maxGapAt.Sub(d.start).Seconds())
+	fmt.Fprintf(d.out, "tag updates received %d from %d tags; lost %d; duplicated %d; out of order %d; longest silence of a counter tag (10 Hz) %v (ending at %.3fs)\n",
+		d.n, len(d.last), d.lost, d.dup, d.outOfOrder, d.maxGap.Round(time.Millisecond), d.maxGapAt.Sub(d.start).Seconds())
 	if d.lost > 0 {
 		fmt.Fprintln(d.out, "FAIL: tag updates were lost")
+		return cli.ExitError{Code: 1}
+	}
+	if d.outOfOrder > 0 {
+		fmt.Fprintln(d.out, "FAIL: tag updates left out of order (older in source time than the tag's last)")
 		return cli.ExitError{Code: 1}
 	}
 	fmt.Fprintf(d.out, "OK: no tag update lost through the maintenance window (%.1fs)\n", time.Since(d.start).Seconds())
