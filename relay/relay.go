@@ -134,7 +134,7 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 		}
 	}
 	if len(sc.Browse) > 0 {
-		found, err := browse(ctx, sc, func(msg string) { r.log.Warn().Str("source", sc.Name).Msg(msg) })
+		found, ns, err := browse(ctx, sc, func(msg string) { r.log.Warn().Str("source", sc.Name).Msg(msg) })
 		if err != nil {
 			return fmt.Errorf("sources[%d].browse: %w", i, err)
 		}
@@ -142,7 +142,7 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 		// one node is relayed once.
 		listed, nodes := map[string]bool{}, map[string]bool{}
 		for _, t := range tags {
-			listed[t.Name], nodes[t.Address] = true, true
+			listed[t.Name], nodes[opcuasource.ByNamespaceURI(t.Address, ns)] = true, true
 		}
 		dup := 0
 		for _, t := range found {
@@ -167,7 +167,7 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 const browseTimeout = 30 * time.Second
 
 // browse expands the browse roots on the first endpoint that answers.
-func browse(ctx context.Context, sc SourceConfig, warn func(string)) ([]bridge.TagConfig, error) {
+func browse(ctx context.Context, sc SourceConfig, warn func(string)) ([]bridge.TagConfig, []string, error) {
 	var errs []error
 	for i, ep := range sc.Endpoints {
 		bctx, cancel := context.WithTimeout(ctx, browseTimeout)
@@ -177,14 +177,14 @@ func browse(ctx context.Context, sc SourceConfig, warn func(string)) ([]bridge.T
 			errs = append(errs, err)
 			continue
 		}
-		tags, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, warn, opts...)
+		tags, ns, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, warn, opts...)
 		cancel()
 		if err == nil {
-			return tags, nil
+			return tags, ns, nil
 		}
 		errs = append(errs, err)
 	}
-	return nil, errors.Join(errs...)
+	return nil, nil, errors.Join(errs...)
 }
 
 // connName is the name the relay's connections give the brokers.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -87,30 +88,32 @@ const maxBrowseTags = 200000
 // BrowseTags connects a short-lived client to endpoint and returns a tag
 // for every Variable below each root, following hierarchical references.
 // Nodes reached twice are listed once.
+// Tags outside namespace 0 are addressed by namespace URI (nsu=), which
+// holds on either server of a pair; namespaces is the server's
+// NamespaceArray, for ByNamespaceURI.
 //
 // warn, if not nil, is told of a root whose include patterns match nothing.
-func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn func(string), opts ...opcua.Option) ([]bridge.TagConfig, error) {
+func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn func(string), opts ...opcua.Option) (tags []bridge.TagConfig, namespaces []string, err error) {
 	if warn == nil {
 		warn = func(string) {}
 	}
 	c, err := opcua.NewClient(endpoint, append([]opcua.Option{opcua.AutoReconnect(false)}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("browse %s: %w", endpoint, err)
+		return nil, nil, fmt.Errorf("browse %s: %w", endpoint, err)
 	}
 	if err := c.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("browse %s: connect: %w", endpoint, err)
+		return nil, nil, fmt.Errorf("browse %s: connect: %w", endpoint, err)
 	}
 	defer c.Close(context.Background())
 	ns, err := c.NamespaceArray(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("browse %s: read the NamespaceArray: %w", endpoint, err)
+		return nil, nil, fmt.Errorf("browse %s: read the NamespaceArray: %w", endpoint, err)
 	}
-	var tags []bridge.TagConfig
 	seen := map[string]bool{}
 	for i, r := range roots {
 		root, err := parseNode(r.Node, ns)
 		if err != nil {
-			return nil, fmt.Errorf("browse[%d].node: %q: %v", i, r.Node, err)
+			return nil, nil, fmt.Errorf("browse[%d].node: %q: %v", i, r.Node, err)
 		}
 		depth := r.MaxDepth
 		if depth <= 0 {
@@ -137,9 +140,7 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn f
 			}
 			// By namespace URI: the other server of a pair may number
 			// its namespaces differently.
-			if n := int(nid.Namespace()); n > 0 && n < len(ns) {
-				key = "nsu=" + ns[n] + ";" + strings.SplitN(key, ";", 2)[1]
-			}
+			key = ByNamespaceURI(key, ns)
 			name := rel
 			if r.Prefix != "" {
 				name = r.Prefix + "." + name
@@ -151,14 +152,31 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn f
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("browse %s below %s: %w", endpoint, r.Node, err)
+			return nil, nil, fmt.Errorf("browse %s below %s: %w", endpoint, r.Node, err)
 		}
 		if found == 0 && variables > 0 {
 			warn(fmt.Sprintf("browse[%d]: none of the %d variables below %s matches include %q (exclude %q)",
 				i, variables, r.Node, r.Include, r.Exclude))
 		}
 	}
-	return tags, nil
+	return tags, ns, nil
+}
+
+// ByNamespaceURI returns a node ID in string form with its namespace index
+// (ns=<n>) replaced by that namespace's URI from namespaces (nsu=<uri>);
+// a node ID in namespace 0, one already by URI, or one whose index the
+// array lacks is returned as it is.
+func ByNamespaceURI(nodeID string, namespaces []string) string {
+	rest, ok := strings.CutPrefix(nodeID, "ns=")
+	if !ok {
+		return nodeID
+	}
+	idx, id, ok := strings.Cut(rest, ";")
+	n, err := strconv.Atoi(idx)
+	if !ok || err != nil || n <= 0 || n >= len(namespaces) {
+		return nodeID
+	}
+	return "nsu=" + namespaces[n] + ";" + id
 }
 
 func browse(ctx context.Context, c *opcua.Client, node *ua.NodeID, path []string, depth int, found func([]string, *ua.NodeID) error) error {

@@ -21,6 +21,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
 )
 
 // Config is the server's configuration; zero fields take the script's
@@ -251,4 +254,26 @@ func StartT(t testing.TB, cfg Config) *Server {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// NamespaceIndex returns the index the server gives the namespace uri.
+func (s *Server) NamespaceIndex(ctx context.Context, uri string) (int, error) {
+	c, err := opcua.NewClient(s.Endpoint, opcua.SecurityMode(ua.MessageSecurityModeNone), opcua.AutoReconnect(false))
+	if err != nil {
+		return 0, err
+	}
+	if err := c.Connect(ctx); err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	ns, err := c.NamespaceArray(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for i, u := range ns {
+		if u == uri {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%s has no namespace %s: %v", s.Endpoint, uri, ns)
 }
