@@ -34,10 +34,11 @@ func TestImportsPointOneWay(t *testing.T) {
 			module + "/servicelevel", module + "/bridge/", module + "/relay", module + "/testcluster"}},
 		{"bridge/opcuasource", []string{module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
 		{"bridge/jetstreamsink", []string{"github.com/gopcua/", module + "/bridge/opcuasource", module + "/relay", module + "/testcluster"}},
-		{"relay", []string{module + "/testcluster", module + "/cmd/", "github.com/nats-io/nats-server/"}},
+		{"relay", []string{module + "/testcluster", module + "/internal/nodeopcua", module + "/cmd/", "github.com/nats-io/nats-server/"}},
 		// The binary a site runs links neither the embedded broker nor
 		// the test OPC UA server.
-		{"cmd/apbridge", []string{module + "/testcluster", module + "/internal/testutil", "github.com/nats-io/nats-server/"}},
+		{"cmd/apbridge", []string{module + "/testcluster", module + "/internal/testutil", module + "/internal/nodeopcua",
+			"github.com/nats-io/nats-server/"}},
 	}
 	for _, r := range rules {
 		for _, d := range deps(t, r.pkg) {
