@@ -89,6 +89,7 @@ func TestSecurityInterop(t *testing.T) {
 		{"None", "None", "relay"},
 		{"Basic256Sha256", "Sign", ""},
 		{"Basic256Sha256", "SignAndEncrypt", "relay"},
+		{"Aes128_Sha256_RsaOaep", "Sign", ""},
 		{"Aes128_Sha256_RsaOaep", "SignAndEncrypt", "relay"},
 		{"Aes256_Sha256_RsaPss", "Sign", ""},
 		{"Aes256_Sha256_RsaPss", "SignAndEncrypt", "relay"},
