@@ -9,6 +9,7 @@ import (
 
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
+	"github.com/gopcua/opcua/uacp"
 )
 
 // Client handles of the health subscription's items. The data items live
@@ -151,9 +152,10 @@ func closeClient(c *opcua.Client, polite bool) {
 // options for both endpoints, those for this endpoint, then dial (those
 // read from the server for this connection), then what the Pair must
 // control itself.
-func (s *session) clientOptions(dial []opcua.Option) []opcua.Option {
+func (s *session) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Option {
 	o := &s.p.opt
 	opts := []opcua.Option{
+		opcua.Dialer(d), // first: a dialer of the user's own wins
 		opcua.SecurityMode(ua.MessageSecurityModeNone),
 		opcua.RequestTimeout(10 * time.Second),
 		opcua.SessionTimeout(30 * time.Second),
@@ -183,7 +185,9 @@ func (s *session) connect() error {
 			return &refusedError{err}
 		}
 	}
-	c, err := opcua.NewClient(s.url, s.clientOptions(dial)...)
+	d, release := s.dialer()
+	defer release()
+	c, err := opcua.NewClient(s.url, s.clientOptions(d, dial)...)
 	if err != nil {
 		return fmt.Errorf("client options: %w", err)
 	}
