@@ -24,7 +24,9 @@ type benchConfig struct {
 	rtt  time.Duration
 	tls  bool
 	// server is where the sl-* scenarios run: serverEmbedded or serverNode.
-	server   string
+	server string
+	// tags is the number of tags of the sl-* scenarios; 0 means slTags.
+	tags     int
 	grace    time.Duration
 	duration time.Duration
 	rate     time.Duration
@@ -150,6 +152,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000)")
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
+	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios on the embedded servers (1-20000; default 16)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
@@ -173,6 +176,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
+	}
+	if cfg.tags < 0 || cfg.tags > 20000 {
+		return fmt.Errorf("--tags: %d is out of range (valid 1-20000)", cfg.tags)
 	}
 	if cfg.runs < 1 || cfg.runs > 1000 {
 		return fmt.Errorf("--runs: %d is out of range (valid 1-1000)", cfg.runs)

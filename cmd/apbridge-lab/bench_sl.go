@@ -285,7 +285,7 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 }
 
 func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPair, error) {
-	opts := []testcluster.Option{testcluster.WithTags(slTags), testcluster.WithTagInterval(slTagInterval)}
+	opts := []testcluster.Option{testcluster.WithTags(cmp.Or(cfg.tags, slTags)), testcluster.WithTagInterval(slTagInterval)}
 	if cfg.rtt > 0 {
 		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
 	}
@@ -334,6 +334,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r.set("out_of_order", outOfOrder)
 	r.set("bad_samples", bad)
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
+	r.set("tags", cmp.Or(cfg.tags, slTags))
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
@@ -502,6 +503,7 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("out_of_order", outOfOrder)
 	r.set("bad_samples", bad)
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
+	r.set("tags", cmp.Or(cfg.tags, slTags))
 	if sw > 0 {
 		r.set("cause", causeList(causes))
 	}

@@ -38,6 +38,9 @@ func startSLTarget(ctx context.Context, cfg benchConfig) (slTarget, error) {
 		if cfg.rtt > 0 {
 			return nil, fmt.Errorf("--rtt is not available with --server %s", serverNode)
 		}
+		if cfg.tags > 0 {
+			return nil, fmt.Errorf("--tags is not available with --server %s (its server has one counter)", serverNode)
+		}
 		return &nodeTarget{}, nil
 	}
 	p, err := startSLCluster(ctx, cfg)
@@ -55,7 +58,7 @@ func (t *embeddedTarget) endpoints() []string { return t.p.Endpoints() }
 
 func (t *embeddedTarget) items() []servicelevel.Item {
 	var items []servicelevel.Item
-	for i, tag := range t.p.Tags()[:slTags] {
+	for i, tag := range t.p.Tags() {
 		items = append(items, servicelevel.Item{Handle: uint32(i), NodeID: tag.NodeID().String()})
 	}
 	return items

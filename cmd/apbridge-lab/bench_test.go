@@ -20,6 +20,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--period", "2s"}, "--period: 2s is out of range"},
 		{[]string{"--relay-memlimit", "40M"}, `--relay-memlimit: "40M" is not a GOMEMLIMIT`},
 		{[]string{"ldm-swich"}, `unknown scenario "ldm-swich" (valid: ldm-none,`},
+		{[]string{"--tags", "-5"}, "--tags: -5 is out of range (valid 1-20000)"},
+		{[]string{"--server", "prosys"}, `--server: "prosys" is not valid (valid: embedded, node)`},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
