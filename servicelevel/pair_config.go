@@ -21,6 +21,14 @@ const (
 	// A promotion switches them to Reporting instead of creating them, and
 	// an item the standby's server rejects is known before it is needed.
 	ModeHot Mode = "hot"
+	// ModePrepared creates the data items on the standby too, in the
+	// Disabled monitoring mode: the standby server neither samples nor
+	// sends them (it only keeps them), and a promotion switches them to
+	// Reporting, a call per batch instead of a CreateMonitoredItems per
+	// batch. At thousands of tags that is what makes a switch fast (see
+	// docs/servicelevel.md for the figures); it costs the standby server
+	// the items' memory, not their sampling.
+	ModePrepared Mode = "prepared"
 )
 
 // Defaults and ranges of PairConfig's own fields. The heartbeat and poll
@@ -194,15 +202,15 @@ func (c PairConfig) Settings() (PairSettings, error) {
 	switch c.Mode {
 	case "", ModeWarm:
 		s.Mode = ModeWarm
-	case ModeHot:
-		s.Mode = ModeHot
+	case ModeHot, ModePrepared:
+		s.Mode = c.Mode
 		if s.Single {
 			errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
-				Reason: "hot keeps the data items on a standby server: it needs two endpoints"})
+				Reason: fmt.Sprintf("%s keeps the data items on a standby server: it needs two endpoints", c.Mode)})
 		}
 	default:
 		errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
-			Reason: fmt.Sprintf("%q is not valid (valid: warm, hot)", string(c.Mode))})
+			Reason: fmt.Sprintf("%q is not valid (valid: warm, hot, prepared)", string(c.Mode))})
 	}
 
 	resolve := func(field string, p *int, def, lo, hi int) int {

@@ -60,7 +60,7 @@ func TestPairConfigValidation(t *testing.T) {
 			"endpoints[0]: empty: want an opc.tcp://host:port URL",
 			`endpoints[1]: "http://b:80" is not an opc.tcp:// URL`}},
 		{"no host", PairConfig{Endpoints: []string{"opc.tcp://a", "opc.tcp://:4840"}}, []string{`endpoints[1]: "opc.tcp://:4840" has no host`}},
-		{"mode", PairConfig{Endpoints: ok, Mode: "cold"}, []string{`mode: "cold" is not valid (valid: warm, hot)`}},
+		{"mode", PairConfig{Endpoints: ok, Mode: "cold"}, []string{`mode: "cold" is not valid (valid: warm, hot, prepared)`}},
 		{"filter", PairConfig{Endpoints: ok, Filter: &DataChangeFilter{Trigger: "always", DeadbandType: "relative", DeadbandValue: 1}},
 			[]string{`filter.trigger: "always" is not valid (valid: status, statusValue, statusValueTimestamp)`,
 				`filter.deadbandType: "relative" is not valid (valid: none, absolute, percent)`}},

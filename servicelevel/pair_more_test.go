@@ -217,16 +217,32 @@ func TestPairItemsWhileRunning(t *testing.T) {
 
 // Hot mode: the standby holds every item in Sampling; a promotion switches
 // them to Reporting and is framed like a Warm one.
-func TestPairHotMode(t *testing.T) {
-	r := newRig(t, rigOption{levels: [2]byte{250, 240}, cfg: func(c *servicelevel.PairConfig) { c.Mode = servicelevel.ModeHot }})
+// TestPairStandbyItems: in Hot mode the standby keeps every item Sampling,
+// in Prepared mode Disabled; neither reports, and a promotion turns them to
+// Reporting.
+func TestPairStandbyItems(t *testing.T) {
+	for _, mode := range []servicelevel.Mode{servicelevel.ModeHot, servicelevel.ModePrepared} {
+		t.Run(string(mode), func(t *testing.T) { testStandbyItems(t, mode) })
+	}
+}
+
+func testStandbyItems(t *testing.T, mode servicelevel.Mode) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}, cfg: func(c *servicelevel.PairConfig) { c.Mode = mode }})
 	b := r.servers.B()
 	// The standby creates its items once its own session is up.
 	deadline := time.Now().Add(waitLong)
 	for b.Stats().MonitoredItems != 2+testTags {
 		if time.Now().After(deadline) {
-			t.Fatalf("the Hot standby has %d monitored items, want %d", b.Stats().MonitoredItems, 2+testTags)
+			t.Fatalf("the %s standby has %d monitored items, want %d", mode, b.Stats().MonitoredItems, 2+testTags)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the server's state, with a deadline
+	}
+	wantDisabled := 0
+	if mode == servicelevel.ModePrepared {
+		wantDisabled = testTags
+	}
+	if n := b.Stats().DisabledItems; n != wantDisabled {
+		t.Fatalf("the %s standby has %d Disabled items, want %d", mode, n, wantDisabled)
 	}
 	// Items added later reach the standby too.
 	if res, err := r.pair.AddItems(context.Background(), []servicelevel.Item{{Handle: 60, NodeID: "i=2258"}}); err != nil || res[0].Err != nil {
@@ -234,13 +250,13 @@ func TestPairHotMode(t *testing.T) {
 	}
 	for b.Stats().MonitoredItems != 3+testTags {
 		if time.Now().After(deadline) {
-			t.Fatalf("the Hot standby has %d monitored items, want %d", b.Stats().MonitoredItems, 3+testTags)
+			t.Fatalf("the %s standby has %d monitored items, want %d", mode, b.Stats().MonitoredItems, 3+testTags)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, u := range r.updatesSince(mark{}) {
 		if u.Endpoint == servicelevel.Backup {
-			t.Fatalf("a Sampling standby reported: %+v", u)
+			t.Fatalf("a %s standby reported: %+v", mode, u)
 		}
 	}
 	m := r.mark()

@@ -19,7 +19,8 @@ func (p *Pair) activate(s *session, now time.Time) {
 
 // pushDesires tells every live session which items it must have: all of
 // them, Reporting, on the active (with a snapshot while it is promoted);
-// all of them, Sampling, on a Hot standby; none on a Warm standby.
+// all of them, Sampling, on a Hot standby, Disabled on a Prepared one;
+// none on a Warm standby.
 func (p *Pair) pushDesires() {
 	items := p.itemList()
 	for _, s := range p.sess {
@@ -36,6 +37,8 @@ func (p *Pair) pushDesires() {
 		case s.serving:
 		case p.set.Mode == ModeHot:
 			d.mode = ua.MonitoringModeSampling
+		case p.set.Mode == ModePrepared:
+			d.mode = ua.MonitoringModeDisabled
 		default:
 			d.items = nil
 		}

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gopcua/opcua/ua"
 )
 
 // Subscription limits. Requests beyond them get per-operation Bad results
@@ -110,6 +112,7 @@ type OPCUAStats struct {
 	Sessions        int    // open sessions
 	Subscriptions   int    // live subscriptions
 	MonitoredItems  int    // monitored items in live subscriptions
+	DisabledItems   int    // of those, in the Disabled monitoring mode
 	QueuedPublishes int    // Publish requests waiting for a response
 	Notifications   uint64 // data change notifications sent
 	Publishes       uint64 // PublishResponses sent, keep-alives included
@@ -123,6 +126,11 @@ func (e *uaEngine) stats() OPCUAStats {
 	st := OPCUAStats{Sessions: len(e.sessions), Subscriptions: len(e.subs)}
 	for _, sub := range e.subs {
 		st.MonitoredItems += len(sub.items)
+		for _, it := range sub.items {
+			if it.mode == ua.MonitoringModeDisabled {
+				st.DisabledItems++
+			}
+		}
 	}
 	for _, sess := range e.sessions {
 		st.QueuedPublishes += len(sess.pubq)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/cli"
+	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/rs/zerolog"
 )
 
@@ -26,7 +27,9 @@ type benchConfig struct {
 	// server is where the sl-* scenarios run: serverEmbedded or serverNode.
 	server string
 	// tags is the number of tags of the sl-* scenarios; 0 means slTags.
-	tags     int
+	tags int
+	// mode is the Pair's mode in the sl-* scenarios.
+	mode     servicelevel.Mode
 	grace    time.Duration
 	duration time.Duration
 	rate     time.Duration
@@ -152,6 +155,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000)")
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
+	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
 	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios on the embedded servers (1-20000; default 16)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
@@ -176,6 +180,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
+	}
+	cfg.mode = servicelevel.Mode(*mode)
+	if cfg.mode != servicelevel.ModeWarm && cfg.mode != servicelevel.ModeHot && cfg.mode != servicelevel.ModePrepared {
+		return fmt.Errorf("--mode: %q is not valid (valid: warm, hot, prepared)", *mode)
 	}
 	if cfg.tags < 0 || cfg.tags > 20000 {
 		return fmt.Errorf("--tags: %d is out of range (valid 1-20000)", cfg.tags)

@@ -253,7 +253,7 @@ type slSubject func(ctx context.Context, t slTarget, cfg benchConfig, rec *slRec
 // pairSubject is servicelevel.Pair with its defaults, except a queue of 10
 // per item so that no tick is lost to OPC UA's sampling in steady state.
 func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (func(), error) {
-	pc := servicelevel.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10)}
+	pc := servicelevel.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10), Mode: cfg.mode}
 	sp, err := servicelevel.NewPair(pc,
 		servicelevel.WithLogger(cfg.log),
 		servicelevel.WithDataHandler(func(u servicelevel.Update) {
@@ -335,6 +335,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r.set("bad_samples", bad)
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
+	r.set("mode", string(cmp.Or(cfg.mode, servicelevel.ModeWarm)))
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
@@ -504,6 +505,7 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("bad_samples", bad)
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
+	r.set("mode", string(cmp.Or(cfg.mode, servicelevel.ModeWarm)))
 	if sw > 0 {
 		r.set("cause", causeList(causes))
 	}
