@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gopcua/opcua/ua"
@@ -133,7 +134,9 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		resolved = append(resolved, it)
 	}
 	create = resolved
-	for chunk := range slices.Chunk(create, s.p.set.BatchSize) {
+	var mu sync.Mutex // guards have and failed while batches run at once
+	if err := inBatches(len(create), s.p.set.BatchSize, func(start, end int) error {
+		chunk := create[start:end]
 		reqs := make([]*ua.MonitoredItemCreateRequest, len(chunk))
 		for i, it := range chunk {
 			node, _ := it.resolve(s.ns)
@@ -141,9 +144,10 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 		results, err := createItems(ctx, s.c, s.dataSub, reqs)
 		if err != nil {
-			res.err = fmt.Errorf("create monitored items: %w", err)
-			return res
+			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		for i, r := range results {
 			it := chunk[i]
 			code := ua.StatusBadInternalError
@@ -156,6 +160,10 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 			}
 			have[it.handle] = &monItem{id: r.MonitoredItemID, mode: d.mode, spec: it}
 		}
+		return nil
+	}); err != nil {
+		res.err = fmt.Errorf("create monitored items: %w", err)
+		return res
 	}
 
 	// Items in the other mode switch (a promotion or demotion in Hot mode).
@@ -166,13 +174,14 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 	}
 	slices.Sort(switching)
-	for chunk := range slices.Chunk(switching, s.p.set.BatchSize) {
-		if _, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
-			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: chunk,
-		}); err != nil {
-			res.err = fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
-			return res
-		}
+	if err := inBatches(len(switching), s.p.set.BatchSize, func(start, end int) error {
+		_, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
+			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching[start:end],
+		})
+		return err
+	}); err != nil {
+		res.err = fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
+		return res
 	}
 	for _, m := range have {
 		m.mode = d.mode
@@ -208,20 +217,54 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		nodes = append(nodes, node)
 		res.snapshot = append(res.snapshot, snapValue{handle: it.handle})
 	}
-	for start := 0; start < len(nodes); start += s.p.set.BatchSize {
-		end := min(start+s.p.set.BatchSize, len(nodes))
+	if err := inBatches(len(nodes), s.p.set.BatchSize, func(start, end int) error {
 		dvs, err := readValues(ctx, s.c, nodes[start:end])
 		if err != nil {
-			res.err = fmt.Errorf("read the snapshot: %w", err)
-			return res
+			return err
 		}
 		for i, dv := range dvs {
 			if dv == nil {
 				dv = &ua.DataValue{Status: ua.StatusBadNoData}
 			}
-			res.snapshot[idx[start+i]].dv = dv
+			res.snapshot[idx[start+i]].dv = dv // each batch its own indices
 		}
+		return nil
+	}); err != nil {
+		res.err = fmt.Errorf("read the snapshot: %w", err)
+		return res
 	}
 	res.snapshotted = true
 	return res
+}
+
+// batchesInFlight bounds the requests a promotion has out at once: enough
+// to overlap round trips and the server's work, few enough that a server's
+// limits on concurrent requests are not reached.
+const batchesInFlight = 4
+
+// inBatches calls f for each batch [start, end) of n elements, up to
+// batchesInFlight at once, and returns the first error.
+func inBatches(n, size int, f func(start, end int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, batchesInFlight)
+	for start := 0; start < n; start += size {
+		end := min(start+size, n)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(start, end); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
