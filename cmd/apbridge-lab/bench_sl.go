@@ -97,6 +97,7 @@ type slRecorder struct {
 	mark         time.Time
 	firstGood    [2]time.Time
 	firstRefresh [2]time.Time // the first Good value of a snapshot
+	refreshEnd   [2]time.Time // the end of the first snapshot after mark
 	// The first ServiceLevel sample of the primary.
 	firstSample time.Time
 	switches    int
@@ -179,6 +180,18 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 	r.poke()
 }
 
+// refreshDone notes the end of a snapshot of ep: every tag's value is
+// with the consumer again.
+func (r *slRecorder) refreshDone(ep servicelevel.Endpoint) {
+	now := time.Now()
+	r.mu.Lock()
+	if !r.mark.IsZero() && now.After(r.mark) && r.refreshEnd[ep].IsZero() {
+		r.refreshEnd[ep] = now
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
 func (r *slRecorder) failover(cause string) {
 	r.mu.Lock()
 	r.switches++
@@ -201,6 +214,7 @@ func (r *slRecorder) setMark(t time.Time) {
 	r.mark = t
 	r.firstGood = [2]time.Time{}
 	r.firstRefresh = [2]time.Time{}
+	r.refreshEnd = [2]time.Time{}
 	r.mu.Unlock()
 }
 
@@ -260,6 +274,8 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 			switch u.Kind {
 			case servicelevel.UpdateData, servicelevel.UpdateRefreshValue:
 				rec.value(u.Endpoint, u.Handle, u.Value, u.Kind == servicelevel.UpdateRefreshValue)
+			case servicelevel.UpdateRefreshEnd:
+				rec.refreshDone(u.Endpoint)
 			}
 		}),
 		servicelevel.WithEventHandler(func(e servicelevel.Event) {
@@ -302,7 +318,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r := &result{}
 	causes := map[string]int{}
 	var outOfOrder, bad uint64
-	var recovers []float64
+	var recovers, refreshes []float64
 	for run := 1; run <= cfg.runs; run++ {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -323,6 +339,9 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 		r.Duplicated += o.dup
 		outOfOrder += o.outOfOrder
 		bad += o.bad
+		if o.refresh > 0 {
+			refreshes = append(refreshes, ms(o.refresh))
+		}
 		for c, n := range o.causes {
 			causes[c] += n
 		}
@@ -333,6 +352,10 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r.set("switches", sw)
 	r.set("out_of_order", outOfOrder)
 	r.set("bad_samples", bad)
+	if len(refreshes) > 0 {
+		r.set("refresh_ms_p50", percentile(refreshes, 50))
+		r.set("refresh_ms_p99", percentile(refreshes, 99))
+	}
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
 	r.set("mode", string(cmp.Or(cfg.mode, servicelevel.ModeWarm)))
@@ -367,6 +390,7 @@ func causeList(m map[string]int) string {
 
 type slOutcome struct {
 	dur             time.Duration
+	refresh         time.Duration // from the fault to the end of the new server's snapshot; 0 if none
 	gap             time.Duration
 	lost, dup       uint64
 	outOfOrder, bad uint64
@@ -443,6 +467,9 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	o.gap, o.lost, o.dup = rec.maxGap, rec.lost, rec.dup
+	if end := rec.refreshEnd[want]; !end.IsZero() && !f.noSwitch {
+		o.refresh = end.Sub(start)
+	}
 	o.outOfOrder, o.bad = rec.outOfOrder, rec.bad
 	o.causes = maps.Clone(rec.causes)
 	return o, nil

@@ -71,6 +71,9 @@ func TestSLScenariosRun(t *testing.T) {
 		}
 		t.Logf("%s: %v", w.name, m)
 	}
+	if m := got["sl-graceful-stop"]; m != nil && m["refresh_ms_p50"] == nil {
+		t.Errorf("sl-graceful-stop: no refresh time")
+	}
 	if m := got["sl-blip"]; m != nil && m["recover_ms_p50"] == nil {
 		t.Errorf("sl-blip: no recovery time")
 	}
