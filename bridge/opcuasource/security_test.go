@@ -34,7 +34,9 @@ func TestSecurityValidate(t *testing.T) {
 		{"pin and trust", func(s *opcuasource.Security) { s.ServerCerts, s.TrustDir = []string{cert}, t.TempDir() }, "serverCerts and trustDir are alternatives"},
 		{"trust dir is a file", func(s *opcuasource.Security) { s.TrustDir = cert }, "is not a directory"},
 		{"user without password", func(s *opcuasource.Security) { s.Username = "relay" }, "username and password go together"},
-		{"two logins", func(s *opcuasource.Security) { s.Username, s.Password, s.UserCertFile, s.UserKeyFile = "u", "p", cert, key },
+		{"two logins", func(s *opcuasource.Security) {
+			s.Username, s.Password, s.UserCertFile, s.UserKeyFile = "u", "p", cert, key
+		},
 			"username and userCertFile are alternatives"},
 		{"user key missing", func(s *opcuasource.Security) { s.UserCertFile = cert }, "userCertFile and userKeyFile go together"},
 	} {
