@@ -70,7 +70,7 @@ func Dir() string {
 // Available reports why the server cannot run here, or nil.
 func Available() error {
 	if _, err := exec.LookPath("node"); err != nil {
-		return errors.New("Node.js (node) is not on PATH")
+		return errors.New("node (Node.js) is not on PATH")
 	}
 	if _, err := os.Stat(filepath.Join(Dir(), "node_modules", "node-opcua")); err != nil {
 		return fmt.Errorf("node-opcua is not installed in %s: run make interop-deps", Dir())
