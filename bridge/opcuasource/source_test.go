@@ -28,13 +28,17 @@ type opcuaEnv struct {
 	mu      sync.Mutex
 	updates map[string][]bridge.Update
 	refresh int
+	// lastSrc and backwards: a data change older in source time than its
+	// tag's last one (a snapshot may repeat an older value).
+	lastSrc   map[string]time.Time
+	backwards int
 }
 
 func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.Option) *opcuaEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e := &opcuaEnv{updates: map[string][]bridge.Update{}}
+	e := &opcuaEnv{updates: map[string][]bridge.Update{}, lastSrc: map[string]time.Time{}}
 	e.cl, e.conn = testutil.ClusterConn(t)
 	var err error
 	if e.pair, err = testcluster.StartOPCUAPair(ctx, pairOpts...); err != nil {
@@ -52,6 +56,12 @@ func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.Option) *opcuaEnv {
 		}
 		e.mu.Lock()
 		e.updates[u.Tag] = append(e.updates[u.Tag], u)
+		if m.Header.Get(bridge.HeaderRefresh) != "true" && u.SourceTime.Before(e.lastSrc[u.Tag]) {
+			e.backwards++
+		}
+		if u.SourceTime.After(e.lastSrc[u.Tag]) {
+			e.lastSrc[u.Tag] = u.SourceTime
+		}
 		e.mu.Unlock()
 	})
 	e.nc.Subscribe("apbridge.events.opc1", func(m *nats.Msg) {
@@ -160,6 +170,12 @@ func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
 	})
 	if lost, dup := e.seqGaps(); lost != 0 || dup != 0 {
 		t.Fatalf("relay lost %d and duplicated %d updates across the failover", lost, dup)
+	}
+	e.mu.Lock()
+	backwards := e.backwards
+	e.mu.Unlock()
+	if backwards != 0 {
+		t.Fatalf("%d updates went back in source time across the failover", backwards)
 	}
 	e.mu.Lock()
 	refreshes := e.refresh
