@@ -86,8 +86,7 @@ func (f *DataChangeFilter) encode() *ua.ExtensionObject {
 }
 
 func (f *DataChangeFilter) same(g *DataChangeFilter) bool {
-	switch {
-	case f == nil || g == nil:
+	if f == nil || g == nil {
 		return f == g
 	}
 	return *f == *g

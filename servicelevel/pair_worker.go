@@ -122,27 +122,26 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		create = append(create, it)
 	}
 	// A node ID by namespace URI that this server lacks fails here, for
-	// this server only.
+	// this server only. Each item's request is built once, with the node
+	// as this server numbers it.
 	resolved := create[:0]
+	var reqs []*ua.MonitoredItemCreateRequest
 	for _, it := range create {
-		if _, err := it.resolve(s.ns); err != nil {
+		node, err := it.resolve(s.ns)
+		if err != nil {
 			s.p.log.Warn().Str("endpoint", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
 				Msg("item not created")
 			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
 			continue
 		}
 		resolved = append(resolved, it)
+		reqs = append(reqs, itemRequest(node, it, d.mode))
 	}
 	create = resolved
 	var mu sync.Mutex // guards have and failed while batches run at once
 	if err := inBatches(len(create), s.p.set.BatchSize, func(start, end int) error {
 		chunk := create[start:end]
-		reqs := make([]*ua.MonitoredItemCreateRequest, len(chunk))
-		for i, it := range chunk {
-			node, _ := it.resolve(s.ns)
-			reqs[i] = itemRequest(node, it, d.mode)
-		}
-		results, err := createItems(ctx, s.c, s.dataSub, reqs)
+		results, err := createItems(ctx, s.c, s.dataSub, reqs[start:end])
 		if err != nil {
 			return err
 		}
