@@ -172,26 +172,26 @@ func waitStatus(t *testing.T, c *apconn.Conn, st apconn.Status, d time.Duration)
 func activeNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
 	t.Helper()
 	s, ok := c.ActiveServer()
-	if !ok {
-		t.Fatal("no active")
-	}
-	n := cl.NodeByServerID(s.ID)
-	if n == nil {
-		t.Fatalf("active server %s is not a cluster node", s.ID)
-	}
-	return n
+	return clusterNode(t, cl, "active", s, ok)
 }
 
 // passiveNode returns the cluster node that holds c's passive connection.
 func passiveNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
 	t.Helper()
 	s, ok := c.PassiveServer()
+	return clusterNode(t, cl, "passive", s, ok)
+}
+
+// clusterNode returns the node of server s, which holds c's role
+// connection; ok false means there is none.
+func clusterNode(t *testing.T, cl *testcluster.NATSCluster, role string, s apconn.Server, ok bool) *testcluster.Node {
+	t.Helper()
 	if !ok {
-		t.Fatal("no passive")
+		t.Fatalf("no %s", role)
 	}
 	n := cl.NodeByServerID(s.ID)
 	if n == nil {
-		t.Fatalf("passive server %s is not a cluster node", s.ID)
+		t.Fatalf("%s server %s is not a cluster node", role, s.ID)
 	}
 	return n
 }

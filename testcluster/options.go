@@ -238,13 +238,7 @@ func WithDir(dir string) Option {
 // WithTags sets the number of simulated tags (default 16, at least 0).
 // Kinds rotate Counter, Ramp, Sine, Bool, so tag i is of kind i%4.
 func WithTags(n int) Option {
-	return opcuaOnly("WithTags", func(c *opcuaConfig) error {
-		if n < 0 {
-			return fmt.Errorf("testcluster: WithTags(%d): the number of tags cannot be negative", n)
-		}
-		c.tags = n
-		return nil
-	})
+	return opcuaCount("WithTags", "tags", n, func(c *opcuaConfig) { c.tags = n })
 }
 
 // WithTagInterval sets how often the simulated process ticks: every tag
@@ -252,36 +246,41 @@ func WithTags(n int) Option {
 // least 1 ms). A client sees every tick only if it publishes at least as
 // often, or asks for a queue.
 func WithTagInterval(d time.Duration) Option {
-	return opcuaOnly("WithTagInterval", func(c *opcuaConfig) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("testcluster: WithTagInterval(%v): the interval must be at least 1ms", d)
-		}
-		c.tagInterval = d
-		return nil
-	})
+	return opcuaPeriod("WithTagInterval", "interval", d, func(c *opcuaConfig) { c.tagInterval = d })
 }
 
 // WithSetpoints sets the number of writable setpoints (default 2, at
 // least 0).
 func WithSetpoints(n int) Option {
-	return opcuaOnly("WithSetpoints", func(c *opcuaConfig) error {
-		if n < 0 {
-			return fmt.Errorf("testcluster: WithSetpoints(%d): the number of setpoints cannot be negative", n)
-		}
-		c.setpoints = n
-		return nil
-	})
+	return opcuaCount("WithSetpoints", "setpoints", n, func(c *opcuaConfig) { c.setpoints = n })
 }
 
 // WithHeartbeat sets how often each server samples CurrentTime (i=2258)
 // for its subscribers (default 100 ms, at least 1 ms): the heartbeat whose
 // gaps reveal a frozen link.
 func WithHeartbeat(d time.Duration) Option {
-	return opcuaOnly("WithHeartbeat", func(c *opcuaConfig) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("testcluster: WithHeartbeat(%v): the heartbeat must be at least 1ms", d)
+	return opcuaPeriod("WithHeartbeat", "heartbeat", d, func(c *opcuaConfig) { c.heartbeat = d })
+}
+
+// opcuaCount is an OPC UA pair option that sets a count of what, which
+// cannot be negative.
+func opcuaCount(name, what string, n int, set func(*opcuaConfig)) Option {
+	return opcuaOnly(name, func(c *opcuaConfig) error {
+		if n < 0 {
+			return fmt.Errorf("testcluster: %s(%d): the number of %s cannot be negative", name, n, what)
 		}
-		c.heartbeat = d
+		set(c)
+		return nil
+	})
+}
+
+// opcuaPeriod is an OPC UA pair option that sets a period, at least 1 ms.
+func opcuaPeriod(name, what string, d time.Duration, set func(*opcuaConfig)) Option {
+	return opcuaOnly(name, func(c *opcuaConfig) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("testcluster: %s(%v): the %s must be at least 1ms", name, d, what)
+		}
+		set(c)
 		return nil
 	})
 }
@@ -325,11 +324,5 @@ func WithApplicationURIs(a, b string) Option {
 // servers grant (default 10 ms, at least 1 ms). Requests for less,
 // including 0, get it.
 func WithMinPublishingInterval(d time.Duration) Option {
-	return opcuaOnly("WithMinPublishingInterval", func(c *opcuaConfig) error {
-		if d < time.Millisecond {
-			return fmt.Errorf("testcluster: WithMinPublishingInterval(%v): the interval must be at least 1ms", d)
-		}
-		c.minPublish = d
-		return nil
-	})
+	return opcuaPeriod("WithMinPublishingInterval", "interval", d, func(c *opcuaConfig) { c.minPublish = d })
 }
