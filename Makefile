@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 9m
 BENCH_ARGS  ?=
 
-.PHONY: all test vet demo bench lint fmt build clean interop-deps
+.PHONY: all test vet demo bench lint fmt build clean interop-deps proto
 
 all: test
 
@@ -47,6 +47,12 @@ lint: vet
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
+
+## proto: regenerate mxgateway/mxpb from proto/ with buf and the Go
+## plugins at pinned versions (Go is all it needs; no system protoc).
+BUF ?= github.com/bufbuild/buf/cmd/buf@v1.75.0
+proto:
+	cd proto && $(GO) run $(BUF) generate
 
 fmt:
 	gofmt -w $$(git ls-files -co --exclude-standard '*.go')
