@@ -1,0 +1,449 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/mxgateway/mxpb"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+)
+
+// The MxAccess gateway's defaults, as the real gateway documents them.
+const (
+	// DefaultCommandTimeout is an MxGateway session's command timeout when
+	// OpenSession asks for none (see SetDefaultCommandTimeout).
+	DefaultCommandTimeout = 30 * time.Second
+	// MxDefaultHeartbeat is how often an idle event stream gets a
+	// Heartbeat (see SetHeartbeatInterval).
+	MxDefaultHeartbeat = time.Second
+	// MxDefaultEventQueue is how many events a session holds for its
+	// subscriber before it faults (see SetEventQueueSize).
+	MxDefaultEventQueue = 10000
+	// MxMaxPending is how many commands a session takes at once, the one
+	// running included; Invoke refuses more with RESOURCE_EXHAUSTED.
+	MxMaxPending = 128
+	// MxProtocolVersion is the gateway_protocol_version an MxGateway
+	// reports.
+	MxProtocolVersion = 1
+	// MxCapBulkSubscribeSupervisory is the capability of a gateway whose
+	// SubscribeBulk honours supervisory=true. Without it the flag is
+	// ignored and the items are advised plainly, as an older gateway does.
+	MxCapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
+)
+
+// MxDefaultCapabilities returns the capabilities an MxGateway advertises
+// unless SetCapabilities says otherwise: those of a current gateway,
+// MxCapBulkSubscribeSupervisory included. The slice is the caller's.
+func MxDefaultCapabilities() []string {
+	return []string{
+		"unary-open-session", "unary-close-session", "unary-invoke",
+		"server-stream-events", "bulk-subscribe-commands", "bulk-read-commands",
+		"bulk-write-commands", "unary-acknowledge-alarm", "server-stream-active-alarms",
+		MxCapBulkSubscribeSupervisory,
+	}
+}
+
+// MxGateway simulates an MxAccess gateway: the gRPC service of
+// mxaccess_gateway.v1 on a loopback TCP port, in front of an MxData. Like
+// the real one it runs every session's commands one at a time on a worker
+// of the session's own (MXAccess is single-threaded), bounds the commands
+// queued, times them out, and faults a session whose event queue overflows.
+// Kill, Restart and EndStreams play the gateway's process dying, coming
+// back and shutting down gracefully.
+//
+// The Set methods change the gateway at once; those that describe a
+// session (capabilities, timeouts, heartbeat, queue size) apply to sessions
+// opened afterwards, as a reconfigured gateway would.
+//
+// All methods are safe for concurrent use.
+type MxGateway struct {
+	data      *MxData
+	log       zerolog.Logger
+	readyWait time.Duration
+	ports     portBlocks // the port, ours until Close so that Restart gets it back
+	addr      string
+
+	lifeMu sync.Mutex // serialises Kill, Restart, EndStreams and Close
+
+	mu        sync.Mutex
+	srv       *grpc.Server  // nil while down
+	serving   chan struct{} // closed when srv's Serve returns
+	closed    bool
+	gen       int // one more for every start, so that old session IDs are unknown
+	nextID    int
+	sessions  map[string]*mxSession
+	name      string
+	caps      []string
+	timeout   time.Duration
+	heartbeat time.Duration
+	queueSize int
+	latency   time.Duration
+	latencyCh chan struct{} // closed and replaced when the latency changes
+	onCommand func(session, kind string)
+
+	nextServer atomic.Int32 // server handles, unique on the gateway
+	workers    sync.WaitGroup
+	stats      mxStats
+}
+
+// StartMxGateway starts a gateway over data on a free loopback port. Of
+// the Options it takes WithLogger (it logs sessions at Debug, faults and
+// lifecycle at Info) and WithReadyTimeout (how long Restart waits for its
+// port, default 10 s); the others are an error. The gateway's own settings
+// have Set methods.
+func StartMxGateway(data *MxData, opts ...Option) (*MxGateway, error) {
+	if data == nil {
+		return nil, errors.New("testcluster: StartMxGateway: nil MxData")
+	}
+	common := commonConfig{logger: zerolog.Nop(), readyWait: 10 * time.Second}
+	if err := apply(&options{common: &common}, opts); err != nil {
+		return nil, fmt.Errorf("%w (an MxAccess gateway takes WithLogger and WithReadyTimeout only)", err)
+	}
+	if common.delay != 0 {
+		return nil, errors.New("testcluster: WithClientRTT does not apply to an MxAccess gateway: use MxGateway.SetCommandLatency")
+	}
+	g := &MxGateway{
+		data:      data,
+		readyWait: common.readyWait,
+		sessions:  map[string]*mxSession{},
+		caps:      MxDefaultCapabilities(),
+		timeout:   DefaultCommandTimeout,
+		heartbeat: MxDefaultHeartbeat,
+		queueSize: MxDefaultEventQueue,
+		latencyCh: make(chan struct{}),
+	}
+	g.stats.reset()
+	ln, err := g.ports.listen()
+	if err != nil {
+		g.ports.release()
+		return nil, fmt.Errorf("testcluster: mx gateway listen: %w", err)
+	}
+	g.addr = ln.Addr().String()
+	_, port, _ := net.SplitHostPort(g.addr)
+	g.name = "mxgw-" + port
+	g.log = common.logger.With().Str("mxgw", g.addr).Logger()
+	g.serve(ln)
+	data.addListener(g)
+	g.log.Info().Msg("testcluster: mx gateway up")
+	return g, nil
+}
+
+// Addr returns the gateway's host:port. It stays the same across Kill and
+// Restart.
+func (g *MxGateway) Addr() string { return g.addr }
+
+// Data returns the data the gateway serves.
+func (g *MxGateway) Data() *MxData { return g.data }
+
+// Running reports whether the gateway is up (not killed or closed).
+func (g *MxGateway) Running() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.srv != nil
+}
+
+// ---- settings ----
+
+// SetName sets the gateway_id that OpenSession reports (default
+// "mxgw-<port>").
+func (g *MxGateway) SetName(name string) {
+	g.mu.Lock()
+	g.name = name
+	g.mu.Unlock()
+}
+
+// SetCapabilities replaces the capabilities advertised to new sessions
+// (default MxDefaultCapabilities). A session whose gateway did not
+// advertise MxCapBulkSubscribeSupervisory gets plain advises from a
+// supervisory SubscribeBulk.
+func (g *MxGateway) SetCapabilities(caps []string) {
+	g.mu.Lock()
+	g.caps = slices.Clone(caps)
+	g.mu.Unlock()
+}
+
+// SetDefaultCommandTimeout sets the command timeout of new sessions that
+// ask for none (default DefaultCommandTimeout). It panics unless d > 0.
+func (g *MxGateway) SetDefaultCommandTimeout(d time.Duration) {
+	if d <= 0 {
+		panic(fmt.Sprintf("testcluster: SetDefaultCommandTimeout(%v): the timeout must be positive", d))
+	}
+	g.mu.Lock()
+	g.timeout = d
+	g.mu.Unlock()
+}
+
+// SetHeartbeatInterval sets how long the event stream of a new session
+// stays idle before the gateway sends a Heartbeat (default
+// MxDefaultHeartbeat; 0 sends none). It panics if d < 0.
+func (g *MxGateway) SetHeartbeatInterval(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("testcluster: SetHeartbeatInterval(%v): the interval cannot be negative", d))
+	}
+	g.mu.Lock()
+	g.heartbeat = d
+	g.mu.Unlock()
+}
+
+// SetEventQueueSize sets how many events a new session holds for its
+// subscriber (default MxDefaultEventQueue); one more faults the session.
+// A small queue makes the overflow fault easy to reach. It panics if
+// n < 1.
+func (g *MxGateway) SetEventQueueSize(n int) {
+	if n < 1 {
+		panic(fmt.Sprintf("testcluster: SetEventQueueSize(%d): a queue holds at least 1 event", n))
+	}
+	g.mu.Lock()
+	g.queueSize = n
+	g.mu.Unlock()
+}
+
+// SetCommandLatency makes every command take d on its worker before it
+// runs (default 0): a slow MXAccess, or with a long d a wedged one. A
+// change applies at once, to the command being delayed too, so that
+// setting 0 releases a wedged worker promptly. It panics if d < 0.
+func (g *MxGateway) SetCommandLatency(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("testcluster: SetCommandLatency(%v): the latency cannot be negative", d))
+	}
+	g.mu.Lock()
+	g.latency = d
+	close(g.latencyCh)
+	g.latencyCh = make(chan struct{})
+	g.mu.Unlock()
+}
+
+// OnCommand calls f on the worker each time a worker starts a command,
+// before the command latency, with the session's ID and the command's kind
+// (see MxGatewayStats.CommandsByKind); nil removes the hook. It lets a test
+// know that a worker has picked a command up. f must not block for long:
+// the worker waits for it.
+func (g *MxGateway) OnCommand(f func(session, kind string)) {
+	g.mu.Lock()
+	g.onCommand = f
+	g.mu.Unlock()
+}
+
+// commandLatency returns the latency and a channel closed when it changes.
+func (g *MxGateway) commandLatency() (time.Duration, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.latency, g.latencyCh
+}
+
+func (g *MxGateway) commandHook() func(session, kind string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.onCommand
+}
+
+// ---- lifecycle ----
+
+// serve starts a gRPC server of a new generation on ln.
+func (g *MxGateway) serve(ln net.Listener) {
+	// WaitForHandlers makes Stop wait for the handlers to return, so that
+	// Kill and Close leave no goroutine of theirs behind.
+	srv := grpc.NewServer(grpc.WaitForHandlers(true))
+	mxpb.RegisterMxAccessGatewayServer(srv, &mxService{g: g})
+	serving := make(chan struct{})
+	g.mu.Lock()
+	g.srv, g.serving = srv, serving
+	g.gen++
+	g.mu.Unlock()
+	go func() {
+		defer close(serving)
+		if err := srv.Serve(ln); err != nil {
+			g.log.Debug().Err(err).Msg("testcluster: mx gateway serve ended")
+		}
+	}()
+}
+
+// Kill stops the gateway abruptly, as its process dying: the port closes,
+// connections break without a graceful end (clients see UNAVAILABLE) and
+// every session is lost. It returns when the gateway is down. Restart
+// brings it back.
+func (g *MxGateway) Kill() {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	g.kill("killed")
+}
+
+func (g *MxGateway) kill(why string) {
+	g.mu.Lock()
+	srv, serving := g.srv, g.serving
+	g.srv = nil
+	g.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	// Stop first: a session ended while its stream is still up would end
+	// the stream gracefully, which is not what a dying process does.
+	srv.Stop()
+	<-serving
+	g.endSessions(mxEndKilled)
+	g.log.Info().Str("why", why).Msg("testcluster: mx gateway down")
+}
+
+// Restart starts a killed gateway again on the same address, with no
+// sessions and the same data and settings, and returns once it listens.
+// A running gateway is killed first. If the port is briefly unavailable it
+// retries, for at most the WithReadyTimeout duration.
+func (g *MxGateway) Restart() error {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	g.kill("restart")
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		return ErrMxGatewayClosed
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.readyWait)
+	defer cancel()
+	for {
+		// The port was ours a moment ago; the kernel may take a moment to
+		// let go of it.
+		ln, err := net.Listen("tcp", g.addr)
+		if err == nil {
+			g.serve(ln)
+			g.log.Info().Msg("testcluster: mx gateway restarted")
+			return nil
+		}
+		if werr := ctxtime.Sleep(ctx, 20*time.Millisecond); werr != nil {
+			return fmt.Errorf("testcluster: mx gateway restart on %s: %w (last: %v)", g.addr, werr, err)
+		}
+	}
+}
+
+// EndStreams ends every session the way a gateway shutting down
+// gracefully does: each event stream delivers what it holds and ends with
+// status OK (the client's Recv returns io.EOF), and the sessions are gone.
+// The gateway itself stays up for new sessions.
+func (g *MxGateway) EndStreams() {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	n := g.endSessions(mxEndGraceful)
+	g.log.Info().Int("sessions", n).Msg("testcluster: mx gateway ended its sessions")
+}
+
+// ErrMxGatewayClosed is returned by Restart after Close.
+var ErrMxGatewayClosed = errors.New("testcluster: mx gateway closed")
+
+// Close stops the gateway for good and waits for all its goroutines. It
+// can be called more than once.
+func (g *MxGateway) Close() {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	g.mu.Unlock()
+	g.kill("closed")
+	g.data.removeListener(g)
+	g.workers.Wait()
+	g.ports.release()
+}
+
+// endSessions ends every session for reason and waits for their workers.
+// It returns how many there were.
+func (g *MxGateway) endSessions(reason mxEndReason) int {
+	all := g.openSessions()
+	for _, s := range all {
+		s.end(reason)
+	}
+	for _, s := range all {
+		<-s.workerDone
+	}
+	g.openSessions() // forgets them
+	return len(all)
+}
+
+// ---- sessions ----
+
+// newSession opens a session with the gateway's current settings.
+// timeout is the one the client asked for, 0 for the default.
+func (g *MxGateway) newSession(client string, writeUser int32, timeout time.Duration) (*mxSession, *mxpb.OpenSessionReply) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if timeout == 0 {
+		timeout = g.timeout
+	}
+	g.nextID++
+	s := &mxSession{
+		g:          g,
+		id:         g.name + "/" + strconv.Itoa(g.gen) + "/" + strconv.Itoa(g.nextID),
+		client:     client,
+		writeUser:  writeUser,
+		timeout:    timeout,
+		heartbeat:  g.heartbeat,
+		bulkSup:    slices.Contains(g.caps, MxCapBulkSubscribeSupervisory),
+		cmds:       make(chan *mxCall, MxMaxPending),
+		events:     make(chan *mxpb.MxEvent, g.queueSize),
+		done:       make(chan struct{}),
+		workerDone: make(chan struct{}),
+		items:      map[int32]*mxItem{},
+		byAddr:     map[string]*mxItem{},
+	}
+	g.sessions[s.id] = s
+	g.workers.Add(1)
+	go s.work()
+	return s, s.openReply(g.name, g.caps)
+}
+
+// session returns the open session id, or nil. An ended session is
+// forgotten here: the paths that end a session (a fault among them) do not
+// take the gateway's lock.
+func (g *MxGateway) session(id string) *mxSession {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.sessions[id]
+	if s != nil && s.endReason() != mxOpen {
+		delete(g.sessions, id)
+		return nil
+	}
+	return s
+}
+
+// openSessions returns the open sessions, forgetting the ended ones.
+func (g *MxGateway) openSessions() []*mxSession {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	all := make([]*mxSession, 0, len(g.sessions))
+	for id, s := range g.sessions {
+		if s.endReason() != mxOpen {
+			delete(g.sessions, id)
+			continue
+		}
+		all = append(all, s)
+	}
+	return all
+}
+
+// dataChanged hands a batch of changes to the sessions that advised the
+// items. The data's lock is held, which keeps each item's changes in
+// order.
+func (g *MxGateway) dataChanged(batch []*mxSample) {
+	for _, s := range g.openSessions() {
+		s.dataChanged(batch)
+	}
+}
+
+// String names the gateway and its address, for logs and test failure
+// messages.
+func (g *MxGateway) String() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return "mx gateway " + g.name + " " + g.addr
+}
