@@ -140,7 +140,7 @@ func (r *runner) HealthChanged(h Health) {
 	r.mu.Unlock()
 	if prev.State != h.State || prev.Endpoint != h.Endpoint {
 		r.b.log.Info().Str("source", r.src.Name()).Str("state", string(h.State)).Str("endpoint", h.Endpoint).
-			Int("level", h.Level).Msg("source health")
+			Int("service_level", h.Level).Msg("source health")
 		r.b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "health", "health": h})
 	}
 }

@@ -125,11 +125,12 @@ type SubscribeConfig struct {
 	InFlightCeiling time.Duration `yaml:"inFlightCeiling"`
 }
 
-// SourceConfig is one OPC UA source: a redundant server pair, or one
-// server.
+// SourceConfig is one source: an OPC UA server pair or server (type
+// opcua, the default), or an MxAccess gateway pair or gateway (type
+// mxgateway, whose settings are in MxGateway).
 type SourceConfig struct {
 	Name string `yaml:"name"`
-	// Type is "opcua" (the only one so far, and the default).
+	// Type is "opcua" (the default) or "mxgateway".
 	Type string `yaml:"type"`
 	// The pair's endpoints, failover rules and timing.
 	servicelevel.PairConfig `yaml:",inline"`
@@ -139,6 +140,9 @@ type SourceConfig struct {
 	// Groups are tags that share monitoring overrides.
 	Groups []opcuasource.TagGroup   `yaml:"groups"`
 	Browse []opcuasource.BrowseRoot `yaml:"browse"`
+	// MxGateway is a type: mxgateway source's settings; in YAML they sit
+	// at the source's own level (see MxGatewayConfig).
+	MxGateway MxGatewayConfig `yaml:"-"`
 }
 
 // tagEntry is a listed tag and the path of its config, for messages.
@@ -285,8 +289,14 @@ func (c *Config) validate(withSources bool) error {
 			add("%s.name: %q is used by another source", f, s.Name)
 		}
 		names[s.Name] = true
-		if s.Type != "" && s.Type != "opcua" {
-			add("%s.type: %q is not valid (valid: opcua)", f, s.Type)
+		switch s.Type {
+		case "", TypeOPCUA:
+		case TypeMxGateway:
+			s.validateMx(f, add)
+			continue
+		default:
+			add("%s.type: %q is not valid (valid: opcua, mxgateway)", f, s.Type)
+			continue
 		}
 		if err := s.PairConfig.Validate(); err != nil {
 			for _, e := range Errors(err) {

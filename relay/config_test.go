@@ -75,7 +75,7 @@ func TestBadConfigs(t *testing.T) {
 		{"jetstream window", edit("instance: site-a", "instance: site-a\nsink: jetstream\njetstream: {duplicateWindow: 10ms}"), "jetstream.duplicateWindow: 10ms is out of range (valid 100ms-24h)"},
 		{"no sources", "nats: {servers: [nats://127.0.0.1:4222]}\n", "sources: at least one source"},
 		{"source name", edit("  - name: line1", "  - name: ''"), "sources[0].name: required"},
-		{"source type", edit("  - name: line1", "  - name: line1\n    type: modbus"), "sources[0].type: \"modbus\" is not valid (valid: opcua)"},
+		{"source type", edit("  - name: line1", "  - name: line1\n    type: modbus"), "sources[0].type: \"modbus\" is not valid (valid: opcua, mxgateway)"},
 		{"one endpoint twice", edit("opc.tcp://127.0.0.1:4841", "opc.tcp://127.0.0.1:4840"), "sources[0].endpoints[1]"},
 		{"endpoint scheme", edit("opc.tcp://127.0.0.1:4841", "http://127.0.0.1:4841"), "sources[0].endpoints[1]"},
 		{"degraded window", edit("degradedWindowSeconds: 10", "degradedWindowSeconds: 0"), "sources[0].serviceLevelFailover.degradedWindowSeconds: 0 is out of range (valid 1-3600)"},

@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -121,6 +122,13 @@ func (r *Relay) Bridge() *bridge.Bridge { return r.b }
 func (r *Relay) JetStream() *jetstreamsink.Sink { return r.js }
 
 func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
+	if sc.Type == TypeMxGateway {
+		src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
+		if err != nil {
+			return fmt.Errorf("sources[%d]: %w", i, err)
+		}
+		return r.b.AddSource(src, sc.MxGateway.Tags)
+	}
 	secOpts, err := sc.Security.PairOptions(r.log.With().Str("source", sc.Name).Logger())
 	if err != nil {
 		return fmt.Errorf("sources[%d].security: %w", i, err)

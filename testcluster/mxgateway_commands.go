@@ -60,9 +60,11 @@ func (s *mxSession) execute(c *mxCall) *mxpb.MxCommandReply {
 	case *mxpb.MxCommand_Register:
 		rep.Reply = &mxpb.MxCommandReply_Register{Register: &mxpb.RegisterReply{ServerHandle: s.register()}}
 	case *mxpb.MxCommand_AddItemBulk:
+		s.g.stats.items("AddItemBulk", len(cmd.AddItemBulk.GetTagAddresses()))
 		rep.Status, rep.Reply = s.addItems(cmd.AddItemBulk.GetServerHandle(), cmd.AddItemBulk.GetTagAddresses(), mxNotAdvised)
 	case *mxpb.MxCommand_SubscribeBulk:
 		sb := cmd.SubscribeBulk
+		s.g.stats.items("SubscribeBulk", len(sb.GetTagAddresses()))
 		kind := mxAdvisedPlain
 		if sb.GetSupervisory() {
 			if s.bulkSup {
@@ -82,6 +84,7 @@ func (s *mxSession) execute(c *mxCall) *mxpb.MxCommandReply {
 	case *mxpb.MxCommand_AdviseSupervisory:
 		rep.Status = s.advise(cmd.AdviseSupervisory.GetServerHandle(), cmd.AdviseSupervisory.GetItemHandle(), mxAdvisedSupervisory)
 	case *mxpb.MxCommand_AdviseItemBulk:
+		s.g.stats.items("AdviseItemBulk", len(cmd.AdviseItemBulk.GetItemHandles()))
 		rep.Status, rep.Reply = s.adviseBulk(cmd.AdviseItemBulk.GetServerHandle(), cmd.AdviseItemBulk.GetItemHandles())
 	case *mxpb.MxCommand_UnAdvise:
 		rep.Status = s.withItem(cmd.UnAdvise.GetServerHandle(), cmd.UnAdvise.GetItemHandle(), func(it *mxItem) {

@@ -15,6 +15,10 @@ type MxGatewayStats struct {
 	// "Advise", "AdviseSupervisory", "AdviseItemBulk", "SubscribeBulk",
 	// "UnAdvise", "RemoveItem", "Write", "Read", "Ping".
 	CommandsByKind map[string]uint64
+	// Items counts the items the bulk commands carried, by kind
+	// ("AddItemBulk", "SubscribeBulk", "AdviseItemBulk"): a client that
+	// resubscribes everything, not only what failed, shows here.
+	Items map[string]uint64
 	// SupervisoryBulk counts the SubscribeBulk commands that advised
 	// supervisory: supervisory=true on a session whose gateway advertised
 	// MxCapBulkSubscribeSupervisory.
@@ -55,7 +59,7 @@ type mxStats struct {
 
 func (m *mxStats) reset() {
 	m.mu.Lock()
-	m.s = MxGatewayStats{CommandsByKind: map[string]uint64{}}
+	m.s = MxGatewayStats{CommandsByKind: map[string]uint64{}, Items: map[string]uint64{}}
 	m.mu.Unlock()
 }
 
@@ -63,6 +67,12 @@ func (m *mxStats) command(kind string) {
 	m.mu.Lock()
 	m.s.Commands++
 	m.s.CommandsByKind[kind]++
+	m.mu.Unlock()
+}
+
+func (m *mxStats) items(kind string, n int) {
+	m.mu.Lock()
+	m.s.Items[kind] += uint64(n)
 	m.mu.Unlock()
 }
 
@@ -92,6 +102,7 @@ func (g *MxGateway) Stats() MxGatewayStats {
 	g.stats.mu.Lock()
 	st := g.stats.s
 	st.CommandsByKind = maps.Clone(st.CommandsByKind)
+	st.Items = maps.Clone(st.Items)
 	g.stats.mu.Unlock()
 	for _, s := range g.openSessions() {
 		s.mu.Lock()

@@ -1,0 +1,277 @@
+package mxsource
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/mxgateway"
+)
+
+// member is one gateway of the source and its current session.
+type member struct {
+	idx    int
+	target string
+	client *mxgateway.Client
+
+	// Under Source.mu:
+	sess      *mxgateway.Session // nil while the gateway has no session
+	gen       uint64             // counts the member's sessions
+	kill      context.CancelCauseFunc
+	byGateway map[int32]uint32 // gateway item handle -> bridge handle
+	// early holds data changes of items whose handle is not known yet:
+	// the gateway sends an item's first value as it advises it, which
+	// can be before its reply to the subscribe arrives.
+	early map[int32]mxgateway.DataChange
+	openedAt  time.Time
+	lastErr   string // the last open or stream error, logged once
+
+	lastEvent atomic.Int64 // unix nanoseconds of the session's last event
+}
+
+// openTimeout bounds opening and registering a session.
+const openTimeout = 10 * time.Second
+
+// maxReconnectDelay caps the doubling wait between failed opens.
+const maxReconnectDelay = 30 * time.Second
+
+// errProbe and errSilent are the causes with which the source ends a
+// session it has judged dead.
+var (
+	errProbe  = errors.New("health ping past its deadline")
+	errSilent = errors.New("heartbeats missing")
+)
+
+// runMember keeps a session open on m's gateway: it opens and registers
+// one, streams its events until it ends, and opens the next.
+func (s *Source) runMember(m *member) {
+	defer s.wg.Done()
+	if m.idx > 0 {
+		// The primary gets the first chance to be the active: the backup
+		// opens once the primary's first attempt is over, or after
+		// primaryHeadStart.
+		t := time.NewTimer(primaryHeadStart)
+		select {
+		case <-s.primaryTried:
+		case <-t.C:
+		case <-s.ctx.Done():
+		}
+		t.Stop()
+	}
+	delay := s.cfg.ReconnectDelay
+	for s.ctx.Err() == nil {
+		sess, err := s.open(m)
+		if err != nil {
+			s.post(memberEvent{kind: evOpenFailed, m: m, err: err})
+			s.tried(m)
+			if ctxtime.Sleep(s.ctx, jitter(delay)) != nil {
+				return
+			}
+			delay = min(delay*2, maxReconnectDelay)
+			continue
+		}
+		sctx, kill := context.WithCancelCause(s.ctx)
+		gen := s.attach(m, sess, kill)
+		s.post(memberEvent{kind: evUp, m: m, gen: gen, sess: sess})
+		s.tried(m)
+		err = sess.Events(sctx, mxgateway.EventHandler{
+			Data:  func(d mxgateway.DataChange) { s.onData(m, gen, d) },
+			Alive: func() { m.lastEvent.Store(time.Now().UnixNano()) },
+			Gap: func(want, got uint64) {
+				s.log.Warn().Str("gateway", m.target).Uint64("expected", want).Uint64("got", got).Msg("gateway event sequence skipped: events were lost")
+			},
+		})
+		if cause := context.Cause(sctx); s.ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+		kill(nil)
+		lived := s.detach(m, gen)
+		s.post(memberEvent{kind: evDown, m: m, gen: gen, err: err})
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+		sess.Close(cctx) // best effort: the gateway may be gone
+		cancel()
+		if errors.Is(err, mxgateway.ErrSessionEnded) && lived > time.Second {
+			// Ended in order: the gateway is probably up, open again at
+			// once. A session that ends as soon as it opens waits, so
+			// that a gateway that keeps ending sessions is not hammered.
+			delay = s.cfg.ReconnectDelay
+			continue
+		}
+		if lived > maxReconnectDelay {
+			delay = s.cfg.ReconnectDelay
+		}
+		if ctxtime.Sleep(s.ctx, jitter(delay)) != nil {
+			return
+		}
+		delay = min(delay*2, maxReconnectDelay)
+	}
+}
+
+// primaryHeadStart is how long the backup waits at start for the
+// primary's first attempt.
+const primaryHeadStart = 2 * time.Second
+
+// tried records that m made an attempt; the primary's first lets the
+// backup open. Its event is posted already, so the supervisor sees the
+// primary up before the backup.
+func (s *Source) tried(m *member) {
+	if m.idx == 0 {
+		s.primaryOnce.Do(func() { close(s.primaryTried) })
+	}
+}
+
+// jitter draws a delay from [d/2, d], so that relays do not reconnect in
+// step.
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// open opens and registers a session on m's gateway.
+func (s *Source) open(m *member) (*mxgateway.Session, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, openTimeout)
+	defer cancel()
+	sess, err := m.client.Open(ctx, mxgateway.SessionOptions{
+		ClientName: s.cfg.ClientName, WriteUserID: s.cfg.WriteUserID, CommandTimeout: s.cfg.CommandTimeout})
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.Register(ctx, s.cfg.ClientName); err != nil {
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+		sess.Close(cctx)
+		ccancel()
+		return nil, err
+	}
+	return sess, nil
+}
+
+// attach makes sess m's session; its items are yet to be added.
+func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelCauseFunc) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.gen++
+	m.sess, m.kill, m.openedAt = sess, kill, time.Now()
+	m.byGateway = map[int32]uint32{}
+	m.early = map[int32]mxgateway.DataChange{}
+	m.lastEvent.Store(time.Now().UnixNano())
+	s.stats.SessionsOpened++
+	for _, it := range s.items {
+		it.handle[m.idx], it.advised[m.idx], it.last[m.idx] = 0, false, nil
+	}
+	return m.gen
+}
+
+// detach ends m's session gen and returns how long it lived.
+func (s *Source) detach(m *member, gen uint64) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.gen != gen || m.sess == nil {
+		return 0
+	}
+	m.sess, m.kill = nil, nil
+	for _, it := range s.items {
+		it.handle[m.idx], it.advised[m.idx] = 0, false
+	}
+	return time.Since(m.openedAt)
+}
+
+// endSession ends m's session gen with cause (the source judged it dead):
+// its event stream stops and runMember reports it down.
+func (s *Source) endSession(m *member, gen uint64, cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.gen == gen && m.kill != nil {
+		m.kill(cause)
+	}
+}
+
+// onData runs on m's event goroutine: a data change of session gen.
+func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
+	s.mu.Lock()
+	if m.gen != gen {
+		s.mu.Unlock()
+		return
+	}
+	handle, ok := m.byGateway[d.Handle]
+	if ok {
+		if it := s.items[handle]; it != nil {
+			it.last[m.idx] = &d
+		}
+	} else if len(m.early) < maxEarly {
+		m.early[d.Handle] = d
+	}
+	active := s.active == m.idx
+	s.mu.Unlock()
+	if !ok || !active {
+		return
+	}
+	s.emit1(m, gen, handle, d)
+}
+
+// maxEarly bounds the data changes held for items not yet mapped.
+const maxEarly = 100_000
+
+// early is a data change that came before its item's handle was known.
+type early struct {
+	handle uint32
+	d      mxgateway.DataChange
+}
+
+// replayEarly relays data changes that came before their items' handles
+// were known, unless a newer one has come since.
+func (s *Source) replayEarly(m *member, gen uint64, es []early) {
+	for _, e := range es {
+		s.mu.Lock()
+		it := s.items[e.handle]
+		stale := it == nil || m.gen != gen || (it.last[m.idx] != nil && it.last[m.idx].Seq >= e.d.Seq)
+		if !stale {
+			d := e.d
+			it.last[m.idx] = &d
+		}
+		active := s.active == m.idx
+		s.mu.Unlock()
+		if !stale && active {
+			s.emit1(m, gen, e.handle, e.d)
+		}
+	}
+}
+
+// emit1 hands one data change of m's session gen to the bridge, if that
+// session is still the active one.
+func (s *Source) emit1(m *member, gen uint64, handle uint32, d mxgateway.DataChange) {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	// Again under emitMu: a promotion may have moved the active since.
+	s.mu.Lock()
+	active := s.active == m.idx && m.gen == gen
+	h := s.h
+	s.mu.Unlock()
+	if !active {
+		return
+	}
+	h.Update(handle, toUpdate(d))
+	if r := s.refresh; r != nil {
+		delete(r.pending, handle)
+		if len(r.pending) == 0 {
+			s.refresh = nil
+			h.RefreshEnd()
+		}
+	}
+}
+
+// toUpdate turns a gateway data change into the bridge's update: the
+// quality becomes a status code, the gateway's timestamp the source time.
+func toUpdate(d mxgateway.DataChange) bridge.Update {
+	u := bridge.Update{Status: statusOf(d.Quality), SourceTime: d.Timestamp, ServerTime: d.Timestamp}
+	if d.Value == nil {
+		return u
+	}
+	if _, ok := bridge.TypeOf(d.Value); !ok {
+		return bridge.Unsupported("", d.Value, u.SourceTime, u.ServerTime)
+	}
+	u.Value = d.Value
+	return u
+}

@@ -1,0 +1,329 @@
+package mxsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/mxgateway"
+	"github.com/apbridge/apbridge/mxgateway/mxpb"
+	"github.com/rs/zerolog"
+)
+
+// Source is a bridge.Source on one MxAccess gateway or a pair of them.
+type Source struct {
+	name    string
+	cfg     Config
+	log     zerolog.Logger
+	onEvent func(Event)
+	members []*member
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	events chan memberEvent
+	wake   chan struct{} // the standby has items to prepare
+	// primaryTried is closed after the primary's first open attempt.
+	primaryTried chan struct{}
+	primaryOnce  sync.Once
+
+	mu        sync.Mutex // guards the fields below, the items and the members' session fields
+	h         bridge.Handler
+	items     map[uint32]*item
+	active    int // index into members; -1 while none has a session
+	health    bridge.Health
+	connected bool // some session was active once
+	started   bool
+	closed    bool
+	stats     Stats
+
+	// emitMu serialises the calls to h, so that the handler sees one
+	// ordered stream across switches; refresh is the refresh a warm
+	// promotion opened.
+	emitMu  sync.Mutex
+	refresh *refreshState
+}
+
+// item is one tag and its state on each gateway's current session.
+type item struct {
+	tag     bridge.Tag
+	handle  []int32 // per member: the gateway's item handle, 0 when not added
+	advised []bool
+	last    []*mxgateway.DataChange // per member: the last data change seen
+}
+
+// Option configures a Source.
+type Option func(*options) error
+
+type options struct {
+	log     zerolog.Logger
+	onEvent func(Event)
+	client  []mxgateway.Option
+}
+
+// WithLogger logs through l (default: no logging).
+func WithLogger(l zerolog.Logger) Option {
+	return func(o *options) error { o.log = l; return nil }
+}
+
+// WithEventHandler calls f for every session change and switch, on the
+// source's own goroutine; f must not block.
+func WithEventHandler(f func(Event)) Option {
+	return func(o *options) error { o.onEvent = f; return nil }
+}
+
+// WithClientOptions passes options to every gateway client (dial options,
+// keepalive).
+func WithClientOptions(opts ...mxgateway.Option) Option {
+	return func(o *options) error { o.client = append(o.client, opts...); return nil }
+}
+
+// New checks cfg and returns a source named name on its gateways. It does
+// not connect: Start does.
+func New(name string, cfg Config, opts ...Option) (*Source, error) {
+	if name == "" {
+		return nil, errors.New("mxsource: name is empty")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("mxsource: source %q: %w", name, err)
+	}
+	cfg = cfg.Defaults()
+	o := options{log: zerolog.Nop()}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("mxsource: source %q: %w", name, err)
+		}
+	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, fmt.Errorf("mxsource: source %q: %w", name, err)
+	}
+	copts := []mxgateway.Option{mxgateway.WithLogger(o.log)}
+	if tc != nil {
+		copts = append(copts, mxgateway.WithTLS(tc))
+	}
+	if cfg.Token != "" {
+		copts = append(copts, mxgateway.WithToken(cfg.Token))
+	}
+	s := &Source{
+		name: name, cfg: cfg, log: o.log.With().Str("source", name).Logger(), onEvent: o.onEvent,
+		events: make(chan memberEvent, 16), wake: make(chan struct{}, 1), primaryTried: make(chan struct{}),
+		items: map[uint32]*item{}, active: -1,
+		health: bridge.Health{State: bridge.StateConnecting, Level: -1},
+	}
+	for i, ep := range cfg.Endpoints {
+		c, err := mxgateway.NewClient(ep, append(copts, o.client...)...)
+		if err != nil {
+			s.closeClients()
+			return nil, fmt.Errorf("mxsource: source %q: endpoints[%d]: %w", name, i, err)
+		}
+		s.members = append(s.members, &member{idx: i, target: ep, client: c})
+	}
+	return s, nil
+}
+
+// Name implements bridge.Source.
+func (s *Source) Name() string { return s.name }
+
+// Start implements bridge.Source: it opens a session on every gateway in
+// the background and returns.
+func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return mxgateway.ErrClosed
+	case s.started:
+		return errors.New("mxsource: started twice")
+	}
+	s.started, s.h = true, h
+	// The source outlives ctx, which bounds the start only: Close stops it.
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.wg.Add(2 + len(s.members))
+	go s.supervise()
+	go s.prepareStandby()
+	for _, m := range s.members {
+		go s.runMember(m)
+	}
+	return nil
+}
+
+// Health implements bridge.Source.
+func (s *Source) Health() bridge.Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.health
+}
+
+// Stats counts what the source did.
+type Stats struct {
+	// Switches counts promotions of the standby.
+	Switches uint64
+	// SessionsOpened counts sessions opened, on either gateway.
+	SessionsOpened uint64
+	// Commands counts subscribe commands sent (bulk or per item), on
+	// either gateway, for the active or the standby.
+	Commands uint64
+	// LastSwitch is the last promotion, if any.
+	LastSwitch Event
+}
+
+// Stats returns the counters.
+func (s *Source) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Close implements bridge.Source: it ends the sessions and waits for the
+// source's goroutines. It is idempotent.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.health = bridge.Health{State: bridge.StateClosed, Level: -1}
+	s.mu.Unlock()
+	if started {
+		s.cancel()
+		s.wg.Wait()
+	}
+	s.closeClients()
+	return nil
+}
+
+func (s *Source) closeClients() {
+	for _, m := range s.members {
+		m.client.Close()
+	}
+}
+
+// Subscribe implements bridge.Source: the tags are advised on the active
+// gateway (see subscribeOn for the commands) and prepared on the standby
+// in the background. Tags already advised are accepted without a command.
+func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+	s.mu.Lock()
+	a := s.active
+	if a < 0 {
+		s.mu.Unlock()
+		return nil, errors.New("no gateway session")
+	}
+	m := s.members[a]
+	sess, gen := m.sess, m.gen
+	var todo []*item
+	var idx []int
+	for i, t := range tags {
+		it := s.items[t.Handle]
+		if it == nil {
+			n := len(s.members)
+			it = &item{tag: t, handle: make([]int32, n), advised: make([]bool, n), last: make([]*mxgateway.DataChange, n)}
+			s.items[t.Handle] = it
+		}
+		if !it.advised[a] {
+			todo = append(todo, it)
+			idx = append(idx, i)
+		}
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(tags))
+	if len(todo) > 0 {
+		res, err := s.subscribeOn(ctx, m, sess, gen, todo, true)
+		if err != nil {
+			s.endRefresh(todo)
+			return nil, err
+		}
+		var failed []*item
+		for k, e := range res {
+			if e != nil {
+				errs[idx[k]] = fmt.Errorf("tag %q (%s): %w", tags[idx[k]].Name, tags[idx[k]].Address, e)
+				failed = append(failed, todo[k])
+			}
+		}
+		s.endRefresh(failed)
+	}
+	s.wakeStandby()
+	return errs, nil
+}
+
+// Unsubscribe implements bridge.Source: the tags are unadvised and removed
+// on both gateways.
+func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
+	type removal struct {
+		sess   *mxgateway.Session
+		handle int32
+		advise bool
+	}
+	var todo []removal
+	s.mu.Lock()
+	for _, t := range tags {
+		it := s.items[t.Handle]
+		if it == nil {
+			continue
+		}
+		delete(s.items, t.Handle)
+		for i, m := range s.members {
+			if m.sess != nil && it.handle[i] != 0 {
+				todo = append(todo, removal{m.sess, it.handle[i], it.advised[i]})
+				delete(m.byGateway, it.handle[i])
+			}
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, r := range todo {
+		if r.advise {
+			if err := r.sess.UnAdvise(ctx, r.handle); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if err := r.sess.RemoveItem(ctx, r.handle); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Write implements bridge.Source: the value goes to the active gateway as
+// the configured write user; the gateway's status comes back as the
+// write's status.
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+	s.mu.Lock()
+	a := s.active
+	var (
+		sess   *mxgateway.Session
+		handle int32
+	)
+	if a >= 0 {
+		if it := s.items[tag.Handle]; it != nil && it.advised[a] {
+			sess, handle = s.members[a].sess, it.handle[a]
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case a < 0:
+		return bridge.StatusBadNotConnected, bridge.ErrNotWritableNow
+	case sess == nil:
+		return bridge.StatusBadWaitingForInit, fmt.Errorf("tag %q is not subscribed on the active gateway yet", tag.Name)
+	}
+	err := sess.Write(ctx, handle, v)
+	if err == nil {
+		return bridge.StatusGood, nil
+	}
+	var se *mxgateway.StatusError
+	if errors.As(err, &se) {
+		switch se.Code {
+		case mxpb.MxStatusCode_MX_STATUS_CODE_WRITE_REFUSED:
+			return bridge.StatusBadNotWritable, err
+		case mxpb.MxStatusCode_MX_STATUS_CODE_WRONG_TYPE:
+			return bridge.StatusBadTypeMismatch, err
+		}
+		return bridge.StatusBad, err
+	}
+	return bridge.StatusBadCommunicationErr, err
+}
