@@ -22,12 +22,12 @@ const (
 // MxGatewayConfig is a type: mxgateway source's settings. In YAML they sit
 // at the source's own level, beside name and type:
 //
-//	- name: galaxy
-//	  type: mxgateway
-//	  endpoints: [gw-a:5001, gw-b:5001]
-//	  writeUserId: 0
-//	  tags:
-//	    - {name: pump1_pv, address: Pump_001.PV}
+//   - name: galaxy
+//     type: mxgateway
+//     endpoints: [gw-a:5001, gw-b:5001]
+//     writeUserId: 0
+//     tags:
+//   - {name: pump1_pv, address: Pump_001.PV}
 type MxGatewayConfig struct {
 	mxsource.Config `yaml:",inline"`
 	// Tags are the gateway items, by item address (Object.Attribute).

@@ -11,7 +11,7 @@ nats:
   servers: [nats://127.0.0.1:4222]
 sources:
   - name: line1
-    endpoints: [opc.tcp://127.0.0.1:4840]
+    endpoints: [opc.tcp://127.0.0.1:4840, opc.tcp://127.0.0.1:4841]
     mode: hot
     tags:
       - {name: Temp, address: "ns=2;s=Line1.Temp"}
@@ -36,7 +36,7 @@ func TestMxGatewaySourceConfig(t *testing.T) {
 		t.Fatalf("sources: %+v", c.Sources)
 	}
 	// The two types share endpoints and mode: each gets its own.
-	if ua := c.Sources[0]; string(ua.Mode) != "hot" || len(ua.Endpoints) != 1 || ua.MxGateway.Endpoints != nil {
+	if ua := c.Sources[0]; string(ua.Mode) != "hot" || len(ua.Endpoints) != 2 || ua.MxGateway.Endpoints != nil {
 		t.Errorf("opcua source: %+v", ua)
 	}
 	mx := c.Sources[1].MxGateway

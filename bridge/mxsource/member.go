@@ -26,9 +26,9 @@ type member struct {
 	// early holds data changes of items whose handle is not known yet:
 	// the gateway sends an item's first value as it advises it, which
 	// can be before its reply to the subscribe arrives.
-	early map[int32]mxgateway.DataChange
-	openedAt  time.Time
-	lastErr   string // the last open or stream error, logged once
+	early    map[int32]mxgateway.DataChange
+	openedAt time.Time
+	lastErr  string // the last open or stream error, logged once
 
 	lastEvent atomic.Int64 // unix nanoseconds of the session's last event
 }
