@@ -10,6 +10,8 @@ import (
 	"github.com/apbridge/apbridge/mxgateway/mxpb"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -94,7 +96,16 @@ func NewClient(target string, opts ...Option) (*Client, error) {
 	if o.tls != nil {
 		creds = credentials.NewTLS(o.tls)
 	}
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	dial := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// gRPC's own reconnect backoff grows to 2 minutes by default: a
+		// gateway back from a restart would wait that long for the
+		// channel. Gateways are few and a TCP connect is cheap.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectCeiling},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
 	if o.token != "" {
 		if o.tls == nil {
 			return nil, errors.New("mxgateway: a token needs TLS (WithTLS): it would travel in the clear")
@@ -110,6 +121,29 @@ func NewClient(target string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("mxgateway: %s: %w", target, err)
 	}
 	return &Client{target: target, conn: conn, api: mxpb.NewMxAccessGatewayClient(conn), log: o.log}, nil
+}
+
+// reconnectCeiling caps the channel's reconnect backoff: how long after a
+// gateway is back at most before the channel sees it.
+const reconnectCeiling = 500 * time.Millisecond
+
+// WaitReady waits until the channel is connected to the gateway, or ctx
+// ends. It starts a connection attempt if the channel is idle.
+func (c *Client) WaitReady(ctx context.Context) error {
+	for {
+		st := c.conn.GetState()
+		switch st {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Shutdown:
+			return ErrClosed
+		case connectivity.Idle:
+			c.conn.Connect()
+		}
+		if !c.conn.WaitForStateChange(ctx, st) {
+			return ctx.Err()
+		}
+	}
 }
 
 // Target returns the gateway's address.

@@ -68,7 +68,7 @@ func (s *Source) runMember(m *member) {
 		if err != nil {
 			s.post(memberEvent{kind: evOpenFailed, m: m, err: err})
 			s.tried(m)
-			if ctxtime.Sleep(s.ctx, jitter(delay)) != nil {
+			if s.waitRetry(m, err, delay) != nil {
 				return
 			}
 			delay = min(delay*2, maxReconnectDelay)
@@ -104,11 +104,29 @@ func (s *Source) runMember(m *member) {
 		if lived > maxReconnectDelay {
 			delay = s.cfg.ReconnectDelay
 		}
-		if ctxtime.Sleep(s.ctx, jitter(delay)) != nil {
+		if s.waitRetry(m, err, delay) != nil {
 			return
 		}
 		delay = min(delay*2, maxReconnectDelay)
 	}
+}
+
+// waitRetry waits before m's next open after err: the jittered delay,
+// but when the gateway was unreachable, only until its channel is
+// connected again, so that a gateway back from a restart is used at once.
+// A gateway that is reachable but refused waits the whole delay.
+func (s *Source) waitRetry(m *member, err error, delay time.Duration) error {
+	if !errors.Is(err, mxgateway.ErrDisconnected) {
+		return ctxtime.Sleep(s.ctx, jitter(delay))
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, jitter(delay))
+	defer cancel()
+	if m.client.WaitReady(ctx) == nil {
+		// Connected: a short pause, so that a gateway that accepts
+		// connections and then drops them is not hammered.
+		return ctxtime.Sleep(s.ctx, min(delay, 50*time.Millisecond))
+	}
+	return s.ctx.Err()
 }
 
 // primaryHeadStart is how long the backup waits at start for the

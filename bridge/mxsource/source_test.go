@@ -283,3 +283,27 @@ func (e *mxEnv) refreshes() int {
 	defer e.mu.Unlock()
 	return e.refresh
 }
+
+// A lone gateway back from a restart is used at once (not after gRPC's
+// own reconnect backoff), and subscribed exactly once more.
+func TestRestartedGatewayIsUsedAtOnce(t *testing.T) {
+	e := startMx(t, envConfig{})
+	e.flowing(t, 2)
+	e.gw[0].Kill()
+	testutil.WaitFor(t, "source down", 5*time.Second, func() bool { return e.src.Health().State == bridge.StateDown })
+	// An outage long enough for the reconnect backoff to grow.
+	outage := time.NewTimer(1500 * time.Millisecond)
+	<-outage.C
+	before := e.commands(0, "SubscribeBulk")
+	if err := e.gw[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	e.flowing(t, 2)
+	if d := time.Since(back); d > 3*time.Second {
+		t.Fatalf("data flowed again %v after the gateway came back", d)
+	}
+	if n := e.commands(0, "SubscribeBulk") - before; n != 1 {
+		t.Fatalf("%d subscribes on the restarted gateway, want 1", n)
+	}
+}
