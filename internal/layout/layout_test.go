@@ -31,8 +31,14 @@ func TestImportsPointOneWay(t *testing.T) {
 		{"apconn", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster"}},
 		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster"}},
 		{"bridge", []string{"github.com/gopcua/", "github.com/nats-io/nats.go/jetstream", "github.com/nats-io/jsm.go",
+			"google.golang.org/grpc", module + "/mxgateway",
 			module + "/servicelevel", module + "/bridge/", module + "/relay", module + "/testcluster"}},
 		{"bridge/opcuasource", []string{module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
+		// The gateway client knows nothing of the relay; the gateway source
+		// nothing of OPC UA.
+		{"mxgateway", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster", "github.com/nats-io/"}},
+		{"bridge/mxsource", []string{"github.com/gopcua/", module + "/servicelevel", module + "/bridge/opcuasource",
+			module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
 		{"bridge/jetstreamsink", []string{"github.com/gopcua/", module + "/bridge/opcuasource", module + "/relay", module + "/testcluster"}},
 		{"relay", []string{module + "/testcluster", module + "/internal/nodeopcua", module + "/cmd/", "github.com/nats-io/nats-server/"}},
 		// The binary a site runs links neither the embedded broker nor
