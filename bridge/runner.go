@@ -164,6 +164,11 @@ func (r *runner) send(e guardEvent) {
 	}
 }
 
+// supersedeWait bounds how long a new subscribe waits for the one it
+// supersedes to return: a source that ignores cancellation must not stop
+// the guard.
+const supersedeWait = 2 * time.Second
+
 // guardLoop runs the source's subscribe guard: it decides when a subscribe
 // request goes, runs it on a goroutine of its own and cancels it when it is
 // superseded.
@@ -173,6 +178,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 	// cancelReq cancels the request in flight: when it is superseded, and
 	// on the way out.
 	cancelReq := func() {}
+	var reqDone chan struct{} // closed when the last request returned
 	defer func() {
 		cancelReq()
 		inflight.Wait()
@@ -210,11 +216,28 @@ func (r *runner) guardLoop(ctx context.Context) {
 		}
 		if d.Send {
 			cancelReq() // superseded
+			// One request in flight at the source, not only in the
+			// guard's books: the superseded one returns (cancelled)
+			// before the next goes.
+			if reqDone != nil {
+				t := time.NewTimer(supersedeWait)
+				select {
+				case <-reqDone:
+				case <-t.C:
+					r.b.log.Warn().Str("source", r.src.Name()).Dur("waited", supersedeWait).
+						Msg("a superseded subscribe did not return when cancelled; sending the next anyway")
+				case <-ctx.Done():
+				}
+				t.Stop()
+			}
 			rctx, cancel := context.WithCancel(ctx)
 			cancelReq = cancel
+			done := make(chan struct{})
+			reqDone = done
 			inflight.Add(1)
 			go func(id uint64) {
 				defer inflight.Done()
+				defer close(done)
 				r.subscribe(rctx, id, d.Reason)
 			}(d.ReqID)
 		}
