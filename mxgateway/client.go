@@ -149,12 +149,13 @@ func (c *Client) WaitReady(ctx context.Context) error {
 // Target returns the gateway's address.
 func (c *Client) Target() string { return c.target }
 
-// Close closes the channel; sessions on it end.
+// Close closes the channel; sessions on it end. Closing it again is a
+// no-op.
 func (c *Client) Close() error {
-	if err := c.conn.Close(); err != nil && !errors.Is(err, grpc.ErrClientConnClosing) {
-		return err
+	if c.conn.GetState() == connectivity.Shutdown {
+		return nil
 	}
-	return nil
+	return c.conn.Close()
 }
 
 // SessionOptions are asked for at OpenSession.
