@@ -92,6 +92,19 @@ func TestSupervisoryBulkNeedsTheCapability(t *testing.T) {
 	if err := s.Write(ctx, res[0].Handle, "nine"); err == nil || !strings.Contains(err.Error(), "wrong type") {
 		t.Fatalf("write of a string to an int32 item: %v", err)
 	}
+	// A plain advise on a supervisory session: the gateway refuses the
+	// write, and says so.
+	other := open(t, c, mxgateway.SessionOptions{})
+	res, err = other.AddItems(ctx, []string{"Pump_001.PV"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Advise(ctx, res[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Write(ctx, res[0].Handle, int32(3)); !errors.As(err, &se) || !strings.Contains(err.Error(), "write refused") {
+		t.Fatalf("write after a plain advise on a supervisory session: %v", err)
+	}
 	if _, err := mxgateway.ToValue(struct{}{}); err == nil {
 		t.Fatal("a struct became a value")
 	}
