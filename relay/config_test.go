@@ -131,6 +131,7 @@ func TestSecretsFromEnvironment(t *testing.T) {
 // complaints are the files of a real site that this machine lacks.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv("APBRIDGE_OPC_PASSWORD", "secret")
+	t.Setenv("APBRIDGE_MXGW_TOKEN", "token")
 	data, err := os.ReadFile("../examples/site.yaml")
 	if err != nil {
 		t.Fatal(err)
