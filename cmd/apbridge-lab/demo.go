@@ -319,7 +319,9 @@ func (d *demo) waitUpdates(ctx context.Context, n uint64, within time.Duration) 
 func (d *demo) report() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sort.Strings(d.timeline)
+	// By time only: what happened in the same millisecond stays in the
+	// order it was noted (a fault before its switch).
+	sort.SliceStable(d.timeline, func(i, j int) bool { return d.timeline[i][:8] < d.timeline[j][:8] })
 	fmt.Fprintln(d.out)
 	fmt.Fprintln(d.out, "timeline")
 	for _, l := range d.timeline {
