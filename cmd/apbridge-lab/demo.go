@@ -25,14 +25,16 @@ import (
 )
 
 // runDemo runs everything on the embedded defaults: a three-node NATS
-// cluster, a Warm OPC UA server pair with simulated tags, the relay and a
-// consumer, through a scripted maintenance window under traffic. It prints
-// a timeline and exits non-zero if an update was lost.
+// cluster, a Warm OPC UA server pair with simulated tags, an MxAccess
+// gateway pair, the relay and a consumer, through a scripted maintenance
+// window under traffic. It prints a timeline and exits non-zero if an
+// update was lost.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	grace := fs.Duration("grace", 2*time.Second, "lame-duck grace period of the brokers")
 	nTags := fs.Int("tags", 50, "simulated tags")
+	mxTags := fs.Int("gateway-tags", 20, "simulated MxAccess gateway items (0: no gateway pair)")
 	verbose := fs.Bool("v", false, "log what the relay does (to stderr)")
 	pretty := fs.Bool("pretty", true, "console log format instead of JSON (with -v)")
 	if err := fs.Parse(args); err != nil {
@@ -42,7 +44,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *verbose {
 		log = cli.NewLogger(stderr, *pretty, zerolog.InfoLevel)
 	}
+	if *mxTags < 0 {
+		return fmt.Errorf("-gateway-tags %d: cannot be negative", *mxTags)
+	}
 	d := newDemo(stdout)
+	d.mxTags = *mxTags
 	if err := runMaintenance(ctx, d, *grace, *nTags, log); err != nil {
 		return err
 	}
@@ -54,7 +60,9 @@ func newDemo(out io.Writer) *demo {
 }
 
 // runMaintenance runs the scripted maintenance window: it is the demo, and
-// the relay-maintenance benchmark under more load.
+// the relay-maintenance benchmark under more load. With d.mxTags it adds an
+// MxAccess gateway pair and its maintenance (demo_mx.go) after the OPC UA
+// steps.
 func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int, log zerolog.Logger) error {
 	d.say("starting a three-node NATS cluster (lame-duck grace %v) and a Warm OPC UA pair (primary 250, standby 90) with %d tags at 10 Hz", grace, nTags)
 	cl, err := testcluster.StartNATS(ctx, testcluster.WithLameDuck(grace+time.Second, grace))
@@ -67,6 +75,29 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return err
 	}
 	defer pair.Close()
+	var gx *galaxy
+	if d.mxTags > 0 {
+		d.say("starting an MxAccess gateway pair (gw-a, gw-b, warm standby) on one Galaxy with %d counters at 10 Hz", d.mxTags)
+		if gx, err = startGalaxy(d, d.mxTags); err != nil {
+			return err
+		}
+		defer gx.close()
+	}
+
+	// The consumer: an ApConnection too, so that it rides the brokers'
+	// maintenance as well. The gateways answer at once: it listens to the
+	// galaxy before the relay starts, not to miss its first values.
+	consumer, err := apconn.Connect(ctx, cl.URLs(), apconn.WithName("demo-consumer"))
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+	if gx != nil {
+		if err := gx.subscribe(consumer); err != nil {
+			return err
+		}
+		consumer.Flush(ctx)
+	}
 
 	// The relay, as `apbridge run` builds it from its config.
 	var tags []opcuasource.TagConfig
@@ -74,29 +105,25 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		tags = append(tags, opcuasource.TagConfig{TagConfig: bridge.TagConfig{Name: tg.Name, Address: tg.NodeID().String(), Writable: tg.Writable()}})
 	}
 	handling := ldm.SwitchToPassive.String()
+	sources := []relay.SourceConfig{{
+		Name:       "line1",
+		PairConfig: servicelevel.PairConfig{Endpoints: pair.Endpoints()},
+		Tags:       tags,
+	}}
+	if gx != nil {
+		sources = append(sources, gx.source())
+	}
 	rl, err := relay.Start(ctx, &relay.Config{
 		Instance: "demo",
 		Subject:  "plant.{source}.{tag}",
 		NATS:     relay.NATSConfig{Servers: cl.URLs(), Name: "apbridge-demo", LameDuckHandling: &handling},
-		Sources: []relay.SourceConfig{{
-			Name:       "line1",
-			PairConfig: servicelevel.PairConfig{Endpoints: pair.Endpoints()},
-			Tags:       tags,
-		}},
+		Sources:  sources,
 	}, relay.WithLogger(log), relay.WithConnOptions(apconn.WithEventHandler(d.natsEvent)))
 	if err != nil {
 		return err
 	}
 	defer rl.Close()
 	relayConn := rl.Conn()
-
-	// The consumer: an ApConnection too, so that it rides the brokers'
-	// maintenance as well.
-	consumer, err := apconn.Connect(ctx, cl.URLs(), apconn.WithName("demo-consumer"))
-	if err != nil {
-		return err
-	}
-	defer consumer.Close()
 	if _, err := consumer.Subscribe("plant.line1.>", d.update); err != nil {
 		return err
 	}
@@ -110,6 +137,11 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	a, _ := relayConn.ActiveServer()
 	p, _ := relayConn.PassiveServer()
 	d.say("relay up: NATS active %s, warm passive %s; OPC UA on %s; %d tags flowing", a.Name, p.Name, pair.A().Name(), nTags)
+	if gx != nil {
+		if err := gx.waitUp(ctx, rl); err != nil {
+			return err
+		}
+	}
 
 	step := func(what string, f func() error) error {
 		d.say("%s", what)
@@ -168,6 +200,12 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	}); err != nil {
 		return err
 	}
+	// 4. Gateway maintenance and a gateway failure (demo_mx.go).
+	if gx != nil {
+		if err := gx.maintenance(ctx, rl); err != nil {
+			return err
+		}
+	}
 	// Let the last switch settle and everything in flight arrive.
 	if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
 		return err
@@ -195,6 +233,9 @@ type demo struct {
 	maxGapAt time.Time
 	natsSw   []time.Duration // NATS switches, from the fault
 	opcuaSw  []time.Duration // OPC UA failovers, from the fault to data again
+	mxSw     []time.Duration // MxGateway switches, from the fault to the promotion
+	mxTags   int             // MxAccess gateway items; 0 runs no gateway pair
+	notes    []string        // summary lines of the report, before the totals
 	lastAt   map[string]time.Time
 	// lastSrc is each tag's latest source time; an update older than it
 	// (outside a snapshot, which may repeat a value) left out of order.
@@ -210,6 +251,13 @@ func (d *demo) mark(what string) {
 	d.mu.Lock()
 	d.marks = append(d.marks, time.Now())
 	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", time.Since(d.start).Seconds(), what))
+	d.mu.Unlock()
+}
+
+// note puts what happened at at on the timeline.
+func (d *demo) note(at time.Time, what string) {
+	d.mu.Lock()
+	d.timeline = append(d.timeline, fmt.Sprintf("%7.3fs  %s", at.Sub(d.start).Seconds(), what))
 	d.mu.Unlock()
 }
 
@@ -264,14 +312,19 @@ func (d *demo) update(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	now := time.Now()
+	d.record(u, m.Header.Get(bridge.HeaderRefresh) == "true", time.Now())
+}
+
+// record counts an update the consumer received at now; refresh is its
+// refresh header.
+func (d *demo) record(u bridge.Update, refresh bool, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lastAt == nil {
 		d.lastAt, d.lastSrc = map[string]time.Time{}, map[string]time.Time{}
 	}
 	if !u.SourceTime.IsZero() {
-		if m.Header.Get(bridge.HeaderRefresh) != "true" && u.SourceTime.Before(d.lastSrc[u.Tag]) {
+		if !refresh && u.SourceTime.Before(d.lastSrc[u.Tag]) {
 			d.outOfOrder++
 		}
 		if u.SourceTime.After(d.lastSrc[u.Tag]) {
@@ -328,6 +381,9 @@ func (d *demo) report() error {
 		fmt.Fprintln(d.out, l)
 	}
 	fmt.Fprintln(d.out)
+	for _, l := range d.notes {
+		fmt.Fprintln(d.out, l)
+	}
 	fmt.Fprintf(d.out, "tag updates received %d from %d tags; lost %d; duplicated %d; out of order %d; longest silence of a counter tag (10 Hz) %v (ending at %.3fs)\n",
 		d.n, len(d.last), d.lost, d.dup, d.outOfOrder, d.maxGap.Round(time.Millisecond), d.maxGapAt.Sub(d.start).Seconds())
 	if d.lost > 0 {
