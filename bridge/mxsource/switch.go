@@ -42,11 +42,20 @@ type Event struct {
 func (e Event) String() string {
 	switch e.Kind {
 	case EventSwitch:
-		return fmt.Sprintf("switched from %s to %s (%s) in %v", e.From, e.Gateway, e.Cause, e.Took.Round(time.Millisecond))
+		return fmt.Sprintf("switched from %s to %s (%s) in %v", e.From, e.Gateway, e.Cause, roundTook(e.Took))
 	case EventSessionDown:
 		return fmt.Sprintf("session on %s down: %s", e.Gateway, e.Cause)
 	}
 	return fmt.Sprintf("session on %s up", e.Gateway)
+}
+
+// roundTook keeps a switch time readable without rounding a sub-millisecond
+// one to 0s.
+func roundTook(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(100 * time.Microsecond)
 }
 
 type memberEventKind int
