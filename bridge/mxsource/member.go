@@ -31,6 +31,10 @@ type member struct {
 	lastErr  string // the last open or stream error, logged once
 
 	lastEvent atomic.Int64 // unix nanoseconds of the session's last event
+	// busy counts the subscribe requests of ours running on the session:
+	// a health ping would queue behind them and measure them, not the
+	// gateway.
+	busy atomic.Int32
 }
 
 // openTimeout bounds opening and registering a session.

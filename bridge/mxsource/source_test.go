@@ -2,6 +2,7 @@ package mxsource_test
 
 import (
 	"net"
+	"sync"
 	"net/http"
 	"strings"
 	"testing"
@@ -306,4 +307,32 @@ func TestRestartedGatewayIsUsedAtOnce(t *testing.T) {
 	if n := e.commands(0, "SubscribeBulk") - before; n != 1 {
 		t.Fatalf("%d subscribes on the restarted gateway, want 1", n)
 	}
+}
+
+// A long subscribe of our own is no sign of a dead gateway: no health ping
+// queues behind it (it would time the subscribe, and switch). The
+// positive control: a slow worker afterwards does switch.
+func TestLongSubscribeIsNotADeadGateway(t *testing.T) {
+	var once sync.Once
+	e := startMx(t, envConfig{gateways: 2, cfg: mxsource.Config{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond},
+		setup: func(i int, g *testcluster.MxGateway) {
+			if i > 0 {
+				return
+			}
+			g.OnCommand(func(_, kind string) {
+				if kind == "SubscribeBulk" {
+					once.Do(func() {
+						g.SetCommandLatency(time.Hour)
+						time.AfterFunc(1500*time.Millisecond, func() { g.SetCommandLatency(0) })
+					})
+				}
+			})
+		}})
+	e.flowing(t, 3)
+	if n := e.switchCount(); n != 0 {
+		t.Fatalf("%d switches during a 1.5 s subscribe", n)
+	}
+	e.gw[0].SetCommandLatency(2 * time.Second)
+	testutil.WaitFor(t, "switch on a slow worker", 5*time.Second, func() bool { return e.switchCount() == 1 })
+	e.gw[0].SetCommandLatency(0)
 }

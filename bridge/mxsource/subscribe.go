@@ -33,6 +33,8 @@ func (s *Source) subscribeOn(ctx context.Context, m *member, sess *mxgateway.Ses
 	if sess == nil {
 		return nil, errors.New("no gateway session")
 	}
+	m.busy.Add(1)
+	defer m.busy.Add(-1)
 	errs := make([]error, len(items))
 	s.mu.Lock()
 	var fresh, added []int // indexes into items

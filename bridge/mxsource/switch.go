@@ -124,7 +124,9 @@ func (s *Source) supervise() {
 			s.watchHeartbeats(now)
 			s.watchRefresh(now)
 			if !probing && now.Sub(lastProbe) >= s.cfg.ProbeInterval {
-				if m, sess, gen := s.activeSession(); sess != nil {
+				// No ping behind our own subscribe: on a worker that runs
+				// one command at a time it would time the subscribe.
+				if m, sess, gen := s.activeSession(); sess != nil && m.busy.Load() == 0 {
 					probing, lastProbe = true, now
 					s.wg.Add(1)
 					go s.probe(m, sess, gen, probeDone)
@@ -313,6 +315,10 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	}
 	s.active = next.idx
 	hot := s.cfg.Mode == ModeHot
+	// A switch during the last switch's refresh closes that one first,
+	// so that every refresh-start has its refresh-end.
+	closePrev := s.refresh != nil
+	s.refresh = nil
 	var replay []struct {
 		handle uint32
 		d      mxgateway.DataChange
@@ -329,6 +335,9 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 		}
 	}
 	s.mu.Unlock()
+	if closePrev {
+		h.RefreshEnd()
+	}
 	h.RefreshStart(fmt.Sprintf("%s: %s -> %s", causeText(cause), old.target, next.target))
 	for _, r := range replay {
 		h.Update(r.handle, toUpdate(r.d))
