@@ -2,9 +2,9 @@ package mxsource_test
 
 import (
 	"net"
-	"sync"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
