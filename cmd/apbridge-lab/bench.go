@@ -144,6 +144,7 @@ func scenarios() []scenario {
 	all = append(all, uaScenarios()...)
 	all = append(all, relayScenarios()...)
 	all = append(all, jsScenarios()...)
+	all = append(all, mxScenarios()...)
 	return all
 }
 

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/mxsource"
+	"github.com/apbridge/apbridge/testcluster"
+)
+
+// benchMxFailover runs a gateway pair on one MxData, --tags counters at
+// 10 Hz, and kills the active gateway cfg.runs times, alternating: the
+// killed one is restarted and waited for as the prepared standby before
+// the next run.
+//
+// switch_ms is from the Kill call to the first update on the consumer that
+// the old gateway cannot have sent: one of the promotion's refresh (the
+// bridge marks it Apb-Refresh, and nothing else is marked during a run), or
+// a counter value above the data's value when Kill returned. resume_ms is
+// until every tag has such a value again: the data flows as before.
+func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
+	mode, err := mxMode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := cmp.Or(cfg.tags, mxDefaultTags)
+	cl, err := startBenchCluster(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	const prefix = "Fo"
+	data := testcluster.NewMxData()
+	stopData := data.RunCounters(prefix, n, mxTick)
+	defer stopData()
+	var gws [2]*testcluster.MxGateway
+	for i := range gws {
+		g, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+		if err != nil {
+			return nil, err
+		}
+		defer g.Close()
+		gws[i] = g
+	}
+	tags := mxCounterTags(prefix, n)
+	rl, err := startMxRelay(ctx, cfg, cl, "mxfo", mxsource.Config{Endpoints: []string{gws[0].Addr(), gws[1].Addr()}, Mode: mode}, tags, mxRelayOpts{})
+	if err != nil {
+		return nil, err
+	}
+	defer rl.close()
+
+	// The standby is prepared when its gateway has carried every item in
+	// the command of the mode since it (re)started.
+	prepKind := "AddItemBulk"
+	if mode == mxsource.ModeHot {
+		prepKind = "SubscribeBulk"
+	}
+	var prepBase [2]uint64
+	active := func() int {
+		h := rl.src.Health()
+		for i, g := range gws {
+			if g.Addr() == h.Endpoint {
+				return i
+			}
+		}
+		return -1
+	}
+	ready := func() bool {
+		a := active()
+		if a < 0 || rl.src.Health().State != bridge.StateConnected {
+			return false
+		}
+		b := 1 - a
+		return gws[b].Stats().Items[prepKind]-prepBase[b] >= uint64(n)
+	}
+
+	r := &result{}
+	var resume, took, detect []float64
+	causes := map[string]int{}
+	for run := 1; run <= cfg.runs; run++ {
+		if err := waitCond(ctx, "the standby gateway prepared", 30*time.Second, ready); err != nil {
+			return nil, fmt.Errorf("run %d: %w (health %+v)", run, err, rl.src.Health())
+		}
+		// Traffic flows: every tag has a Good update from now on.
+		rl.con.mark(time.Now(), -1)
+		if _, err := rl.con.waitAllGood(ctx, 5*time.Second); err != nil {
+			return nil, fmt.Errorf("run %d: before the kill: %w", run, err)
+		}
+		// At a random phase of the 100 ms tick: the wait above ends just
+		// after one.
+		if err := sleepCtx(ctx, rand.N(mxTick)); err != nil {
+			return nil, err
+		}
+		a := active()
+		before := len(rl.switches())
+		// Until Kill returns, only a refresh is new.
+		t0 := time.Now()
+		rl.con.mark(t0, math.MaxInt64)
+		gws[a].Kill()
+		rl.con.setNewer(mxCounterValue(data, prefix))
+		sw, err := rl.con.waitFirstNew(ctx, 15*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: no update from the new gateway: %w", run, err)
+		}
+		last, err := rl.con.waitAllGood(ctx, 15*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: after the switch: %w", run, err)
+		}
+		if err := waitCond(ctx, "the source's switch event", 5*time.Second, func() bool { return len(rl.switches()) > before }); err != nil {
+			return nil, fmt.Errorf("run %d: %w", run, err)
+		}
+		ev := rl.switches()[before]
+		r.Runs++
+		r.addSwitch(sw.Sub(t0))
+		resume = append(resume, ms(last.Sub(t0)))
+		took = append(took, ms(ev.Took))
+		detect = append(detect, ms(ev.At.Sub(t0)))
+		causes[ev.Cause]++
+		fmt.Fprintf(cfg.progress, "  run %d: killed %s, switch %v, all tags new again %v (source: detected %v, took %v)\n", run,
+			gws[a].Addr(), sw.Sub(t0).Round(time.Microsecond), last.Sub(t0).Round(time.Microsecond),
+			ev.At.Sub(t0).Round(time.Microsecond), ev.Took.Round(time.Microsecond))
+		// The killed gateway comes back, to be the standby of the next run.
+		prepBase[a] = gws[a].Stats().Items[prepKind]
+		if err := gws[a].Restart(); err != nil {
+			return nil, fmt.Errorf("run %d: %w", run, err)
+		}
+	}
+	c := rl.con.counts()
+	r.Lost, r.Duplicated = c.lost, c.dup
+	r.MaxGap = ms(max(c.maxGap0-mxTick, 0))
+	r.set("mode", mode)
+	r.set("tags", n)
+	if len(resume) > 0 {
+		r.set("resume_ms_p50", percentile(resume, 50))
+		r.set("resume_ms_p99", percentile(resume, 99))
+		r.set("source_switch_ms_p50", percentile(took, 50))
+		r.set("source_switch_ms_p99", percentile(took, 99))
+		r.set("detect_ms_p50", percentile(detect, 50))
+		r.set("detect_ms_max", percentile(detect, 100))
+	}
+	r.set("switches", total(causes))
+	r.set("cause", causeList(causes))
+	r.set("snapshot_repeats", c.repeats)
+	r.set("bad_updates", c.bad)
+	r.set("updates", c.updates)
+	return r, nil
+}
