@@ -26,6 +26,7 @@ import (
 func mxScenarios() []scenario {
 	return []scenario{
 		{"mx-failover", "gateway pair, --tags (100) counters at 10 Hz, --mode warm|hot: kill the active, switch time on the consumer, lost and duplicated ticks (pass --runs 10 for the reported figure)", benchMxFailover},
+		{"mx-restart", "one gateway, --tags (100) counters at 10 Hz: a graceful stream end, then a kill and restart; Good again and resubscribes per event", benchMxRestart},
 	}
 }
 
