@@ -28,6 +28,7 @@ func mxScenarios() []scenario {
 		{"mx-storm", "244 tags, one gateway wedged 60 s from the first subscribe: subscribe requests, most in flight, recovery; then commands per subscribe with and without bulk-subscribe-supervisory (one run, ~2.5 min; --storm is the observation window)", benchMxStorm},
 		{"mx-failover", "gateway pair, --tags (100) counters at 10 Hz, --mode warm|hot: kill the active, switch time on the consumer, lost and duplicated ticks (pass --runs 10 for the reported figure)", benchMxFailover},
 		{"mx-restart", "one gateway, --tags (100) counters at 10 Hz: a graceful stream end, then a kill and restart; Good again and resubscribes per event", benchMxRestart},
+		{"mx-throughput", "10,000 tags on one gateway at the highest rate the relay sustains (found by a short ladder), against plain nats.go; --duration, 15 s at its 60 s default (one run)", benchMxThroughput},
 	}
 }
 
