@@ -472,3 +472,50 @@ func TestCloseRacingASwitch(t *testing.T) {
 			func() bool { return !answers() })
 	}
 }
+
+// boundedSource is a hanging source that says how long its subscribe may
+// take (a gateway's command deadline).
+type boundedSource struct {
+	*testcluster.SimSource
+	bound time.Duration
+}
+
+func (s boundedSource) SubscribeReplyBound() time.Duration { return s.bound }
+
+// A source's reply bound raises the guard's in-flight ceiling: no second
+// request while the first may still be answered. The positive control is
+// the same source without the bound, presumed lost at the ceiling.
+func TestReplyBoundRaisesTheInFlightCeiling(t *testing.T) {
+	guard := bridge.GuardConfig{RetryFloor: 50 * time.Millisecond, RetryCeiling: 400 * time.Millisecond,
+		InFlightCeiling: 100 * time.Millisecond, Jitter: 0}
+	conn := singleNodeConn(t)
+	run := func(src bridge.Source, sim *testcluster.SimSource) int64 {
+		sim.HangSubscribes(true)
+		b, err := bridge.New(conn, bridge.Config{Guard: guard, Prefix: "apbridge." + src.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.AddSource(src, tagsN(2, false)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		// Ten ceilings' time, measured as requests of the unbounded run.
+		testutil.WaitFor(t, "the guard waiting", 5*time.Second, func() bool { return b.Stats()[0].SubscribeInFlight })
+		deadline := time.NewTimer(time.Second)
+		<-deadline.C
+		n, _ := sim.Requests()
+		sim.HangSubscribes(false)
+		return n
+	}
+	plain := testcluster.NewSimSource("plain")
+	if n := run(plain, plain); n < 3 {
+		t.Fatalf("positive control: %d requests in 1 s at a 100 ms ceiling", n)
+	}
+	sim := testcluster.NewSimSource("bounded")
+	if n := run(boundedSource{sim, time.Minute}, sim); n != 1 {
+		t.Fatalf("%d requests within the source's reply bound, want 1", n)
+	}
+}

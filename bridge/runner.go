@@ -26,6 +26,8 @@ type runner struct {
 
 	guardMu sync.Mutex // guards guard and cancelReq
 	guard   *Guard
+	// inFlightCeiling is the guard's, raised to the source's reply bound.
+	inFlightCeiling time.Duration
 	events  chan guardEvent
 
 	counters sourceCounters
@@ -59,7 +61,12 @@ func newRunner(b *Bridge, src Source) *runner {
 		events: make(chan guardEvent, 16),
 		health: Health{State: StateConnecting, Level: -1},
 	}
-	r.guard = NewGuard(b.cfg.Guard, rand.Float64)
+	gc := b.cfg.Guard
+	if rb, ok := src.(ReplyBounder); ok {
+		gc.InFlightCeiling = max(gc.InFlightCeiling, rb.SubscribeReplyBound())
+	}
+	r.inFlightCeiling = gc.InFlightCeiling
+	r.guard = NewGuard(gc, rand.Float64)
 	return r
 }
 
@@ -209,7 +216,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 			d = r.guard.Tick(r.b.now())
 			if r.guard.Stats().LostReplies > before {
 				r.counters.lostReplies.Add(1)
-				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.b.cfg.Guard.InFlightCeiling).
+				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.inFlightCeiling).
 					Msg("subscribe unanswered: presuming the reply lost, sending again")
 			}
 			r.guardMu.Unlock()

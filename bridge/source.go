@@ -48,6 +48,17 @@ type Source interface {
 	Close() error
 }
 
+// ReplyBounder is implemented by a source that knows how long its
+// Subscribe can take when the server is slow but alive (a gateway's
+// command deadline). The source's guard then presumes a reply lost no
+// sooner than that: a request presumed lost while the server still works
+// on it would queue a second one behind it.
+type ReplyBounder interface {
+	// SubscribeReplyBound returns the longest a Subscribe takes before
+	// the source itself gives up.
+	SubscribeReplyBound() time.Duration
+}
+
 // Handler receives what a source reports. The bridge implements it.
 type Handler interface {
 	// Update reports a change of the tag with the given handle. The

@@ -98,15 +98,16 @@ func (s *Source) runMember(m *member) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
 		sess.Close(cctx) // best effort: the gateway may be gone
 		cancel()
-		if errors.Is(err, mxgateway.ErrSessionEnded) && lived > time.Second {
-			// Ended in order: the gateway is probably up, open again at
-			// once. A session that ends as soon as it opens waits, so
-			// that a gateway that keeps ending sessions is not hammered.
+		// A session that lived is a gateway that works: the backoff starts
+		// over. One that ends as soon as it opens keeps backing off, so
+		// that a gateway that keeps ending sessions is not hammered.
+		if lived > stableSession {
 			delay = s.cfg.ReconnectDelay
-			continue
-		}
-		if lived > maxReconnectDelay {
-			delay = s.cfg.ReconnectDelay
+			if errors.Is(err, mxgateway.ErrSessionEnded) {
+				// Ended in order: the gateway is probably up, open
+				// again at once.
+				continue
+			}
 		}
 		if s.waitRetry(m, err, delay) != nil {
 			return
@@ -132,6 +133,10 @@ func (s *Source) waitRetry(m *member, err error, delay time.Duration) error {
 	}
 	return s.ctx.Err()
 }
+
+// stableSession is how long a session must have lived for its end to
+// restart the reconnect backoff.
+const stableSession = time.Second
 
 // primaryHeadStart is how long the backup waits at start for the
 // primary's first attempt.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/mxgateway"
@@ -156,6 +157,18 @@ func (s *Source) Health() bridge.Health {
 	defer s.mu.Unlock()
 	return s.health
 }
+
+// SubscribeReplyBound implements bridge.ReplyBounder: a gateway answers
+// every command within the session's command timeout (DEADLINE_EXCEEDED
+// at worst), so the bridge's guard waits that long and a margin before it
+// presumes a subscribe's reply lost.
+func (s *Source) SubscribeReplyBound() time.Duration {
+	return s.cfg.CommandTimeout + replyMargin
+}
+
+// replyMargin is the time beyond the command timeout a reply may take
+// to arrive.
+const replyMargin = 5 * time.Second
 
 // Stats counts what the source did.
 type Stats struct {

@@ -189,6 +189,31 @@ func (s *Source) watchRefresh(now time.Time) {
 	}
 }
 
+// openRefresh frames the first values of a new active session as a
+// refresh: it ends when every tag has one, or at refreshLimit.
+func (s *Source) openRefresh(reason string) {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	s.mu.Lock()
+	h := s.h
+	closePrev := s.refresh != nil
+	pending := make(map[uint32]bool, len(s.items))
+	for handle := range s.items {
+		pending[handle] = true
+	}
+	s.refresh = nil
+	if len(pending) > 0 {
+		s.refresh = &refreshState{pending: pending, deadline: time.Now().Add(refreshLimit)}
+	}
+	s.mu.Unlock()
+	if closePrev {
+		h.RefreshEnd()
+	}
+	if len(pending) > 0 {
+		h.RefreshStart(reason)
+	}
+}
+
 // endRefresh takes items whose advise failed out of the open refresh.
 func (s *Source) endRefresh(items []*item) {
 	if len(items) == 0 {
@@ -223,6 +248,7 @@ func (s *Source) handle(e memberEvent) {
 		s.mu.Lock()
 		m.lastErr = ""
 		becomes := s.active < 0
+		reopened := becomes && s.connected
 		if becomes {
 			s.active = m.idx
 			s.connected = true
@@ -237,6 +263,11 @@ func (s *Source) handle(e memberEvent) {
 		}
 		s.emit(Event{Kind: EventSessionUp, Gateway: m.target, At: e.at})
 		if becomes {
+			if reopened {
+				// The values that follow are every tag's current one
+				// after an outage: a refresh, as after a switch.
+				s.openRefresh(fmt.Sprintf("session reopened on %s", m.target))
+			}
 			// A fresh session has nothing advised: the bridge subscribes
 			// every tag again, through its guard.
 			s.handler().Restored()
