@@ -28,7 +28,7 @@ type runner struct {
 	guard   *Guard
 	// inFlightCeiling is the guard's, raised to the source's reply bound.
 	inFlightCeiling time.Duration
-	events  chan guardEvent
+	events          chan guardEvent
 
 	counters sourceCounters
 }
