@@ -98,6 +98,16 @@ func (c *countingSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]er
 	return c.Source.Subscribe(ctx, tags)
 }
 
+// SubscribeReplyBound passes the wrapped source's reply bound on: a
+// wrapper must not hide it, or the guard presumes replies lost sooner
+// than without the wrapper (0: the guard's own ceiling).
+func (c *countingSource) SubscribeReplyBound() time.Duration {
+	if rb, ok := c.Source.(bridge.ReplyBounder); ok {
+		return rb.SubscribeReplyBound()
+	}
+	return 0
+}
+
 func (c *countingSource) counts() (calls, maxRunning int, first time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
