@@ -12,6 +12,9 @@ type SourceStats struct {
 	Bad               int    `json:"bad"`
 	NoValue           int    `json:"noValue"`
 	Failed            int    `json:"failed"` // not subscribed: the last attempt failed for it
+	// FailedTags names them, with the source's reason, the first
+	// MaxFailedListed by name.
+	FailedTags []FailedTag `json:"failedTags,omitempty"`
 	Updates           uint64 `json:"updates"`
 	Published         uint64 `json:"published"`
 	PublishErrors     uint64 `json:"publishErrors"`
@@ -24,6 +27,17 @@ type SourceStats struct {
 	WriteErrors       uint64 `json:"writeErrors"`
 	Refreshes         uint64 `json:"refreshes"`
 }
+
+// FailedTag is a tag the source could not subscribe, and why.
+type FailedTag struct {
+	Tag   string `json:"tag"`
+	Error string `json:"error"`
+}
+
+// MaxFailedListed bounds SourceStats.FailedTags: a source whose every tag
+// fails names enough of them to act on without a status reply of
+// megabytes.
+const MaxFailedListed = 20
 
 // Stats returns the counters of every source.
 func (b *Bridge) Stats() []SourceStats {
@@ -39,6 +53,7 @@ func (b *Bridge) Stats() []SourceStats {
 			switch {
 			case !ts.subscribed && ts.subErr != "":
 				s.Failed++
+				s.FailedTags = append(s.FailedTags, FailedTag{Tag: ts.cfg.Name, Error: ts.subErr})
 			case !ts.have:
 				s.NoValue++
 			default:
@@ -53,6 +68,10 @@ func (b *Bridge) Stats() []SourceStats {
 			}
 		}
 		r.mu.Unlock()
+		sort.Slice(s.FailedTags, func(i, j int) bool { return s.FailedTags[i].Tag < s.FailedTags[j].Tag })
+		if len(s.FailedTags) > MaxFailedListed {
+			s.FailedTags = s.FailedTags[:MaxFailedListed]
+		}
 		r.guardMu.Lock()
 		s.SubscribeInFlight = r.guard.InFlight()
 		r.guardMu.Unlock()

@@ -82,6 +82,9 @@ func TestUnknownItemIsNamedAndRetriedAlone(t *testing.T) {
 	e := startMx(t, envConfig{extra: []bridge.TagConfig{{Name: "late", Address: "Late_1.PV"}}})
 	e.flowing(t, 2)
 	testutil.WaitFor(t, "the unknown item reported", 5*time.Second, func() bool { return e.sourceStats().Failed == 1 })
+	if f := e.sourceStats().FailedTags; len(f) != 1 || f[0].Tag != "late" || !strings.Contains(f[0].Error, "Late_1.PV") {
+		t.Fatalf("failed tags in status: %+v, want late named with its address", f)
+	}
 	// The guard retries the failed item alone, never the whole set.
 	testutil.WaitFor(t, "a retry", 5*time.Second, func() bool { return e.commands(0, "SubscribeBulk") >= 2 })
 	e.data.Define("Late_1.PV", int32(42))
