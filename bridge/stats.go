@@ -4,28 +4,28 @@ import "sort"
 
 // SourceStats are the counters of one source.
 type SourceStats struct {
-	Name              string `json:"name"`
-	Health            Health `json:"health"`
-	Tags              int    `json:"tags"`
-	Good              int    `json:"good"`
-	Uncertain         int    `json:"uncertain"`
-	Bad               int    `json:"bad"`
-	NoValue           int    `json:"noValue"`
-	Failed            int    `json:"failed"` // not subscribed: the last attempt failed for it
+	Name      string `json:"name"`
+	Health    Health `json:"health"`
+	Tags      int    `json:"tags"`
+	Good      int    `json:"good"`
+	Uncertain int    `json:"uncertain"`
+	Bad       int    `json:"bad"`
+	NoValue   int    `json:"noValue"`
+	Failed    int    `json:"failed"` // not subscribed: the last attempt failed for it
 	// FailedTags names them, with the source's reason, the first
 	// MaxFailedListed by name.
-	FailedTags []FailedTag `json:"failedTags,omitempty"`
-	Updates           uint64 `json:"updates"`
-	Published         uint64 `json:"published"`
-	PublishErrors     uint64 `json:"publishErrors"`
-	Unsupported       uint64 `json:"unsupported"`
-	SubscribeRequests uint64 `json:"subscribeRequests"`
-	SubscribeFailures uint64 `json:"subscribeFailures"`
-	LostReplies       uint64 `json:"lostReplies"`
-	SubscribeInFlight bool   `json:"subscribeInFlight"`
-	Writes            uint64 `json:"writes"`
-	WriteErrors       uint64 `json:"writeErrors"`
-	Refreshes         uint64 `json:"refreshes"`
+	FailedTags        []FailedTag `json:"failedTags,omitempty"`
+	Updates           uint64      `json:"updates"`
+	Published         uint64      `json:"published"`
+	PublishErrors     uint64      `json:"publishErrors"`
+	Unsupported       uint64      `json:"unsupported"`
+	SubscribeRequests uint64      `json:"subscribeRequests"`
+	SubscribeFailures uint64      `json:"subscribeFailures"`
+	LostReplies       uint64      `json:"lostReplies"`
+	SubscribeInFlight bool        `json:"subscribeInFlight"`
+	Writes            uint64      `json:"writes"`
+	WriteErrors       uint64      `json:"writeErrors"`
+	Refreshes         uint64      `json:"refreshes"`
 }
 
 // FailedTag is a tag the source could not subscribe, and why.
