@@ -40,6 +40,11 @@ type Config struct {
 	// pipelined on a gateway without a supervisory bulk subscribe
 	// (default 16, valid 1-128: the gateway queues at most 128 commands).
 	SubscribeParallelism int `yaml:"subscribeParallelism" json:"subscribeParallelism,omitempty"`
+	// SubscribeBatchSize is the most items one bulk command carries
+	// (default 1000, valid 1-10000): the gateway sends every advised
+	// item's current value at once, and its event queue (10,000 per
+	// session) must hold them beside the data that keeps changing.
+	SubscribeBatchSize int `yaml:"subscribeBatchSize" json:"subscribeBatchSize,omitempty"`
 	// Mode is "warm" (default) or "hot": how ready the standby is.
 	Mode string `yaml:"mode" json:"mode,omitempty"`
 	// ProbeInterval is how often the active session is pinged (default
@@ -93,6 +98,9 @@ func (c Config) Defaults() Config {
 	if c.SubscribeParallelism == 0 {
 		c.SubscribeParallelism = 16
 	}
+	if c.SubscribeBatchSize == 0 {
+		c.SubscribeBatchSize = 1000
+	}
 	if c.Mode == "" {
 		c.Mode = ModeWarm
 	}
@@ -137,6 +145,9 @@ func (c Config) Validate() error {
 	dur("reconnectDelay", c.ReconnectDelay, 10*time.Millisecond, time.Minute)
 	if p := c.SubscribeParallelism; p != 0 && (p < 1 || p > 128) {
 		add("subscribeParallelism: %d is out of range (valid 1-128)", p)
+	}
+	if b := c.SubscribeBatchSize; b != 0 && (b < 1 || b > 10000) {
+		add("subscribeBatchSize: %d is out of range (valid 1-10000)", b)
 	}
 	switch c.Mode {
 	case "", ModeWarm, ModeHot:

@@ -186,7 +186,7 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	m.lastEvent.Store(time.Now().UnixNano())
 	s.stats.SessionsOpened++
 	for _, it := range s.items {
-		it.handle[m.idx], it.advised[m.idx], it.last[m.idx] = 0, false, nil
+		it.handle[m.idx], it.advised[m.idx], it.last[m.idx], it.sent[m.idx] = 0, false, nil, 0
 	}
 	return m.gen
 }
@@ -275,6 +275,18 @@ func (s *Source) emit1(m *member, gen uint64, handle uint32, d mxgateway.DataCha
 	s.mu.Lock()
 	active := s.active == m.idx && m.gen == gen
 	h := s.h
+	if it := s.items[handle]; active && it != nil {
+		// Once per change, and never an older one after a newer: a hot
+		// promotion may have relayed it already from the standby's last
+		// values, and a standby that lagged the old active still has
+		// changes queued that the old active delivered.
+		if (d.Seq != 0 && d.Seq <= it.sent[m.idx]) || it.seen(d) {
+			active = false
+		} else {
+			it.sent[m.idx] = d.Seq
+			it.relayed(d)
+		}
+	}
 	s.mu.Unlock()
 	if !active {
 		return

@@ -53,6 +53,26 @@ type item struct {
 	handle  []int32 // per member: the gateway's item handle, 0 when not added
 	advised []bool
 	last    []*mxgateway.DataChange // per member: the last data change seen
+	sent    []uint64                // per member: the worker sequence last relayed
+	// relayedD is the last change relayed, from either gateway: both
+	// read the same Galaxy, so a change has the same timestamp on both.
+	relayedD mxgateway.DataChange
+}
+
+// seen reports whether d is older than the last change relayed, or that
+// change again.
+func (it *item) seen(d mxgateway.DataChange) bool {
+	r := it.relayedD
+	if d.Timestamp.IsZero() || r.Timestamp.IsZero() {
+		return false
+	}
+	return d.Timestamp.Before(r.Timestamp) || (d.Timestamp.Equal(r.Timestamp) && d.Value == r.Value)
+}
+
+func (it *item) relayed(d mxgateway.DataChange) {
+	if !d.Timestamp.IsZero() {
+		it.relayedD = d
+	}
 }
 
 // Option configures a Source.
@@ -234,7 +254,7 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 		it := s.items[t.Handle]
 		if it == nil {
 			n := len(s.members)
-			it = &item{tag: t, handle: make([]int32, n), advised: make([]bool, n), last: make([]*mxgateway.DataChange, n)}
+			it = &item{tag: t, handle: make([]int32, n), advised: make([]bool, n), last: make([]*mxgateway.DataChange, n), sent: make([]uint64, n)}
 			s.items[t.Handle] = it
 		}
 		if !it.advised[a] {

@@ -29,12 +29,31 @@ var errSessionChanged = errors.New("the gateway session ended during the subscri
 // Without advise (a warm standby) it is one AddItemBulk. It returns one
 // error per item, nil for an item done, or an error of its own when the
 // request as a whole failed.
+//
+// Items go in batches of SubscribeBatchSize, one after the other: the
+// gateway sends each advised item's current value at once, and a batch
+// larger than its event queue (10,000) would overflow it and fault the
+// session.
 func (s *Source) subscribeOn(ctx context.Context, m *member, sess *mxgateway.Session, gen uint64, items []*item, advise bool) ([]error, error) {
 	if sess == nil {
 		return nil, errors.New("no gateway session")
 	}
 	m.busy.Add(1)
 	defer m.busy.Add(-1)
+	errs := make([]error, 0, len(items))
+	for start := 0; start < len(items); start += s.cfg.SubscribeBatchSize {
+		batch := items[start:min(start+s.cfg.SubscribeBatchSize, len(items))]
+		e, err := s.subscribeBatch(ctx, m, sess, gen, batch, advise)
+		if err != nil {
+			return nil, err
+		}
+		errs = append(errs, e...)
+	}
+	return errs, nil
+}
+
+// subscribeBatch is subscribeOn for one batch.
+func (s *Source) subscribeBatch(ctx context.Context, m *member, sess *mxgateway.Session, gen uint64, items []*item, advise bool) ([]error, error) {
 	errs := make([]error, len(items))
 	s.mu.Lock()
 	var fresh, added []int // indexes into items

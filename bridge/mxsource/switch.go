@@ -357,10 +357,19 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	pending := map[uint32]bool{}
 	for handle, it := range s.items {
 		if it.advised[next.idx] && it.last[next.idx] != nil {
+			it.sent[next.idx] = it.last[next.idx].Seq
+			d := *it.last[next.idx]
+			if r := it.relayedD; !r.Timestamp.IsZero() && d.Timestamp.Before(r.Timestamp) {
+				// The standby lags the old active: the refresh carries
+				// the newest value the consumer has, not an older one;
+				// the standby's queued changes are dropped up to it.
+				d = r
+			}
+			it.relayed(d)
 			replay = append(replay, struct {
 				handle uint32
 				d      mxgateway.DataChange
-			}{handle, *it.last[next.idx]})
+			}{handle, d})
 		} else {
 			pending[handle] = true
 		}
