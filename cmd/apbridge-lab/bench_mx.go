@@ -35,7 +35,17 @@ func mxScenarios() []scenario {
 const (
 	mxDefaultTags = 100
 	mxTick        = 100 * time.Millisecond
+	// mxMaxRate caps the updates/s the failover and restart scenarios
+	// offer, well below what the relay sustains (mx-throughput), so that
+	// they measure the switch and not a relay falling behind.
+	mxMaxRate = 20000
 )
+
+// mxTickFor is the counters' period for n tags: 100 ms (10 Hz), slower
+// where n tags at 10 Hz would offer more than mxMaxRate updates/s.
+func mxTickFor(n int) time.Duration {
+	return max(mxTick, time.Duration(n)*time.Second/mxMaxRate)
+}
 
 // mxMode maps --mode onto the source's standby modes: the flag's default
 // parser takes the servicelevel modes, of which warm and hot are the

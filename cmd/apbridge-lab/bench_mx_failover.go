@@ -36,7 +36,8 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 	defer cl.Close()
 	const prefix = "Fo"
 	data := testcluster.NewMxData()
-	stopData := data.RunCounters(prefix, n, mxTick)
+	tick := mxTickFor(n)
+	stopData := data.RunCounters(prefix, n, tick)
 	defer stopData()
 	var gws [2]*testcluster.MxGateway
 	for i := range gws {
@@ -93,7 +94,7 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 		}
 		// At a random phase of the 100 ms tick: the wait above ends just
 		// after one.
-		if err := sleepCtx(ctx, rand.N(mxTick)); err != nil {
+		if err := sleepCtx(ctx, rand.N(tick)); err != nil {
 			return nil, err
 		}
 		a := active()
@@ -121,9 +122,10 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 		took = append(took, ms(ev.Took))
 		detect = append(detect, ms(ev.At.Sub(t0)))
 		causes[ev.Cause]++
-		fmt.Fprintf(cfg.progress, "  run %d: killed %s, switch %v, all tags new again %v (source: detected %v, took %v)\n", run,
+		c := rl.con.counts()
+		fmt.Fprintf(cfg.progress, "  run %d: killed %s, switch %v, all tags new again %v (source: detected %v, took %v), lost so far %d\n", run,
 			gws[a].Addr(), sw.Sub(t0).Round(time.Microsecond), last.Sub(t0).Round(time.Microsecond),
-			ev.At.Sub(t0).Round(time.Microsecond), ev.Took.Round(time.Microsecond))
+			ev.At.Sub(t0).Round(time.Microsecond), ev.Took.Round(time.Microsecond), c.lost)
 		// The killed gateway comes back, to be the standby of the next run.
 		prepBase[a] = gws[a].Stats().Items[prepKind]
 		if err := gws[a].Restart(); err != nil {
@@ -132,7 +134,11 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	c := rl.con.counts()
 	r.Lost, r.Duplicated = c.lost, c.dup
-	r.MaxGap = ms(max(c.maxGap0-mxTick, 0))
+	// A session the gateway faulted (event queue overflow) loses data
+	// changes: say so beside the loss.
+	r.set("gateway_faults", gws[0].Stats().Faults+gws[1].Stats().Faults)
+	r.MaxGap = ms(max(c.maxGap0-tick, 0))
+	r.set("period_ms", ms(tick))
 	r.set("mode", mode)
 	r.set("tags", n)
 	if len(resume) > 0 {

@@ -42,7 +42,8 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	defer cl.Close()
 	const prefix = "Rs"
 	data := testcluster.NewMxData()
-	stopData := data.RunCounters(prefix, n, mxTick)
+	tick := mxTickFor(n)
+	stopData := data.RunCounters(prefix, n, tick)
 	defer stopData()
 	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
 	if err != nil {
@@ -123,7 +124,8 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	c := rl.con.counts()
 	r.Lost, r.Duplicated = c.lost, c.dup
-	r.MaxGap = ms(max(c.maxGap0-mxTick, 0))
+	r.MaxGap = ms(max(c.maxGap0-tick, 0))
+	r.set("period_ms", ms(tick))
 	r.set("tags", n)
 	if r.Runs > 0 {
 		r.set("good_again_ms_p50", percentile(again, 50))
