@@ -32,5 +32,8 @@ func TestItemSeen(t *testing.T) {
 		if got := it.seen(tt.d); got != tt.want {
 			t.Errorf("%s: seen = %v, want %v", tt.name, got, tt.want)
 		}
+		if got, want := it.older(tt.d), tt.name == "older"; got != want {
+			t.Errorf("%s: older = %v, want %v", tt.name, got, want)
+		}
 	}
 }

@@ -279,8 +279,11 @@ func (s *Source) emit1(m *member, gen uint64, handle uint32, d mxgateway.DataCha
 		// Once per change, and never an older one after a newer: a hot
 		// promotion may have relayed it already from the standby's last
 		// values, and a standby that lagged the old active still has
-		// changes queued that the old active delivered.
-		if (d.Seq != 0 && d.Seq <= it.sent[m.idx]) || it.seen(d) {
+		// changes queued that the old active delivered. A refresh is the
+		// exception: it carries every tag's current value, repeats
+		// included.
+		refreshing := s.refresh != nil && s.refresh.pending[handle]
+		if (d.Seq != 0 && d.Seq <= it.sent[m.idx]) || it.older(d) || (!refreshing && it.seen(d)) {
 			active = false
 		} else {
 			it.sent[m.idx] = d.Seq

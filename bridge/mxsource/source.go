@@ -69,6 +69,12 @@ func (it *item) seen(d mxgateway.DataChange) bool {
 	return d.Timestamp.Before(r.Timestamp) || (d.Timestamp.Equal(r.Timestamp) && d.Value == r.Value)
 }
 
+// older reports whether d is older than the last change relayed.
+func (it *item) older(d mxgateway.DataChange) bool {
+	r := it.relayedD
+	return !d.Timestamp.IsZero() && !r.Timestamp.IsZero() && d.Timestamp.Before(r.Timestamp)
+}
+
 func (it *item) relayed(d mxgateway.DataChange) {
 	if !d.Timestamp.IsZero() {
 		it.relayedD = d

@@ -339,3 +339,34 @@ func TestLongSubscribeIsNotADeadGateway(t *testing.T) {
 	testutil.WaitFor(t, "switch on a slow worker", 5*time.Second, func() bool { return e.switchCount() == 1 })
 	e.gw[0].SetCommandLatency(0)
 }
+
+// The refresh that frames a switch carries every tag's value, also one
+// that has not changed (and so repeats, marked as a refresh): that is how
+// a consumer knows it is whole again.
+func TestRefreshCarriesEveryTag(t *testing.T) {
+	for _, mode := range []string{mxsource.ModeWarm, mxsource.ModeHot} {
+		t.Run(mode, func(t *testing.T) {
+			e := startMx(t, envConfig{gateways: 2, period: time.Hour, cfg: mxsource.Config{Mode: mode}})
+			testutil.WaitFor(t, "first values", 5*time.Second, func() bool {
+				for _, tg := range e.tags {
+					if e.count(tg.Name) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			testutil.WaitFor(t, "standby prepared", 5*time.Second, func() bool {
+				return e.commands(1, "AddItemBulk")+e.commands(1, "SubscribeBulk") >= 1
+			})
+			e.gw[0].Kill()
+			testutil.WaitFor(t, "every tag's value in the refresh", 5*time.Second, func() bool {
+				for _, tg := range e.tags {
+					if e.count(tg.Name) != 2 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
