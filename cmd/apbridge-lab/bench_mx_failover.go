@@ -46,6 +46,11 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 			return nil, err
 		}
 		defer g.Close()
+		// Every counter changes in the same instant: a gateway's event
+		// queue must hold that burst beside a batch's first values, or it
+		// faults the session (at 10,000 tags the default 10,000 is one
+		// tick). Real tags rarely change all at once.
+		g.SetEventQueueSize(max(testcluster.MxDefaultEventQueue, 4*n))
 		gws[i] = g
 	}
 	tags := mxCounterTags(prefix, n)
