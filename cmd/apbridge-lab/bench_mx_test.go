@@ -6,12 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // mx-failover (warm and hot) and mx-restart run twice each on a few tags
 // through the bench's own command line and report their fields with sane
 // values. The figures themselves are the bench's job (docs/benchmarks.md).
-// mx-storm takes minutes by design and has no test here.
+// mx-storm at the incident's clock takes minutes: TestMxStormShort runs it
+// scaled down.
 func TestMxScenariosRun(t *testing.T) {
 	common := []string{"--json", "--runs", "2", "--tags", "8"}
 	got := benchJSON(t, 2*time.Minute, append(common, "mx-failover", "mx-restart")...)
@@ -92,5 +95,43 @@ func TestMxFailoverRefusesPrepared(t *testing.T) {
 	err := runBench(context.Background(), []string{"--mode", "prepared", "mx-failover"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `--mode: "prepared" is not a gateway mode (valid for mx-*: warm, hot)`) {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// mx-storm at a tenth of the incident's clock (about 11 s): the guard
+// keeps one subscribe in flight on a wedged gateway and the tags come back
+// after it recovers; the capability gate holds.
+func TestMxStormShort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg := benchConfig{runs: 1, grace: 2 * time.Second, log: zerolog.Nop(), progress: io.Discard}
+	r, err := runMxStorm(ctx, cfg, shortStormTiming())
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(key string) any {
+		for _, e := range r.extra {
+			if e.key == key {
+				return e.val
+			}
+		}
+		t.Fatalf("no field %s in %+v", key, r.extra)
+		return nil
+	}
+	t.Logf("%+v", r.extra)
+	if v := field("max_in_flight"); v != 1 {
+		t.Errorf("max_in_flight %v, want 1", v)
+	}
+	if v, ok := field("subscribe_requests").(uint64); !ok || v > 4 {
+		t.Errorf("subscribe_requests %v, want at most 4", field("subscribe_requests"))
+	}
+	if v := field("recovered"); v != true {
+		t.Errorf("recovered %v", v)
+	}
+	if v := field("supervisory_bulk_to_old_gateway"); v != uint64(0) {
+		t.Errorf("supervisory_bulk_to_old_gateway %v, want 0", v)
+	}
+	if v := field("commands_per_subscribe"); v != uint64(1) {
+		t.Errorf("commands_per_subscribe %v, want 1", v)
 	}
 }
