@@ -146,6 +146,35 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Reconnect connects the channel again after a broken transport: it
+// returns nil once connected, and ErrDisconnected as soon as an attempt
+// fails (the gateway is down, not merely blipped), or ctx's error.
+func (c *Client) Reconnect(ctx context.Context) error {
+	tried := false
+	for {
+		st := c.conn.GetState()
+		switch st {
+		case connectivity.Ready:
+			return nil
+		case connectivity.Shutdown:
+			return ErrClosed
+		case connectivity.Idle:
+			c.conn.Connect()
+		case connectivity.Connecting:
+			tried = true
+		case connectivity.TransientFailure:
+			if tried {
+				return fmt.Errorf("%w: %s does not accept connections", ErrDisconnected, c.target)
+			}
+			// A failure from before this call: wait for the next
+			// attempt (the backoff is at most reconnectCeiling).
+		}
+		if !c.conn.WaitForStateChange(ctx, st) {
+			return ctx.Err()
+		}
+	}
+}
+
 // Target returns the gateway's address.
 func (c *Client) Target() string { return c.target }
 

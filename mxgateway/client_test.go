@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -158,7 +159,7 @@ func TestStreamEnds(t *testing.T) {
 	s := open(t, c, mxgateway.SessionOptions{})
 	var alive sync.Once
 	streaming := make(chan struct{})
-	done := run(s, mxgateway.EventHandler{Alive: func() { alive.Do(func() { close(streaming) }) }})
+	done := run(s, mxgateway.EventHandler{Alive: func(uint64) { alive.Do(func() { close(streaming) }) }})
 	<-streaming
 	g.EndStreams()
 	if err := wait(done); !errors.Is(err, mxgateway.ErrSessionEnded) {
@@ -251,4 +252,70 @@ func TestNotAGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.Close()
+}
+
+// A stream that breaks while events flow loses the ones in transit; the
+// gateway keeps the session and EventsAfter gets them again: the worker
+// sequence goes on without a gap. Resuming after events the gateway no
+// longer holds is refused.
+func TestEventsResumeAfterABreak(t *testing.T) {
+	g, c := gateway(t)
+	stop := g.Data().RunCounters("Fast_", 20, time.Millisecond)
+	defer stop()
+	s := open(t, c, mxgateway.SessionOptions{})
+	if !s.Has(mxgateway.CapEventResume) {
+		t.Fatal("the simulator does not advertise event-resume")
+	}
+	addrs := make([]string, 20)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("Fast_%d.Value", i)
+	}
+	if _, err := s.SubscribeBulk(context.Background(), addrs, true); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	gaps := 0
+	h := mxgateway.EventHandler{
+		Alive: func(seq uint64) { last = seq },
+		Gap:   func(want, got uint64) { gaps++ },
+	}
+	// Read a while, then break the stream under traffic.
+	ctx, cancel := context.WithCancel(context.Background())
+	h1 := h
+	h1.Alive = func(seq uint64) {
+		last = seq
+		if seq >= 2000 {
+			cancel()
+		}
+	}
+	if err := s.Events(ctx, h1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("first stream: %v", err)
+	}
+	broke := last
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	h2 := h
+	first := uint64(0)
+	h2.Alive = func(seq uint64) {
+		if first == 0 {
+			first = seq
+		}
+		last = seq
+		// Past what the gateway holds, so that resuming after the
+		// first events must be refused below.
+		if seq >= broke+testcluster.MxReplaySize+1000 {
+			cancel2()
+		}
+	}
+	if err := s.EventsAfter(ctx2, broke, h2); !errors.Is(err, context.Canceled) {
+		t.Fatalf("resumed stream: %v", err)
+	}
+	if first != broke+1 || gaps != 0 {
+		t.Fatalf("resumed after %d at %d with %d gaps, want %d and none", broke, first, gaps, broke+1)
+	}
+	// Long gone: refused, not a silent gap.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel3()
+	if err := s.EventsAfter(ctx3, 1, mxgateway.EventHandler{}); !errors.Is(err, mxgateway.ErrCannotResume) {
+		t.Fatalf("resume after an event no longer held: %v", err)
+	}
 }

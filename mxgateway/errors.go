@@ -29,6 +29,10 @@ var (
 	ErrBusy = errors.New("mxgateway: the session's command queue is full")
 	// ErrNoCapability reports a request the gateway did not advertise.
 	ErrNoCapability = errors.New("mxgateway: the gateway lacks the capability")
+	// ErrCannotResume reports a stream that could not resume where it
+	// broke: the gateway no longer holds the events after it (or does not
+	// resume streams); they are lost.
+	ErrCannotResume = errors.New("mxgateway: the gateway cannot resume the event stream")
 	// ErrClosed reports use of a closed Session or Client.
 	ErrClosed = errors.New("mxgateway: closed")
 )
@@ -133,6 +137,8 @@ func streamErr(ctx context.Context, err error, fault *FaultError) error {
 		return fmt.Errorf("%w: %s", ErrSessionLost, st.Message())
 	case codes.ResourceExhausted:
 		return &FaultError{Kind: mxpb.SessionFaultKind_SESSION_FAULT_KIND_EVENT_QUEUE_OVERFLOW, Message: st.Message()}
+	case codes.OutOfRange:
+		return fmt.Errorf("%w: %s", ErrCannotResume, st.Message())
 	}
 	return fmt.Errorf("%w: %v", ErrDisconnected, err)
 }

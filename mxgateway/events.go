@@ -23,9 +23,10 @@ type DataChange struct {
 type EventHandler struct {
 	// Data receives data changes.
 	Data func(DataChange)
-	// Alive is called for every event, heartbeats included, so that the
-	// caller can tell a silent stream from a dead one.
-	Alive func()
+	// Alive is called for every event, heartbeats included, with its
+	// worker sequence, so that the caller can tell a silent stream from a
+	// dead one and knows where to resume.
+	Alive func(seq uint64)
 	// Gap reports a jump in the worker sequence: events were lost.
 	Gap func(expected, got uint64)
 }
@@ -35,14 +36,23 @@ type EventHandler struct {
 // gateway faulted the session), ErrSessionLost, ErrDisconnected, or ctx's
 // error. One stream per session: the gateway refuses a second.
 func (s *Session) Events(ctx context.Context, h EventHandler) error {
-	st, err := s.c.api.StreamEvents(ctx, &mxpb.StreamEventsRequest{SessionId: s.id})
+	return s.EventsAfter(ctx, 0, h)
+}
+
+// EventsAfter is Events resuming after worker sequence after, on a
+// session whose stream broke: a gateway with CapEventResume sends again
+// what the client did not receive. It returns ErrCannotResume when the
+// gateway no longer holds those events (or does not resume at all).
+func (s *Session) EventsAfter(ctx context.Context, after uint64, h EventHandler) error {
+	st, err := s.c.api.StreamEvents(ctx, &mxpb.StreamEventsRequest{SessionId: s.id, ResumeAfter: after})
 	if err != nil {
 		return rpcErr(ctx, "stream events", err)
 	}
-	var (
-		fault *FaultError
-		next  uint64
-	)
+	var fault *FaultError
+	next := after + 1
+	if after == 0 {
+		next = 0
+	}
 	for {
 		ev, err := st.Recv()
 		if err != nil {
@@ -55,7 +65,7 @@ func (s *Session) Events(ctx context.Context, h EventHandler) error {
 			next = seq + 1
 		}
 		if h.Alive != nil {
-			h.Alive()
+			h.Alive(ev.GetWorkerSequence())
 		}
 		switch e := ev.GetEvent().(type) {
 		case *mxpb.MxEvent_OnDataChange:

@@ -15,6 +15,11 @@ import (
 // in one command.
 const CapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
 
+// CapEventResume is the capability of a gateway that keeps a session
+// whose event stream broke and resumes a new stream after the last event
+// the client received (EventsAfter).
+const CapEventResume = "event-resume"
+
 // DefaultGatewayCommandTimeout is the command timeout a gateway grants
 // when the session asks for none.
 const DefaultGatewayCommandTimeout = 30 * time.Second

@@ -38,6 +38,9 @@ const (
 	// SubscribeBulk honours supervisory=true. Without it the flag is
 	// ignored and the items are advised plainly, as an older gateway does.
 	MxCapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
+	// MxCapEventResume: a session whose event stream broke is kept, and a
+	// new stream may resume after the last event its client received.
+	MxCapEventResume = "event-resume"
 )
 
 // MxDefaultCapabilities returns the capabilities an MxGateway advertises
@@ -48,7 +51,7 @@ func MxDefaultCapabilities() []string {
 		"unary-open-session", "unary-close-session", "unary-invoke",
 		"server-stream-events", "bulk-subscribe-commands", "bulk-read-commands",
 		"bulk-write-commands", "unary-acknowledge-alarm", "server-stream-active-alarms",
-		MxCapBulkSubscribeSupervisory,
+		MxCapBulkSubscribeSupervisory, MxCapEventResume,
 	}
 }
 
@@ -389,6 +392,7 @@ func (g *MxGateway) newSession(client string, writeUser int32, timeout time.Dura
 		timeout:    timeout,
 		heartbeat:  g.heartbeat,
 		bulkSup:    slices.Contains(g.caps, MxCapBulkSubscribeSupervisory),
+		resumable:  slices.Contains(g.caps, MxCapEventResume),
 		cmds:       make(chan *mxCall, MxMaxPending),
 		events:     make(chan *mxpb.MxEvent, g.queueSize),
 		done:       make(chan struct{}),

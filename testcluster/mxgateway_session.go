@@ -62,6 +62,7 @@ type mxSession struct {
 	timeout   time.Duration
 	heartbeat time.Duration
 	bulkSup   bool // the gateway advertised MxCapBulkSubscribeSupervisory at open
+	resumable bool // the gateway advertised MxCapEventResume at open
 
 	cmds       chan *mxCall       // capacity MxMaxPending: pending is checked first, so a send never blocks
 	events     chan *mxpb.MxEvent // the event queue; a full one faults the session
@@ -74,10 +75,16 @@ type mxSession struct {
 	pending    int    // commands accepted and not finished, the running one included
 	running    int
 	subscribed bool
-	server     int32 // the server handle, 0 until Register
-	nextItem   int32
-	items      map[int32]*mxItem
-	byAddr     map[string]*mxItem
+	takeover   chan struct{} // closed to make the subscriber leave
+	subLeft    chan struct{} // closed when it left
+	// sent holds the last events sent, oldest first, for a subscriber
+	// that resumes after a broken stream (MxCapEventResume): a sent event
+	// may be lost in transit.
+	sent     []*mxpb.MxEvent
+	server   int32 // the server handle, 0 until Register
+	nextItem int32
+	items    map[int32]*mxItem
+	byAddr   map[string]*mxItem
 }
 
 func (s *mxSession) openReply(gatewayID string, caps []string) *mxpb.OpenSessionReply {
@@ -260,34 +267,70 @@ func (s *mxSession) dataChanged(batch []*mxSample) {
 	}
 }
 
-// subscribe makes the caller the session's one subscriber.
-func (s *mxSession) subscribe() error {
+// subscribe makes the caller the session's one subscriber. A subscriber
+// that resumes (after > 0) on a gateway that resumes streams takes over
+// from one still registered: its client lost that stream, the gateway may
+// not have noticed yet. It returns the channel that tells the caller it
+// was taken over.
+func (s *mxSession) subscribe(resume bool) (<-chan struct{}, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.ended != mxOpen {
-		return status.Errorf(codes.NotFound, "session %s ended", s.id)
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "session %s ended", s.id)
+	}
+	if s.subscribed && !(resume && s.resumable) {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "session %s already has an event subscriber", s.id)
 	}
 	if s.subscribed {
-		return status.Errorf(codes.FailedPrecondition, "session %s already has an event subscriber", s.id)
+		close(s.takeover)
+		left := s.subLeft
+		s.mu.Unlock()
+		select {
+		case <-left:
+		case <-time.After(5 * time.Second):
+			return nil, status.Errorf(codes.FailedPrecondition, "session %s: the old subscriber did not leave", s.id)
+		}
+		s.mu.Lock()
+		if s.ended != mxOpen || s.subscribed {
+			s.mu.Unlock()
+			return nil, status.Errorf(codes.FailedPrecondition, "session %s already has an event subscriber", s.id)
+		}
 	}
 	s.subscribed = true
-	return nil
+	s.takeover, s.subLeft = make(chan struct{}), make(chan struct{})
+	stop := s.takeover
+	s.mu.Unlock()
+	return stop, nil
 }
 
 func (s *mxSession) unsubscribe() {
 	s.mu.Lock()
 	s.subscribed = false
+	close(s.subLeft)
 	s.mu.Unlock()
 }
 
 // stream sends the session's events to out until the session ends or the
 // client goes, with a Heartbeat whenever the stream was idle for the
 // heartbeat interval.
-func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent]) error {
-	if err := s.subscribe(); err != nil {
+func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent], after uint64) error {
+	takenOver, err := s.subscribe(after > 0)
+	if err != nil {
 		return err
 	}
 	defer s.unsubscribe()
+	if after > 0 {
+		replay, err := s.replayAfter(after)
+		if err != nil {
+			return err
+		}
+		for _, ev := range replay {
+			if err := out.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
 	var beat <-chan time.Time
 	var timer *time.Timer
 	if s.heartbeat > 0 {
@@ -306,6 +349,9 @@ func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent]) error {
 		}
 		select {
 		case ev := <-s.events:
+			// Kept whether it went or not: taken off the queue, it is
+			// the replay's to deliver now.
+			s.keepSent(ev)
 			if err := out.Send(ev); err != nil {
 				return err
 			}
@@ -322,8 +368,53 @@ func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent]) error {
 			return s.finish(out)
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-takenOver:
+			return status.Errorf(codes.Aborted, "session %s: another subscriber resumed the stream", s.id)
 		}
 	}
+}
+
+// MxReplaySize is how many sent events a session keeps for a subscriber
+// that resumes.
+const MxReplaySize = 10000
+
+// keepSent remembers ev for a resume, on a gateway that offers one.
+func (s *mxSession) keepSent(ev *mxpb.MxEvent) {
+	if !s.resumable {
+		return
+	}
+	s.mu.Lock()
+	if len(s.sent) >= MxReplaySize {
+		// Drop the oldest quarter at once: amortised, not a copy per event.
+		s.sent = append(s.sent[:0], s.sent[MxReplaySize/4:]...)
+	}
+	s.sent = append(s.sent, ev)
+	s.mu.Unlock()
+}
+
+// replayAfter returns the sent events after worker sequence after, or
+// OUT_OF_RANGE when some of them are no longer held (or the gateway does
+// not resume).
+func (s *mxSession) replayAfter(after uint64) ([]*mxpb.MxEvent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.resumable {
+		return nil, status.Errorf(codes.OutOfRange, "session %s: this gateway does not resume streams", s.id)
+	}
+	var last uint64
+	if n := len(s.sent); n > 0 {
+		last = s.sent[n-1].GetWorkerSequence()
+	}
+	if after >= last {
+		return nil, nil // nothing sent since
+	}
+	first := s.sent[0].GetWorkerSequence()
+	if after+1 < first {
+		return nil, status.Errorf(codes.OutOfRange, "session %s: cannot resume after %d: events %d-%d are no longer held",
+			s.id, after, after+1, first-1)
+	}
+	i := int(after + 1 - first)
+	return append([]*mxpb.MxEvent(nil), s.sent[i:]...), nil
 }
 
 // finish ends the stream of an ended session as the reason demands.
@@ -434,5 +525,5 @@ func (x *mxService) StreamEvents(req *mxpb.StreamEventsRequest, out grpc.ServerS
 	if s == nil {
 		return status.Errorf(codes.NotFound, "no session %q", req.GetSessionId())
 	}
-	return s.stream(out)
+	return s.stream(out, req.GetResumeAfter())
 }

@@ -36,7 +36,7 @@ func TestMxOpenSession(t *testing.T) {
 		r.GetGatewayProtocolVersion() != 1 || r.GetHeartbeatInterval().AsDuration() != time.Second || r.GetSessionId() == "" {
 		t.Fatalf("default session: %v", r)
 	}
-	if len(MxDefaultCapabilities()) != 10 || !slices.Contains(MxDefaultCapabilities(), "bulk-subscribe-supervisory") {
+	if len(MxDefaultCapabilities()) != 11 || !slices.Contains(MxDefaultCapabilities(), "bulk-subscribe-supervisory") {
 		t.Fatalf("default capabilities %v", MxDefaultCapabilities())
 	}
 	if r := openMx(t, c, 0, 2*time.Second).open; r.GetDefaultCommandTimeout().AsDuration() != 2*time.Second {

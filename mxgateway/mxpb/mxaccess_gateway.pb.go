@@ -1903,8 +1903,14 @@ func (*MxValue_StringValue) isMxValue_Kind() {}
 func (*MxValue_TimeValue) isMxValue_Kind() {}
 
 type StreamEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Resume the session's stream after this worker sequence: a gateway
+	// that advertises "event-resume" keeps a session whose stream broke,
+	// and sends again the events after it that it still holds, then the
+	// rest; when it no longer holds them all it refuses with OUT_OF_RANGE.
+	// 0 starts with the next event.
+	ResumeAfter   uint64 `protobuf:"varint,2,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1944,6 +1950,13 @@ func (x *StreamEventsRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *StreamEventsRequest) GetResumeAfter() uint64 {
+	if x != nil {
+		return x.ResumeAfter
+	}
+	return 0
 }
 
 type MxEvent struct {
@@ -2366,10 +2379,11 @@ const file_mxaccess_gateway_v1_mxaccess_gateway_proto_rawDesc = "" +
 	"\fstring_value\x18\x06 \x01(\tH\x00R\vstringValue\x12;\n" +
 	"\n" +
 	"time_value\x18\a \x01(\v2\x1a.google.protobuf.TimestampH\x00R\ttimeValueB\x06\n" +
-	"\x04kind\"4\n" +
+	"\x04kind\"W\n" +
 	"\x13StreamEventsRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\xa0\x02\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\fresume_after\x18\x02 \x01(\x04R\vresumeAfter\"\xa0\x02\n" +
 	"\aMxEvent\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12'\n" +
