@@ -82,13 +82,26 @@ func (s *Source) runMember(m *member) {
 		gen := s.attach(m, sess, kill)
 		s.post(memberEvent{kind: evUp, m: m, gen: gen, sess: sess})
 		s.tried(m)
-		err = sess.Events(sctx, mxgateway.EventHandler{
-			Data:  func(d mxgateway.DataChange) { s.onData(m, gen, d) },
-			Alive: func() { m.lastEvent.Store(time.Now().UnixNano()) },
+		var lastSeq uint64 // the last event received: where a resume starts
+		handler := mxgateway.EventHandler{
+			Data: func(d mxgateway.DataChange) { s.onData(m, gen, d) },
+			Alive: func(seq uint64) {
+				m.lastEvent.Store(time.Now().UnixNano())
+				lastSeq = seq
+			},
 			Gap: func(want, got uint64) {
 				s.log.Warn().Str("gateway", m.target).Uint64("expected", want).Uint64("got", got).Msg("gateway event sequence skipped: events were lost")
 			},
-		})
+		}
+		err = sess.Events(sctx, handler)
+		for s.resumable(sctx, m, sess, err) {
+			// A blip: the gateway kept the session and sends again what
+			// was lost in transit. No reopen, no resubscribe, no switch.
+			before := lastSeq
+			s.log.Info().Str("gateway", m.target).Uint64("after", before).Msg("gateway event stream broke: resuming the session's stream")
+			s.countResume()
+			err = sess.EventsAfter(sctx, before, handler)
+		}
 		if cause := context.Cause(sctx); s.ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause
 		}
@@ -132,6 +145,29 @@ func (s *Source) waitRetry(m *member, err error, delay time.Duration) error {
 		return ctxtime.Sleep(s.ctx, min(delay, 50*time.Millisecond))
 	}
 	return s.ctx.Err()
+}
+
+// resumeWindow bounds how long a broken stream waits for its gateway's
+// channel to reconnect before the session is given up (and the standby
+// promoted). A gateway that is down refuses the connection at once.
+const resumeWindow = 2 * time.Second
+
+// resumable reports whether the stream of sess, which ended with err, can
+// resume: the transport broke (not the session), the gateway resumes
+// streams, and its channel connects again within resumeWindow.
+func (s *Source) resumable(sctx context.Context, m *member, sess *mxgateway.Session, err error) bool {
+	if sctx.Err() != nil || !errors.Is(err, mxgateway.ErrDisconnected) || !sess.Has(mxgateway.CapEventResume) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(sctx, resumeWindow)
+	defer cancel()
+	return m.client.Reconnect(ctx) == nil
+}
+
+func (s *Source) countResume() {
+	s.mu.Lock()
+	s.stats.Resumes++
+	s.mu.Unlock()
 }
 
 // stableSession is how long a session must have lived for its end to

@@ -202,6 +202,9 @@ type Stats struct {
 	Switches uint64
 	// SessionsOpened counts sessions opened, on either gateway.
 	SessionsOpened uint64
+	// Resumes counts event streams resumed after a blip, with the
+	// session kept.
+	Resumes uint64
 	// Commands counts subscribe commands sent (bulk or per item), on
 	// either gateway, for the active or the standby.
 	Commands uint64

@@ -1,8 +1,10 @@
 package mxsource_test
 
 import (
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -367,6 +369,66 @@ func TestRefreshCarriesEveryTag(t *testing.T) {
 				}
 				return true
 			})
+		})
+	}
+}
+
+// A blip (the connection to a live gateway reset) resumes the session's
+// stream: the gateway sends again what was lost in transit, so no value is
+// missed, no session reopened, no standby promoted. The positive control:
+// a gateway that does not resume streams gets its session reopened.
+func TestBlipResumesTheStream(t *testing.T) {
+	for _, resume := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
+			var proxy *testcluster.FaultProxy
+			e := startMx(t, envConfig{gateways: 2, period: 10 * time.Millisecond,
+				setup: func(_ int, g *testcluster.MxGateway) {
+					if !resume {
+						g.SetCapabilities(slices.DeleteFunc(testcluster.MxDefaultCapabilities(),
+							func(c string) bool { return c == mxgateway.CapEventResume }))
+					}
+				},
+				endpoint: func(i int, g *testcluster.MxGateway) string {
+					if i > 0 {
+						return g.Addr()
+					}
+					p, err := testcluster.NewFaultProxy(g.Addr())
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { p.Close() })
+					proxy = p
+					return p.Addr()
+				}})
+			e.flowing(t, 5)
+			opened := e.src.Stats().SessionsOpened
+			if proxy.ResetAll() == 0 {
+				t.Fatal("no connection to reset")
+			}
+			if !resume {
+				testutil.WaitFor(t, "the session given up", 5*time.Second, func() bool { return e.switchCount() == 1 })
+				return
+			}
+			testutil.WaitFor(t, "the stream resumed", 5*time.Second, func() bool { return e.src.Stats().Resumes == 1 })
+			e.flowing(t, 10)
+			if n := e.src.Stats().SessionsOpened; n != opened {
+				t.Fatalf("%d sessions opened across a blip, want %d", n, opened)
+			}
+			if n := e.switchCount(); n != 0 {
+				t.Fatalf("%d switches on a blip", n)
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			for _, tg := range e.tags {
+				var prev int64
+				for _, u := range e.updates[tg.Name] {
+					v := u.Value.(int64)
+					if prev != 0 && v > prev+1 {
+						t.Fatalf("%s jumped from %d to %d across the blip", tg.Name, prev, v)
+					}
+					prev = max(prev, v)
+				}
+			}
 		})
 	}
 }
