@@ -128,8 +128,12 @@ func NewClient(target string, opts ...Option) (*Client, error) {
 const reconnectCeiling = 500 * time.Millisecond
 
 // WaitReady waits until the channel is connected to the gateway, or ctx
-// ends. It starts a connection attempt if the channel is idle.
+// ends. It starts a connection attempt if the channel is idle, and one
+// every readyPoll while it is failing, rather than after gRPC's backoff:
+// a gateway back from a restart is used within readyPoll.
 func (c *Client) WaitReady(ctx context.Context) error {
+	poll := time.NewTicker(readyPoll)
+	defer poll.Stop()
 	for {
 		st := c.conn.GetState()
 		switch st {
@@ -140,16 +144,49 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		case connectivity.Idle:
 			c.conn.Connect()
 		}
-		if !c.conn.WaitForStateChange(ctx, st) {
+		wctx, cancel := context.WithCancel(ctx)
+		changed := make(chan bool, 1)
+		go func() { changed <- c.conn.WaitForStateChange(wctx, st) }()
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-changed
 			return ctx.Err()
+		case <-changed:
+		case <-poll.C:
+			if st == connectivity.TransientFailure {
+				c.conn.ResetConnectBackoff()
+			}
 		}
+		cancel()
 	}
 }
+
+// staleReady is how long Reconnect watches a channel that still says
+// Ready after a break before it believes it.
+const staleReady = 50 * time.Millisecond
+
+// readyPoll is how often WaitReady tries a failing gateway again.
+const readyPoll = 100 * time.Millisecond
 
 // Reconnect connects the channel again after a broken transport: it
 // returns nil once connected, and ErrDisconnected as soon as an attempt
 // fails (the gateway is down, not merely blipped), or ctx's error.
 func (c *Client) Reconnect(ctx context.Context) error {
+	// Right after a break the channel may still say Ready: it has not
+	// seen the transport go yet. Ready is believed once it has held for
+	// staleReady, or was reached anew.
+	if c.conn.GetState() == connectivity.Ready {
+		sctx, cancel := context.WithTimeout(ctx, staleReady)
+		changed := c.conn.WaitForStateChange(sctx, connectivity.Ready)
+		cancel()
+		if !changed {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return nil
+		}
+	}
 	tried := false
 	for {
 		st := c.conn.GetState()
@@ -166,8 +203,9 @@ func (c *Client) Reconnect(ctx context.Context) error {
 			if tried {
 				return fmt.Errorf("%w: %s does not accept connections", ErrDisconnected, c.target)
 			}
-			// A failure from before this call: wait for the next
-			// attempt (the backoff is at most reconnectCeiling).
+			// A failure from before this call: try again now, not after
+			// the backoff.
+			c.conn.ResetConnectBackoff()
 		}
 		if !c.conn.WaitForStateChange(ctx, st) {
 			return ctx.Err()
