@@ -94,13 +94,20 @@ func (s *Source) runMember(m *member) {
 			},
 		}
 		err = sess.Events(sctx, handler)
-		for s.resumable(sctx, m, sess, err) {
+		resumeUntil := time.Now().Add(resumeWindow)
+		for time.Now().Before(resumeUntil) && s.resumable(sctx, m, sess, err) {
 			// A blip: the gateway kept the session and sends again what
 			// was lost in transit. No reopen, no resubscribe, no switch.
 			before := lastSeq
-			s.log.Info().Str("gateway", m.target).Uint64("after", before).Msg("gateway event stream broke: resuming the session's stream")
+			s.log.Info().Str("gateway", m.target).Uint64("after", before).AnErr("cause", err).Msg("gateway event stream broke: resuming the session's stream")
 			s.countResume()
 			err = sess.EventsAfter(sctx, before, handler)
+			if lastSeq != before {
+				// It streamed again: a later break has its own window.
+				resumeUntil = time.Now().Add(resumeWindow)
+			} else if err != nil && !errors.Is(err, mxgateway.ErrDisconnected) {
+				s.log.Warn().Str("gateway", m.target).Err(err).Msg("gateway event stream not resumed")
+			}
 		}
 		if cause := context.Cause(sctx); s.ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause
@@ -108,17 +115,25 @@ func (s *Source) runMember(m *member) {
 		kill(nil)
 		lived := s.detach(m, gen)
 		s.post(memberEvent{kind: evDown, m: m, gen: gen, err: err})
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
-		sess.Close(cctx) // best effort: the gateway may be gone
-		cancel()
+		// Best effort, and off this goroutine: on a gateway that is gone
+		// the call waits for the channel, and the next session must not.
+		// A gateway that keeps broken sessions for a resume would keep
+		// this one until its own timeout otherwise.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+			defer cancel()
+			sess.Close(cctx)
+		}()
 		// A session that lived is a gateway that works: the backoff starts
 		// over. One that ends as soon as it opens keeps backing off, so
 		// that a gateway that keeps ending sessions is not hammered.
 		if lived > stableSession {
 			delay = s.cfg.ReconnectDelay
-			if errors.Is(err, mxgateway.ErrSessionEnded) {
-				// Ended in order: the gateway is probably up, open
-				// again at once.
+			if errors.Is(err, mxgateway.ErrSessionEnded) || errors.Is(err, mxgateway.ErrSessionLost) {
+				// Ended in order, or forgotten by a gateway that
+				// restarted and answers again: open again at once.
 				continue
 			}
 		}

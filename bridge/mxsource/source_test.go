@@ -411,6 +411,12 @@ func TestBlipResumesTheStream(t *testing.T) {
 			}
 			testutil.WaitFor(t, "the stream resumed", 5*time.Second, func() bool { return e.src.Stats().Resumes == 1 })
 			e.flowing(t, 10)
+			// A second blip, later than the first one's resume window.
+			late := time.NewTimer(2500 * time.Millisecond)
+			<-late.C
+			proxy.ResetAll()
+			testutil.WaitFor(t, "the stream resumed again", 5*time.Second, func() bool { return e.src.Stats().Resumes == 2 })
+			e.flowing(t, 10)
 			if n := e.src.Stats().SessionsOpened; n != opened {
 				t.Fatalf("%d sessions opened across a blip, want %d", n, opened)
 			}
