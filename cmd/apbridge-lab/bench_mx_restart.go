@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/testcluster"
 )
@@ -118,6 +119,7 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 		restartLost += rl.con.counts().lost - c1.lost
 		restartCmds = append(restartCmds, mxSubscribeCommands(s2)-mxSubscribeCommands(s1))
 		restartBulk = append(restartBulk, s2.CommandsByKind["SubscribeBulk"]-s1.CommandsByKind["SubscribeBulk"])
+
 		r.Runs++
 		fmt.Fprintf(cfg.progress, "  run %d: graceful end: Good again in %.1f ms (%d subscribe commands); restart: Good again in %.1f ms (%d SubscribeBulk)\n",
 			run, graceful[run-1], gracefulCmds[run-1], again[run-1], restartBulk[run-1])
@@ -127,6 +129,16 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.MaxGap = ms(max(c.maxGap0-tick, 0))
 	r.set("period_ms", ms(tick))
 	r.set("tags", n)
+	// (c) blips, on a relay of their own: a stream broken under a live
+	// gateway resumes: 0 lost, 0 new sessions, 0 resubscribes.
+	b, err := mxBlips(ctx, cfg, cl, data, tags)
+	if err != nil {
+		return nil, fmt.Errorf("blips: %w", err)
+	}
+	r.set("blip_lost", b.lost)
+	r.set("blip_resumes", b.resumes)
+	r.set("blip_sessions_opened", b.sessions)
+	r.set("blip_subscribe_bulk", b.bulk)
 	if r.Runs > 0 {
 		r.set("good_again_ms_p50", percentile(again, 50))
 		r.set("good_again_ms_p99", percentile(again, 99))
@@ -146,4 +158,55 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("bad_updates", c.bad)
 	r.set("sessions_opened", rl.src.Stats().SessionsOpened)
 	return r, nil
+}
+
+type mxBlipCounts struct{ lost, resumes, sessions, bulk uint64 }
+
+// mxBlips resets the connection between a relay and a live gateway
+// cfg.runs times, through a fault proxy (its own gateway and relay: a
+// proxy that accepts while its gateway is down would change what (b)
+// measures), and counts what the blips cost.
+func mxBlips(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData, tags []bridge.TagConfig) (mxBlipCounts, error) {
+	var b mxBlipCounts
+	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+	if err != nil {
+		return b, err
+	}
+	defer gw.Close()
+	proxy, err := testcluster.NewFaultProxy(gw.Addr())
+	if err != nil {
+		return b, err
+	}
+	defer proxy.Close()
+	rl, err := startMxRelay(ctx, cfg, cl, "mxbl", mxsource.Config{Endpoints: []string{proxy.Addr()}}, tags, mxRelayOpts{})
+	if err != nil {
+		return b, err
+	}
+	defer rl.close()
+	if _, err := rl.con.waitAllGood(ctx, 30*time.Second); err != nil {
+		return b, fmt.Errorf("first subscribe: %w", err)
+	}
+	for run := 1; run <= cfg.runs; run++ {
+		if err := sleepCtx(ctx, mxSettle); err != nil {
+			return b, err
+		}
+		src0, c0, s0 := rl.src.Stats(), rl.con.counts(), gw.Stats()
+		proxy.ResetAll()
+		if err := waitCond(ctx, "the stream resumed or the session reopened", 10*time.Second, func() bool {
+			st := rl.src.Stats()
+			return st.Resumes > src0.Resumes || st.SessionsOpened > src0.SessionsOpened
+		}); err != nil {
+			return b, fmt.Errorf("run %d: %w", run, err)
+		}
+		if err := sleepCtx(ctx, mxSettle); err != nil {
+			return b, err
+		}
+		src1, s1 := rl.src.Stats(), gw.Stats()
+		b.lost += rl.con.counts().lost - c0.lost
+		b.resumes += src1.Resumes - src0.Resumes
+		b.sessions += src1.SessionsOpened - src0.SessionsOpened
+		b.bulk += s1.CommandsByKind["SubscribeBulk"] - s0.CommandsByKind["SubscribeBulk"]
+		fmt.Fprintf(cfg.progress, "  blip %d: %d resumed, %d sessions opened, %d lost so far\n", run, src1.Resumes-src0.Resumes, src1.SessionsOpened-src0.SessionsOpened, b.lost)
+	}
+	return b, nil
 }
