@@ -327,22 +327,11 @@ func (c *Config) validate(withSources bool) error {
 			for _, err := range Errors(t.Monitoring.Validate(tf + ".")) {
 				add("%v", err)
 			}
-			switch {
-			case t.Name == "":
-				add("%s.name: required", tf)
-			case seen[t.Name]:
-				add("%s.name: tag %q is listed twice", tf, t.Name)
-			}
-			seen[t.Name] = true
+			checkTag(tf, t.TagConfig, seen, add)
 			if t.Address == "" {
 				add("%s.address: required (an OPC UA node ID such as ns=2;s=Line1.Temp)", tf)
 			} else if err := opcuasource.ValidateNodeID(t.Address); err != nil {
 				add("%s.address: %q is not a node ID: %v", tf, t.Address, err)
-			}
-			if t.Subject != "" {
-				if err := bridge.ValidateSubject(t.Subject); err != nil {
-					add("%s.subject: %v", tf, err)
-				}
 			}
 		}
 		for j, b := range s.Browse {
@@ -352,6 +341,24 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkTag checks what every tag has, whatever its source: a name unique
+// in the source and a valid subject, if it has its own. tf is its field
+// path; seen collects the names.
+func checkTag(tf string, t bridge.TagConfig, seen map[string]bool, add func(string, ...any)) {
+	switch {
+	case t.Name == "":
+		add("%s.name: required", tf)
+	case seen[t.Name]:
+		add("%s.name: tag %q is listed twice", tf, t.Name)
+	}
+	seen[t.Name] = true
+	if t.Subject != "" {
+		if err := bridge.ValidateSubject(t.Subject); err != nil {
+			add("%s.subject: %v", tf, err)
+		}
+	}
 }
 
 // Errors unwraps the errors.Join of Validate, Parse and Load into its

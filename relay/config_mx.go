@@ -112,20 +112,9 @@ func (s SourceConfig) validateMx(f string, add func(string, ...any)) {
 	seen := map[string]bool{}
 	for j, t := range s.MxGateway.Tags {
 		tf := fmt.Sprintf("%s.tags[%d]", f, j)
-		switch {
-		case t.Name == "":
-			add("%s.name: required", tf)
-		case seen[t.Name]:
-			add("%s.name: tag %q is listed twice", tf, t.Name)
-		}
-		seen[t.Name] = true
+		checkTag(tf, t, seen, add)
 		if err := mxsource.ValidateAddress(t.Address); err != nil {
 			add("%s.address: %v", tf, err)
-		}
-		if t.Subject != "" {
-			if err := bridge.ValidateSubject(t.Subject); err != nil {
-				add("%s.subject: %v", tf, err)
-			}
 		}
 	}
 }
