@@ -2,11 +2,8 @@ package relay
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/internal/tlsconf"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -219,24 +217,9 @@ func (c *Config) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.Token(c.NATS.Token))
 	}
 	if t := c.NATS.TLS; t != nil {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if t.CA != "" {
-			pem, err := os.ReadFile(t.CA)
-			if err != nil {
-				return nil, fmt.Errorf("nats.tls.ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("nats.tls.ca: %s holds no PEM certificate", t.CA)
-			}
-			tc.RootCAs = pool
-		}
-		if t.Cert != "" {
-			cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-			if err != nil {
-				return nil, fmt.Errorf("nats.tls: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+		tc, err := tlsconf.Client("nats.tls", t.CA, t.Cert, t.Key, "")
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, nats.Secure(tc))
 	}

@@ -2,13 +2,14 @@ package mxsource
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/apbridge/apbridge/internal/tlsconf"
 )
 
 // Modes of the standby gateway session.
@@ -192,30 +193,10 @@ func checkEndpoint(ep string) error {
 
 // tlsConfig builds the channel's TLS configuration, nil for plaintext.
 func (c Config) tlsConfig() (*tls.Config, error) {
-	t := c.TLS
-	if t == nil {
-		return nil, nil
+	if t := c.TLS; t != nil {
+		return tlsconf.Client("tls", t.CA, t.Cert, t.Key, t.ServerName)
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
-	if t.CA != "" {
-		pem, err := os.ReadFile(t.CA)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca: %s holds no PEM certificate", t.CA)
-		}
-		tc.RootCAs = pool
-	}
-	if t.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
+	return nil, nil
 }
 
 // heartbeatTimeout is how long the stream of a session that announced
