@@ -216,3 +216,20 @@ func startBare(t *testing.T, src *mxsource.Source, h bridge.Handler) {
 	}
 	t.Cleanup(func() { src.Close() })
 }
+
+// proxiedPrimary puts a fault proxy in front of the primary gateway and
+// stores it in *proxy.
+func proxiedPrimary(t *testing.T, proxy **testcluster.FaultProxy) func(int, *testcluster.MxGateway) string {
+	return func(i int, g *testcluster.MxGateway) string {
+		if i > 0 {
+			return g.Addr()
+		}
+		p, err := testcluster.NewFaultProxy(g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		*proxy = p
+		return p.Addr()
+	}
+}

@@ -173,18 +173,7 @@ func TestGalaxyQualityDoesNotSwitch(t *testing.T) {
 // past their deadline) does too, but on a single gateway it only stays.
 func TestFrozenLinkPromotesTheStandby(t *testing.T) {
 	var proxy *testcluster.FaultProxy
-	e := startMx(t, envConfig{gateways: 2, endpoint: func(i int, g *testcluster.MxGateway) string {
-		if i > 0 {
-			return g.Addr()
-		}
-		p, err := testcluster.NewFaultProxy(g.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		proxy = p
-		return p.Addr()
-	}, setup: func(_ int, g *testcluster.MxGateway) { g.SetHeartbeatInterval(100 * time.Millisecond) },
+	e := startMx(t, envConfig{gateways: 2, endpoint: proxiedPrimary(t, &proxy), setup: func(_ int, g *testcluster.MxGateway) { g.SetHeartbeatInterval(100 * time.Millisecond) },
 		cfg: mxsource.Config{HeartbeatTimeout: 500 * time.Millisecond}})
 	e.flowing(t, 2)
 	proxy.Freeze()
@@ -388,18 +377,7 @@ func TestBlipResumesTheStream(t *testing.T) {
 							func(c string) bool { return c == mxgateway.CapEventResume }))
 					}
 				},
-				endpoint: func(i int, g *testcluster.MxGateway) string {
-					if i > 0 {
-						return g.Addr()
-					}
-					p, err := testcluster.NewFaultProxy(g.Addr())
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { p.Close() })
-					proxy = p
-					return p.Addr()
-				}})
+				endpoint: proxiedPrimary(t, &proxy)})
 			e.flowing(t, 5)
 			opened := e.src.Stats().SessionsOpened
 			if proxy.ResetAll() == 0 {
