@@ -132,8 +132,6 @@ const reconnectCeiling = 500 * time.Millisecond
 // every readyPoll while it is failing, rather than after gRPC's backoff:
 // a gateway back from a restart is used within readyPoll.
 func (c *Client) WaitReady(ctx context.Context) error {
-	poll := time.NewTicker(readyPoll)
-	defer poll.Stop()
 	for {
 		st := c.conn.GetState()
 		switch st {
@@ -144,21 +142,15 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		case connectivity.Idle:
 			c.conn.Connect()
 		}
-		wctx, cancel := context.WithCancel(ctx)
-		changed := make(chan bool, 1)
-		go func() { changed <- c.conn.WaitForStateChange(wctx, st) }()
-		select {
-		case <-ctx.Done():
-			cancel()
-			<-changed
-			return ctx.Err()
-		case <-changed:
-		case <-poll.C:
-			if st == connectivity.TransientFailure {
-				c.conn.ResetConnectBackoff()
-			}
-		}
+		wctx, cancel := context.WithTimeout(ctx, readyPoll)
+		changed := c.conn.WaitForStateChange(wctx, st)
 		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !changed && st == connectivity.TransientFailure {
+			c.conn.ResetConnectBackoff()
+		}
 	}
 }
 
