@@ -26,6 +26,13 @@ type Config struct {
 	// pair before it hands it over, so that a member that flaps does not
 	// move pairs back and forth. Default LeaseTTL; 0 to 10 min.
 	Dwell time.Duration
+	// Overlap is how long a member that hands a pair over (rebalance,
+	// shutdown) keeps publishing after it released the lease, so that the
+	// next owner is publishing before it stops: make before break. Both
+	// publish inside it (a JetStream sink stores each update once by its
+	// message ID). 0 to LeaseTTL; default DefaultOverlap, or LeaseTTL if
+	// that is shorter. A negative value turns it off (break before make).
+	Overlap time.Duration
 	// Pairs are the names of the source pairs the fleet divides.
 	Pairs []string
 }
@@ -37,6 +44,7 @@ const DefaultBucket = "apbridge_fleet"
 const (
 	DefaultLeaseTTL = 3 * time.Second
 	DefaultReplicas = 3
+	DefaultOverlap  = time.Second
 	maxLeaseTTL     = 60 * time.Second
 	maxDwell        = 10 * time.Minute
 )
@@ -61,6 +69,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Dwell == 0 {
 		c.Dwell = c.LeaseTTL
+	}
+	if c.Overlap == 0 {
+		c.Overlap = min(DefaultOverlap, c.LeaseTTL)
 	}
 	return c
 }
@@ -88,6 +99,9 @@ func (c Config) Validate() error {
 	if c.Dwell < 0 || c.Dwell > maxDwell {
 		add("dwell: %v is not valid (0 to %v)", c.Dwell, maxDwell)
 	}
+	if c.Overlap > c.LeaseTTL {
+		add("overlap: %v is not valid (at most leaseTTL, %v; negative turns it off)", c.Overlap, c.LeaseTTL)
+	}
 	seen := map[string]bool{}
 	for i, p := range c.Pairs {
 		switch {
@@ -100,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// overlap is Overlap, 0 when turned off.
+func (c Config) overlap() time.Duration { return max(c.Overlap, 0) }
 
 // renewEvery is the renewal period: four renewals per TTL, so that one or
 // two lost in a leader election cost nothing.

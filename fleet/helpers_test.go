@@ -70,7 +70,7 @@ func (r *recorder) causes() []fleet.Cause {
 }
 
 func cfg(id string, ps []string) fleet.Config {
-	return fleet.Config{Bucket: "leases", LeaseTTL: ttl, RelayID: id, Pairs: ps, Dwell: 200 * time.Millisecond}
+	return fleet.Config{Bucket: "leases", LeaseTTL: ttl, RelayID: id, Pairs: ps, Dwell: 200 * time.Millisecond, Overlap: 100 * time.Millisecond}
 }
 
 // join connects to urls and joins; cleanup closes both.

@@ -39,6 +39,13 @@ type lease struct {
 	lastOK time.Time // when the last successful write was sent
 }
 
+// releasing is a pair inside its handover overlap.
+type releasing struct {
+	l     *lease
+	until time.Time
+	cause Cause
+}
+
 // holder is what the watcher last showed of a lease key.
 type holder struct {
 	relay, epoch string
@@ -60,9 +67,10 @@ func WithLogger(l zerolog.Logger) Option {
 
 // WithHandler calls h for every ownership change, on the member's
 // goroutine and in order. h must not block: a member that cannot renew
-// its leases loses them. Lost events always come before the lease is
-// released, so a handler that stops publishing in h has stopped before
-// another member can win the pair.
+// its leases loses them. A lease that expires or is taken is reported
+// lost before another member can win it (the member fences itself first);
+// a pair handed over is reported lost when its overlap ends (see
+// Config.Overlap), after the next owner could win it.
 func WithHandler(h func(Event)) Option {
 	return func(o *options) error {
 		if h == nil {
@@ -83,11 +91,14 @@ type Member struct {
 	epoch   string
 	value   []byte
 
-	mu      sync.Mutex
-	owned   map[string]*lease
-	stats   Stats
-	fatal   error
-	selfRev uint64
+	mu    sync.Mutex
+	owned map[string]*lease
+	// releasing holds pairs handed over whose overlap has not ended: the
+	// member may still publish for them (Valid) until the time given.
+	releasing map[string]releasing
+	stats     Stats
+	fatal     error
+	selfRev   uint64
 
 	// Only the run goroutine touches these.
 	relays    map[string]bool
@@ -140,7 +151,7 @@ func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member
 	m := &Member{
 		cfg: c, log: o.log.With().Str("component", "fleet").Str("relay", c.RelayID).Logger(),
 		handler: o.handler, kv: kv, epoch: hex.EncodeToString(nonce[:]),
-		owned: map[string]*lease{}, relays: map[string]bool{}, holders: map[string]holder{},
+		owned: map[string]*lease{}, releasing: map[string]releasing{}, relays: map[string]bool{}, holders: map[string]holder{},
 		freeSince: map[string]time.Time{}, behind: map[string]time.Time{},
 		done: make(chan struct{}),
 	}
@@ -245,7 +256,13 @@ func (m *Member) Valid(pair string) (token uint64, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.owned[pair]
-	if l == nil || time.Since(l.lastOK) >= m.cfg.LeaseTTL-m.cfg.fenceMargin() {
+	if l == nil {
+		if r, ok := m.releasing[pair]; ok && time.Now().Before(r.until) {
+			return r.l.token, true
+		}
+		return 0, false
+	}
+	if time.Since(l.lastOK) >= m.cfg.LeaseTTL-m.cfg.fenceMargin() {
 		return 0, false
 	}
 	return l.token, true
@@ -289,7 +306,12 @@ func (m *Member) run() {
 	defer close(m.done)
 	t := time.NewTicker(m.cfg.renewEvery())
 	defer t.Stop()
+	rt := time.NewTimer(time.Hour)
+	defer rt.Stop()
 	for {
+		if next, ok := m.nextRelease(); ok {
+			rt.Reset(time.Until(next))
+		}
 		var updates <-chan jetstream.KeyValueEntry
 		if m.watcher != nil {
 			updates = m.watcher.Updates()
@@ -308,6 +330,8 @@ func (m *Member) run() {
 			if !m.syncing {
 				m.reconcile()
 			}
+		case <-rt.C:
+			m.endReleases(time.Now())
 		case <-t.C:
 			m.renew()
 			if m.Err() != nil {
@@ -454,6 +478,7 @@ func (m *Member) acquire(pair string) {
 	m.holders[pair] = holder{relay: m.cfg.RelayID, epoch: m.epoch, rev: rev}
 	delete(m.behind, pair)
 	m.mu.Lock()
+	delete(m.releasing, pair) // won back inside its overlap: never stopped
 	m.owned[pair] = &lease{rev: rev, token: rev, lastOK: sent}
 	m.stats.Gained++
 	m.mu.Unlock()
@@ -479,24 +504,62 @@ func (m *Member) drop(pair string, cause Cause) {
 	m.handler(Event{Pair: pair, Owned: false, Token: l.token, Cause: cause, At: time.Now()})
 }
 
-// handover stops owning pair (the handler hears first) and deletes its
-// lease at the revision this member wrote last, so that the next in rank
-// wins it at once.
+// handover releases pair: it deletes the lease at the revision this
+// member wrote last, so that the next in rank wins it at once, and keeps
+// the pair valid for the overlap; the handler hears the loss when the
+// overlap ends (at once without one).
 func (m *Member) handover(pair string, cause Cause) {
 	m.mu.Lock()
 	l := m.owned[pair]
-	m.mu.Unlock()
 	if l == nil {
+		m.mu.Unlock()
 		return
 	}
-	m.drop(pair, cause)
-	m.mu.Lock()
+	delete(m.owned, pair)
+	m.releasing[pair] = releasing{l: l, until: time.Now().Add(m.cfg.overlap()), cause: cause}
 	m.stats.Handovers++
 	m.mu.Unlock()
+	delete(m.behind, pair)
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.renewEvery())
 	defer cancel()
 	if err := m.kv.Delete(ctx, leasePrefix+pair, jetstream.LastRevision(l.rev)); err != nil {
 		m.log.Debug().Err(err).Str("pair", pair).Msg("lease delete failed; it expires")
+	}
+	if m.cfg.overlap() == 0 {
+		m.endReleases(time.Now())
+	}
+}
+
+// nextRelease returns when the earliest overlap ends.
+func (m *Member) nextRelease() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	for _, r := range m.releasing {
+		if next.IsZero() || r.until.Before(next) {
+			next = r.until
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// endReleases tells the handler of every handover whose overlap ended by
+// now.
+func (m *Member) endReleases(now time.Time) {
+	m.mu.Lock()
+	var ended []Event
+	for p, r := range m.releasing {
+		if !now.Before(r.until) {
+			delete(m.releasing, p)
+			m.stats.Lost++
+			ended = append(ended, Event{Pair: p, Owned: false, Token: r.l.token, Cause: r.cause, At: now})
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(ended, func(i, j int) bool { return ended[i].Pair < ended[j].Pair })
+	for _, e := range ended {
+		m.log.Info().Str("pair", e.Pair).Str("cause", string(e.Cause)).Msg("pair handed over")
+		m.handler(e)
 	}
 }
 
@@ -611,18 +674,33 @@ func (m *Member) Close(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("fleet: leave: %w", err))
 			}
 		}
+		until := time.Now().Add(m.cfg.overlap())
 		for _, p := range m.Owned() {
 			m.mu.Lock()
 			l := m.owned[p]
-			m.mu.Unlock()
-			m.drop(p, CauseShutdown)
-			m.mu.Lock()
+			delete(m.owned, p)
+			m.releasing[p] = releasing{l: l, until: until, cause: CauseShutdown}
 			m.stats.Handovers++
 			m.mu.Unlock()
 			if err := m.kv.Delete(ctx, leasePrefix+p, jetstream.LastRevision(l.rev)); err != nil {
 				errs = append(errs, fmt.Errorf("fleet: hand over %s: %w", p, err))
 			}
 		}
+		// Make before break: the pairs stay valid here for the overlap,
+		// while the next owners start.
+		if next, ok := m.nextRelease(); ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(next)):
+			}
+		}
+		m.mu.Lock()
+		for p, r := range m.releasing {
+			r.until = time.Time{}
+			m.releasing[p] = r
+		}
+		m.mu.Unlock()
+		m.endReleases(time.Now())
 		m.closeErr = errors.Join(errs...)
 	})
 	return m.closeErr

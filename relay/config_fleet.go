@@ -28,12 +28,17 @@ type FleetConfig struct {
 	// Dwell is how long a relay keeps a source another relay now ranks
 	// first for before handing it over (0 to 10m, default leaseTTL).
 	Dwell time.Duration `yaml:"dwell"`
+	// Overlap is how long a relay that hands a source over keeps
+	// publishing it while the next owner starts (make before break; the
+	// JetStream sink stores each update once). 0 to leaseTTL, default
+	// 1s (or leaseTTL if shorter); negative turns it off.
+	Overlap time.Duration `yaml:"overlap"`
 }
 
 // fleetConfig is the fleet package's view of f for the given pairs.
 func (f *FleetConfig) fleetConfig(pairs []string) fleet.Config {
 	return fleet.Config{Bucket: f.Bucket, LeaseTTL: f.LeaseTTL, RelayID: f.RelayID,
-		Replicas: f.Replicas, Dwell: f.Dwell, Pairs: pairs}
+		Replicas: f.Replicas, Dwell: f.Dwell, Overlap: f.Overlap, Pairs: pairs}
 }
 
 // validateFleet checks the fleet section and that every source name can be

@@ -23,7 +23,7 @@ func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*te
 	cfg := &relay.Config{
 		NATS: relay.NATSConfig{Servers: cl.URLs()}, HTTP: relay.HTTPConfig{Listen: &off},
 		Instance: id, Service: relay.ServiceConfig{Prefix: "fleet." + id},
-		Fleet: &relay.FleetConfig{RelayID: id, LeaseTTL: time.Second, Dwell: 100 * time.Millisecond, Bucket: "relays"},
+		Fleet: &relay.FleetConfig{RelayID: id, LeaseTTL: time.Second, Dwell: 100 * time.Millisecond, Overlap: 100 * time.Millisecond, Bucket: "relays"},
 	}
 	var opts []relay.Option
 	tags := []bridge.TagConfig{{Name: "t1", Address: "a1"}, {Name: "t2", Address: "a2"}}
