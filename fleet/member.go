@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -104,6 +105,7 @@ type Member struct {
 	relays    map[string]bool
 	holders   map[string]holder
 	freeSince map[string]time.Time
+	lastOwner map[string]string    // the relay whose lease on a free pair ended
 	behind    map[string]time.Time // owned pairs where another ranks first, since
 	watcher   jetstream.KeyWatcher
 	syncing   bool      // the watcher is still sending its initial values
@@ -152,7 +154,7 @@ func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member
 		cfg: c, log: o.log.With().Str("component", "fleet").Str("relay", c.RelayID).Logger(),
 		handler: o.handler, kv: kv, epoch: hex.EncodeToString(nonce[:]),
 		owned: map[string]*lease{}, releasing: map[string]releasing{}, relays: map[string]bool{}, holders: map[string]holder{},
-		freeSince: map[string]time.Time{}, behind: map[string]time.Time{},
+		freeSince: map[string]time.Time{}, lastOwner: map[string]string{}, behind: map[string]time.Time{},
 		done: make(chan struct{}),
 	}
 	m.value, _ = json.Marshal(holding{Relay: c.RelayID, Epoch: m.epoch, Since: time.Now().UTC()})
@@ -369,8 +371,12 @@ func (m *Member) apply(e jetstream.KeyValueEntry) {
 	case strings.HasPrefix(key, leasePrefix):
 		pair := strings.TrimPrefix(key, leasePrefix)
 		if !put {
-			if h, ok := m.holders[pair]; ok && h.rev > e.Revision() {
+			h, ok := m.holders[pair]
+			if ok && h.rev > e.Revision() {
 				return // an old marker, replayed
+			}
+			if ok {
+				m.lastOwner[pair] = h.relay
 			}
 			delete(m.holders, pair)
 			m.freeSince[pair] = now
@@ -442,6 +448,14 @@ func (m *Member) reconcile() {
 		if _, held := m.holders[pair]; held {
 			continue
 		}
+		// The relay whose lease just ended ranks last: it handed the
+		// pair over, or it could not renew (it is dead, or cut off and
+		// fenced) while its membership key may still show it live.
+		if last := m.lastOwner[pair]; last != "" && last != self {
+			if i := slices.Index(ranked, last); i >= 0 {
+				ranked = append(slices.Delete(slices.Clone(ranked), i, i+1), last)
+			}
+		}
 		pos := -1
 		for i, r := range ranked {
 			if r == self {
@@ -452,8 +466,8 @@ func (m *Member) reconcile() {
 			continue // not live: the membership key is being renewed again
 		}
 		// The first in rank takes a free pair at once; the others wait
-		// half a TTL per place, in case the first is slow or dying.
-		if now.Sub(m.freeSince[pair]) < time.Duration(pos)*m.cfg.LeaseTTL/2 {
+		// a renewal period per place, in case the first is slow or dead.
+		if now.Sub(m.freeSince[pair]) < time.Duration(pos)*m.cfg.renewEvery() {
 			continue
 		}
 		m.acquire(pair)
