@@ -431,3 +431,27 @@ func (s connSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
 
 // fleetLeaveTimeout bounds the handover at shutdown.
 const fleetLeaveTimeout = 5 * time.Second
+
+// FleetStatus connects to c's cluster as c would and reads its fleet's
+// bucket: which relay owns which source, how long ago each lease was
+// renewed, and the placement order (the second relay is the standby that
+// takes over). It is `apbridge fleet status`.
+func FleetStatus(ctx context.Context, c *Config) (fleet.Status, error) {
+	if c.Fleet == nil {
+		return fleet.Status{}, errors.New("fleet status: the config has no fleet section")
+	}
+	opts, err := c.natsOptions()
+	if err != nil {
+		return fleet.Status{}, err
+	}
+	nc, err := nats.Connect(strings.Join(c.NATS.Servers, ","), append(opts, nats.Name(c.connName()+"-status"))...)
+	if err != nil {
+		return fleet.Status{}, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	names := make([]string, 0, len(c.Sources))
+	for _, s := range c.Sources {
+		names = append(names, s.Name)
+	}
+	return fleet.ReadStatus(ctx, nc, c.Fleet.Bucket, names)
+}
