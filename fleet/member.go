@@ -518,155 +518,6 @@ func (m *Member) drop(pair string, cause Cause) {
 	m.handler(Event{Pair: pair, Owned: false, Token: l.token, Cause: cause, At: time.Now()})
 }
 
-// handover releases pair: it deletes the lease at the revision this
-// member wrote last, so that the next in rank wins it at once, and keeps
-// the pair valid for the overlap; the handler hears the loss when the
-// overlap ends (at once without one).
-func (m *Member) handover(pair string, cause Cause) {
-	m.mu.Lock()
-	l := m.owned[pair]
-	if l == nil {
-		m.mu.Unlock()
-		return
-	}
-	delete(m.owned, pair)
-	m.releasing[pair] = releasing{l: l, until: time.Now().Add(m.cfg.overlap()), cause: cause}
-	m.stats.Handovers++
-	m.mu.Unlock()
-	delete(m.behind, pair)
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.renewEvery())
-	defer cancel()
-	if err := m.kv.Delete(ctx, leasePrefix+pair, jetstream.LastRevision(l.rev)); err != nil {
-		m.log.Debug().Err(err).Str("pair", pair).Msg("lease delete failed; it expires")
-	}
-	if m.cfg.overlap() == 0 {
-		m.endReleases(time.Now())
-	}
-}
-
-// nextRelease returns when the earliest overlap ends.
-func (m *Member) nextRelease() (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var next time.Time
-	for _, r := range m.releasing {
-		if next.IsZero() || r.until.Before(next) {
-			next = r.until
-		}
-	}
-	return next, !next.IsZero()
-}
-
-// endReleases tells the handler of every handover whose overlap ended by
-// now.
-func (m *Member) endReleases(now time.Time) {
-	m.mu.Lock()
-	var ended []Event
-	for p, r := range m.releasing {
-		if !now.Before(r.until) {
-			delete(m.releasing, p)
-			m.stats.Lost++
-			ended = append(ended, Event{Pair: p, Owned: false, Token: r.l.token, Cause: r.cause, At: now})
-		}
-	}
-	m.mu.Unlock()
-	sort.Slice(ended, func(i, j int) bool { return ended[i].Pair < ended[j].Pair })
-	for _, e := range ended {
-		m.log.Info().Str("pair", e.Pair).Str("cause", string(e.Cause)).Msg("pair handed over")
-		m.handler(e)
-	}
-}
-
-// renew renews the membership key, then every owned lease, inside one
-// renewal period: when the KV stream is unavailable the whole round fails
-// fast and the next one tries again.
-func (m *Member) renew() {
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.renewEvery())
-	defer cancel()
-	m.renewID(ctx)
-	m.mu.Lock()
-	pairs := make([]string, 0, len(m.owned))
-	for p := range m.owned {
-		pairs = append(pairs, p)
-	}
-	m.mu.Unlock()
-	for _, pair := range pairs {
-		m.mu.Lock()
-		l := m.owned[pair]
-		m.mu.Unlock()
-		if l == nil {
-			continue
-		}
-		sent := time.Now()
-		rev, err := m.kv.Update(ctx, leasePrefix+pair, m.value, l.rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			// The write may have landed with its reply lost: the key
-			// is still ours if it holds our value.
-			if e, gerr := m.kv.Get(ctx, leasePrefix+pair); gerr == nil && e.Revision() > l.rev && string(e.Value()) == string(m.value) {
-				rev, err = e.Revision(), nil
-			} else if gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
-				m.drop(pair, CauseTaken)
-				continue
-			}
-		}
-		if err != nil {
-			m.mu.Lock()
-			m.stats.RenewFailures++
-			m.mu.Unlock()
-			m.log.Debug().Err(err).Str("pair", pair).Msg("lease renewal failed")
-			continue
-		}
-		m.mu.Lock()
-		if cur := m.owned[pair]; cur == l {
-			l.rev, l.lastOK = rev, sent
-		}
-		m.mu.Unlock()
-	}
-}
-
-// renewID renews the membership key. A key that expired (the member was
-// cut off for a TTL) is created again; one that holds another epoch means
-// a second member with this ID: this one gives up.
-func (m *Member) renewID(ctx context.Context) {
-	key := relayPrefix + m.cfg.RelayID
-	m.mu.Lock()
-	rev := m.selfRev
-	m.mu.Unlock()
-	sent := time.Now()
-	nrev, err := m.kv.Update(ctx, key, m.value, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		e, gerr := m.kv.Get(ctx, key)
-		switch {
-		case gerr == nil && string(e.Value()) != string(m.value):
-			m.giveUp()
-			return
-		case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
-			nrev, err = m.kv.Create(ctx, key, m.value)
-		case gerr == nil:
-			nrev, err = e.Revision(), nil
-		}
-	}
-	if err != nil {
-		m.log.Debug().Err(err).Msg("membership renewal failed")
-		return
-	}
-	m.selfOK = sent
-	m.mu.Lock()
-	m.selfRev = nrev
-	m.mu.Unlock()
-}
-
-// giveUp drops every pair when another live member has this relay ID.
-func (m *Member) giveUp() {
-	for _, p := range m.Owned() {
-		m.drop(p, CauseSameID)
-	}
-	m.mu.Lock()
-	m.fatal = fmt.Errorf("%w: another member took relay ID %q in bucket %q", ErrSameID, m.cfg.RelayID, m.cfg.Bucket)
-	m.mu.Unlock()
-	m.log.Error().Err(m.fatal).Msg("fleet membership given up")
-}
-
 // Close hands every owned pair over (the handler hears CauseShutdown for
 // each before its lease is deleted), deletes the membership key and stops
 // the member. ctx bounds the deletes. It is idempotent.
@@ -684,7 +535,7 @@ func (m *Member) Close(ctx context.Context) error {
 			m.mu.Lock()
 			rev := m.selfRev
 			m.mu.Unlock()
-			if err := m.kv.Delete(ctx, relayPrefix+m.cfg.RelayID, jetstream.LastRevision(rev)); err != nil {
+			if err := m.release(ctx, relayPrefix+m.cfg.RelayID, rev); err != nil {
 				errs = append(errs, fmt.Errorf("fleet: leave: %w", err))
 			}
 		}
@@ -696,7 +547,7 @@ func (m *Member) Close(ctx context.Context) error {
 			m.releasing[p] = releasing{l: l, until: until, cause: CauseShutdown}
 			m.stats.Handovers++
 			m.mu.Unlock()
-			if err := m.kv.Delete(ctx, leasePrefix+p, jetstream.LastRevision(l.rev)); err != nil {
+			if err := m.release(ctx, leasePrefix+p, l.rev); err != nil {
 				errs = append(errs, fmt.Errorf("fleet: hand over %s: %w", p, err))
 			}
 		}
@@ -718,11 +569,4 @@ func (m *Member) Close(ctx context.Context) error {
 		m.closeErr = errors.Join(errs...)
 	})
 	return m.closeErr
-}
-
-// releaseID deletes the membership key after a failed Join.
-func (m *Member) releaseID() {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.LeaseTTL)
-	defer cancel()
-	m.kv.Delete(ctx, relayPrefix+m.cfg.RelayID, jetstream.LastRevision(m.selfRev))
 }

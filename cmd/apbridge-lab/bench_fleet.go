@@ -47,6 +47,9 @@ type fleetBench struct {
 	stream string
 	relays []*fleetRelay
 	smp    *ownSampler
+	// fault is when the scenario's event happened: unserved updates are
+	// counted from then on (the start has its own, before placement).
+	fault time.Time
 }
 
 // fleetRelay is a relay of the bench, behind proxies of its own so that it
@@ -211,7 +214,7 @@ func (b *fleetBench) audit(ctx context.Context) (testcluster.StreamAudit, int, e
 	if err != nil {
 		return testcluster.StreamAudit{}, 0, fmt.Errorf("read the stream back: %w", err)
 	}
-	expected, unserved := b.plant.expected(subj)
+	expected, unserved := b.plant.expected(subj, b.fault)
 	return testcluster.Audit(expected, stored), unserved, nil
 }
 
@@ -441,6 +444,7 @@ func benchFleetFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 			}
 		}
 		t0 := time.Now()
+		b.fault = t0
 		b.kill(victim)
 		if err := b.waitSettled(ctx, "the survivors to own every pair"); err != nil {
 			return err
@@ -495,6 +499,7 @@ func benchFleetRebalance(ctx context.Context, cfg benchConfig) (*result, error) 
 		}
 		before := b.smp.now()
 		t0 := time.Now()
+		b.fault = t0
 		if err := b.start(ctx, "r4"); err != nil {
 			return err
 		}
@@ -556,6 +561,7 @@ func benchFleetHandover(ctx context.Context, cfg benchConfig) (*result, error) {
 		sort.Strings(pairs)
 		survivors := []string{"r2", "r3"}
 		t0 := time.Now()
+		b.fault = t0
 		if err := b.shutdown(ctx, victim); err != nil {
 			return fmt.Errorf("shutdown %s: %w", victim, err)
 		}

@@ -119,8 +119,8 @@ func (p *fleetPlant) factory(relay, name string) func() (bridge.Source, error) {
 }
 
 // expected returns the message IDs of the served updates by subject, and
-// how many updates no view had.
-func (p *fleetPlant) expected(subject func(pair, tag string) string) (map[string][]string, int) {
+// how many updates produced since the fault no view had.
+func (p *fleetPlant) expected(subject func(pair, tag string) string, fault time.Time) (map[string][]string, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[string][]string{}
@@ -128,7 +128,9 @@ func (p *fleetPlant) expected(subject func(pair, tag string) string) (map[string
 	for _, name := range p.order {
 		for _, e := range p.pairs[name].log {
 			if !e.served {
-				unserved++
+				if !e.u.SourceTime.Before(fault) {
+					unserved++
+				}
 				continue
 			}
 			tag := p.tags[e.tag].Name
