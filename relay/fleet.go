@@ -23,9 +23,9 @@ const (
 	// publishing relay won the source's lease. A later owner's token is
 	// larger, so a consumer can drop an update whose token is below the
 	// largest it has seen for the source.
-	HeaderLease = "Apbridge-Lease"
+	HeaderLease = "Apb-Lease"
 	// HeaderRelay is the fleet relay ID of the publisher.
-	HeaderRelay = "Apbridge-Relay"
+	HeaderRelay = "Apb-Relay"
 )
 
 // StateNotOwned is the state a fleet relay reports for a source whose

@@ -19,13 +19,19 @@ import (
 // again (a new view) at every lease won.
 func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*testcluster.SharedSource) *relay.Relay {
 	t.Helper()
+	return fleetRelayOn(t, cl.URLs(), id, srcs)
+}
+
+// fleetRelayOn is fleetRelay on the given servers.
+func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*testcluster.SharedSource, nopts ...nats.Option) *relay.Relay {
+	t.Helper()
 	off := ""
 	cfg := &relay.Config{
-		NATS: relay.NATSConfig{Servers: cl.URLs()}, HTTP: relay.HTTPConfig{Listen: &off},
+		NATS: relay.NATSConfig{Servers: servers}, HTTP: relay.HTTPConfig{Listen: &off},
 		Instance: id, Service: relay.ServiceConfig{Prefix: "fleet." + id},
 		Fleet: &relay.FleetConfig{RelayID: id, LeaseTTL: time.Second, Dwell: 100 * time.Millisecond, Overlap: 100 * time.Millisecond, Bucket: "relays"},
 	}
-	var opts []relay.Option
+	opts := []relay.Option{relay.WithNATSOptions(nopts...)}
 	tags := []bridge.TagConfig{{Name: "t1", Address: "a1"}, {Name: "t2", Address: "a2"}}
 	for _, s := range srcs {
 		opts = append(opts, relay.WithSourceFactory(s.Name(), tags, func() (bridge.Source, error) { return s.Relay(), nil }))
@@ -163,6 +169,71 @@ sources:
 	for _, want := range []string{"fleet.relayId", "fleet.leaseTTL: 1.5s", "fleet.replicas: 9", "sources[0].name: \"line.1\" cannot name a lease"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not name %q", err, want)
+		}
+	}
+}
+
+// A relay cut off from the cluster fences itself: it stops handing its
+// sources' updates to NATS before the other relay can win them, and the
+// other relay takes them over.
+func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
+	cl := testutil.StartCluster(t, testcluster.WithJetStream(), testcluster.WithProxies())
+	var srcs []*testcluster.SharedSource
+	for i := range 4 {
+		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+	}
+	// ra reaches the cluster only through node 0's proxy.
+	a := fleetRelayOn(t, []string{cl.Node(0).URL()}, "ra", srcs, nats.IgnoreDiscoveredServers())
+	b := fleetRelayOn(t, []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()}, "rb", srcs)
+	for _, s := range srcs {
+		s.Sim().Run(5 * time.Millisecond)
+		defer s.Close()
+	}
+	testutil.WaitFor(t, "both relays to own sources", 10*time.Second, func() bool {
+		return len(a.Fleet().Owned()) > 0 && len(b.Fleet().Owned()) > 0 && len(a.Fleet().Owned())+len(b.Fleet().Owned()) == 4
+	})
+	published := func(r *relay.Relay, src string) uint64 {
+		for _, s := range r.Bridge().Stats() {
+			if s.Name == src {
+				return s.Published
+			}
+		}
+		return 0
+	}
+	had := a.Fleet().Owned()
+	testutil.WaitFor(t, "ra to publish its sources (the positive control)", 5*time.Second, func() bool {
+		for _, p := range had {
+			if published(a, p) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cl.Node(0).Proxy().Freeze()
+	defer cl.Node(0).Proxy().Heal()
+	// Sample ra's count the moment rb may publish a source: it must not
+	// grow after that.
+	atGain := map[string]uint64{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(atGain) < len(had) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rb took only %d of ra's %d sources", len(atGain), len(had))
+		}
+		for _, p := range had {
+			if _, seen := atGain[p]; seen {
+				continue
+			}
+			if _, ok := b.Fleet().Valid(p); ok {
+				atGain[p] = published(a, p)
+			}
+		}
+		time.Sleep(time.Millisecond) // sampling rb's leases
+	}
+	// ra gives the sources up a TTL after its last renewal; wait past it.
+	testutil.WaitFor(t, "ra to give its sources up", 5*time.Second, func() bool { return len(a.Fleet().Owned()) == 0 })
+	for _, p := range had {
+		if n := published(a, p); n != atGain[p] {
+			t.Errorf("%s: ra handed %d updates to NATS after rb won the lease", p, n-atGain[p])
 		}
 	}
 }
