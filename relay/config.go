@@ -44,6 +44,9 @@ type Config struct {
 	SinkConfig `yaml:",inline"`
 	// Sources are the OPC UA server pairs and their tags.
 	Sources []SourceConfig `yaml:"sources"`
+	// Fleet, when set, makes the relay one of a fleet that divides the
+	// sources between its relays (config_fleet.go).
+	Fleet *FleetConfig `yaml:"fleet"`
 }
 
 // Sink kinds, the values of SinkConfig.Sink.
@@ -277,6 +280,7 @@ func (c *Config) validate(withSources bool) error {
 			add("%v", e)
 		}
 	}
+	c.validateFleet(add)
 	if len(c.Sources) == 0 && !withSources {
 		add("sources: at least one source is required")
 	}

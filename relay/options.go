@@ -19,6 +19,8 @@ type options struct {
 	natsOpts []nats.Option
 	connOpts []apconn.Option
 	sources  []extraSource
+	// factories are WithSourceFactory's sources (fleet.go).
+	factories []extraFactory
 }
 
 type extraSource struct {

@@ -24,6 +24,7 @@ type Relay struct {
 	conn *apconn.Conn
 	js   *jetstreamsink.Sink // nil with the core sink
 	b    *bridge.Bridge
+	fl   *fleetPart // nil unless the relay is one of a fleet
 
 	stopOnce sync.Once
 	stopErr  error
@@ -43,8 +44,11 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
 	}
-	if err := c.validate(len(o.sources) > 0); err != nil {
+	if err := c.validate(len(o.sources)+len(o.factories) > 0); err != nil {
 		return nil, err
+	}
+	if c.Fleet != nil && len(o.sources) > 0 {
+		return nil, errors.New("relay: a fleet relay builds a source again each time it wins its lease: give extra sources with WithSourceFactory, not WithSource")
 	}
 	natsOpts, err := c.natsOptions()
 	if err != nil {
@@ -74,6 +78,14 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		}
 		bopts = append(bopts, bridge.WithSink(r.js))
 	}
+	if c.Fleet != nil {
+		r.fl = newFleetPart(c.Fleet, o.log)
+		var inner bridge.Sink = connSink{conn}
+		if r.js != nil {
+			inner = r.js
+		}
+		bopts = append(bopts, bridge.WithSink(&fencedSink{inner: inner, f: r.fl, noHeaders: c.NoHeaders}))
+	}
 	r.b, err = bridge.New(conn, bridge.Config{
 		Instance:  c.Instance,
 		Prefix:    c.Service.Prefix,
@@ -102,8 +114,18 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 			return fail(err)
 		}
 	}
+	for _, ef := range o.factories {
+		if err := r.add(ef.name, ef.tags, ef.f); err != nil {
+			return fail(err)
+		}
+	}
 	if err := r.b.Start(ctx); err != nil {
 		return fail(err)
+	}
+	if r.fl != nil {
+		if err := r.fl.join(ctx, c.NATS.Servers, c.connName()+"-fleet", append(natsOpts, o.natsOpts...)); err != nil {
+			return fail(err)
+		}
 	}
 	o.log.Info().Int("sources", len(c.Sources)+len(o.sources)).Str("nats", conn.Status().String()).Msg("relay running")
 	return r, nil
@@ -119,13 +141,27 @@ func (r *Relay) Bridge() *bridge.Bridge { return r.b }
 // core NATS.
 func (r *Relay) JetStream() *jetstreamsink.Sink { return r.js }
 
+// add adds a source built by f: directly, or leased in a fleet relay.
+func (r *Relay) add(name string, tags []bridge.TagConfig, f SourceFactory) error {
+	src, err := f()
+	if err != nil {
+		return err
+	}
+	if r.fl != nil {
+		return r.b.AddSource(r.fl.lease(name, src, f), tags)
+	}
+	return r.b.AddSource(src, tags)
+}
+
 func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 	if sc.Type == TypeMxGateway {
-		src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
-		if err != nil {
-			return fmt.Errorf("sources[%d]: %w", i, err)
-		}
-		return r.b.AddSource(src, sc.MxGateway.Tags)
+		return r.add(sc.Name, sc.MxGateway.Tags, func() (bridge.Source, error) {
+			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
+			if err != nil {
+				return nil, fmt.Errorf("sources[%d]: %w", i, err)
+			}
+			return src, nil
+		})
 	}
 	secOpts, err := sc.Security.PairOptions(r.log.With().Str("source", sc.Name).Logger())
 	if err != nil {
@@ -160,12 +196,10 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 		}
 		r.log.Info().Str("source", sc.Name).Int("browsed", len(found)).Int("already_listed", dup).Msg("browse roots expanded")
 	}
-	src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
-		opcuasource.WithMonitoring(monitoring))
-	if err != nil {
-		return err
-	}
-	return r.b.AddSource(src, tags)
+	return r.add(sc.Name, tags, func() (bridge.Source, error) {
+		return opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
+			opcuasource.WithMonitoring(monitoring))
+	})
 }
 
 // browseTimeout bounds the expansion of a source's browse roots on one
@@ -233,6 +267,15 @@ func (c *Config) natsOptions() ([]nats.Option, error) {
 func (r *Relay) Shutdown(ctx context.Context) error {
 	r.stopOnce.Do(func() {
 		var errs []error
+		if r.fl != nil {
+			// The fleet hears first: every source is handed over (its
+			// instance stops) before the bridge drains what it has.
+			lctx, cancel := context.WithTimeout(ctx, fleetLeaveTimeout)
+			if err := r.fl.leave(lctx); err != nil {
+				errs = append(errs, err)
+			}
+			cancel()
+		}
 		if err := r.b.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -280,9 +323,12 @@ func (r *Relay) Ready() (bool, []string) {
 	default:
 		reasons = append(reasons, "nats: "+r.conn.Status().String())
 	}
+	if m := r.Fleet(); m != nil && m.Err() != nil {
+		reasons = append(reasons, "fleet: "+m.Err().Error())
+	}
 	for _, s := range r.b.Stats() {
 		switch s.Health.State {
-		case bridge.StateConnected, bridge.StateDegraded:
+		case bridge.StateConnected, bridge.StateDegraded, StateNotOwned:
 		default:
 			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health.State))
 		}

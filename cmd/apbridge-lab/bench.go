@@ -145,6 +145,7 @@ func scenarios() []scenario {
 	all = append(all, relayScenarios()...)
 	all = append(all, jsScenarios()...)
 	all = append(all, mxScenarios()...)
+	all = append(all, fleetScenarios()...)
 	return all
 }
 

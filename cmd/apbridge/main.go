@@ -4,6 +4,7 @@
 //
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
+//	apbridge fleet status --config FILE  which relay of a fleet owns which source
 //
 // Run `apbridge help` for the flags of each command.
 package main
@@ -23,6 +24,7 @@ func commands() []cli.Command {
 	return []cli.Command{
 		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
+		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
 	}
 }
 

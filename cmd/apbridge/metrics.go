@@ -66,6 +66,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
+	for _, d := range fleetDescs {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -91,7 +94,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mUpdatesOut, float64(s.Published), s.Name)
 		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
 		counter(mUnsupported, float64(s.Unsupported), s.Name)
-		for _, st := range []bridge.State{bridge.StateConnecting, bridge.StateConnected, bridge.StateDegraded, bridge.StateDown, bridge.StateClosed} {
+		for _, st := range []bridge.State{bridge.StateConnecting, bridge.StateConnected, bridge.StateDegraded, bridge.StateDown, bridge.StateClosed, relay.StateNotOwned} {
 			gauge(mSourceState, b2f(s.Health.State == st), s.Name, string(st))
 		}
 		gauge(mServiceLevel, float64(s.Health.Level), s.Name)
@@ -119,6 +122,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ready, _ := js.Ready()
 		gauge(mJSReady, b2f(ready))
 	}
+	m.collectFleet(ch)
 }
 
 func b2f(b bool) float64 {

@@ -40,6 +40,10 @@ func TestImportsPointOneWay(t *testing.T) {
 		{"bridge/mxsource", []string{"github.com/gopcua/", module + "/servicelevel", module + "/bridge/opcuasource",
 			module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
 		{"bridge/jetstreamsink", []string{"github.com/gopcua/", module + "/bridge/opcuasource", module + "/relay", module + "/testcluster"}},
+		// The fleet divides pairs among relays and knows nothing of what
+		// a pair carries.
+		{"fleet", []string{module + "/bridge", module + "/apconn", module + "/servicelevel", module + "/mxgateway",
+			module + "/relay", module + "/testcluster", "github.com/gopcua/"}},
 		{"relay", []string{module + "/testcluster", module + "/internal/nodeopcua", module + "/cmd/", "github.com/nats-io/nats-server/"}},
 		// The binary a site runs links neither the embedded broker nor
 		// the test OPC UA server.

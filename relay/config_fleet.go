@@ -1,0 +1,58 @@
+package relay
+
+import (
+	"time"
+
+	"github.com/apbridge/apbridge/fleet"
+)
+
+// FleetConfig makes the relay one of a fleet: relays that read the same
+// source list and divide its sources between them through leases in a
+// JetStream KV bucket (docs/fleet.md). A relay runs only the sources whose
+// lease it holds. Every relay of a fleet has the same bucket, leaseTTL,
+// replicas and sources, and its own relayId.
+//
+//	fleet:
+//	  relayId: relay-a
+//	  leaseTTL: 3s
+type FleetConfig struct {
+	// RelayID names the relay in the fleet; unique while it is live.
+	RelayID string `yaml:"relayId"`
+	// Bucket is the KV bucket of the leases (default "apbridge_fleet").
+	Bucket string `yaml:"bucket"`
+	// LeaseTTL is how long a source stays unowned when its relay dies:
+	// whole seconds, 1s to 60s (default 3s). It is the bucket's TTL.
+	LeaseTTL time.Duration `yaml:"leaseTTL"`
+	// Replicas is the bucket's replica count (1 to 5, default 3).
+	Replicas int `yaml:"replicas"`
+	// Dwell is how long a relay keeps a source another relay now ranks
+	// first for before handing it over (0 to 10m, default leaseTTL).
+	Dwell time.Duration `yaml:"dwell"`
+	// Overlap is how long a relay that hands a source over keeps
+	// publishing it while the next owner starts (make before break; the
+	// JetStream sink stores each update once). 0 to leaseTTL, default
+	// 1s (or leaseTTL if shorter); negative turns it off.
+	Overlap time.Duration `yaml:"overlap"`
+}
+
+// fleetConfig is the fleet package's view of f for the given pairs.
+func (f *FleetConfig) fleetConfig(pairs []string) fleet.Config {
+	return fleet.Config{Bucket: f.Bucket, LeaseTTL: f.LeaseTTL, RelayID: f.RelayID,
+		Replicas: f.Replicas, Dwell: f.Dwell, Overlap: f.Overlap, Pairs: pairs}
+}
+
+// validateFleet checks the fleet section and that every source name can be
+// a lease key.
+func (c *Config) validateFleet(add func(string, ...any)) {
+	if c.Fleet == nil {
+		return
+	}
+	for _, e := range Errors(c.Fleet.fleetConfig(nil).Validate()) {
+		add("fleet.%v", e)
+	}
+	for i, s := range c.Sources {
+		if s.Name != "" && !fleet.ValidName(s.Name) {
+			add("sources[%d].name: %q cannot name a lease in a fleet (letters, digits, '-', '_', '=')", i, s.Name)
+		}
+	}
+}

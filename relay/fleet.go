@@ -1,0 +1,457 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/fleet"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Headers a fleet relay adds to every update (unless noHeaders is set).
+const (
+	// HeaderLease is the lease's fencing token: the revision at which the
+	// publishing relay won the source's lease. A later owner's token is
+	// larger, so a consumer can drop an update whose token is below the
+	// largest it has seen for the source.
+	HeaderLease = "Apb-Lease"
+	// HeaderRelay is the fleet relay ID of the publisher.
+	HeaderRelay = "Apb-Relay"
+)
+
+// StateNotOwned is the state a fleet relay reports for a source whose
+// lease another relay holds: it runs no session to the source's servers.
+const StateNotOwned bridge.State = "not-owned"
+
+// ErrNotOwned is returned for a write to a source this relay does not own.
+var ErrNotOwned = errors.New("source is owned by another relay of the fleet")
+
+// errFenced is what the fenced sink returns for an update of a source whose
+// lease this relay can no longer vouch for.
+var errFenced = errors.New("fleet: lease not held (fenced)")
+
+// SourceFactory builds a new instance of a source each time a fleet relay
+// wins its lease (a source cannot be started again after Close).
+type SourceFactory func() (bridge.Source, error)
+
+// WithSourceFactory adds a source built by the caller, like WithSource, for
+// a relay that may have to build it more than once: a fleet relay builds a
+// new instance each time it wins the source's lease. name must be what the
+// built sources' Name returns.
+func WithSourceFactory(name string, tags []bridge.TagConfig, f SourceFactory) Option {
+	return func(o *options) error {
+		if f == nil || name == "" {
+			return errors.New("WithSourceFactory: a name and a factory are required")
+		}
+		o.factories = append(o.factories, extraFactory{name, tags, f})
+		return nil
+	}
+}
+
+type extraFactory struct {
+	name string
+	tags []bridge.TagConfig
+	f    SourceFactory
+}
+
+// fleetPart is a fleet relay's membership: its own NATS connection for the
+// bucket, the member, and a leased wrapper per source.
+type fleetPart struct {
+	cfg    *FleetConfig
+	log    zerolog.Logger
+	id     string
+	nc     *nats.Conn
+	member atomic.Pointer[fleet.Member]
+	leased map[string]*leasedSource
+	fenced atomic.Uint64
+}
+
+func newFleetPart(c *FleetConfig, log zerolog.Logger) *fleetPart {
+	return &fleetPart{cfg: c, log: log, id: c.RelayID, leased: map[string]*leasedSource{}}
+}
+
+// valid reports whether the relay may publish for source now.
+func (f *fleetPart) valid(source string) (uint64, bool) {
+	m := f.member.Load()
+	if m == nil {
+		return 0, false
+	}
+	return m.Valid(source)
+}
+
+// lease wraps a source so that it runs only while the relay owns it.
+func (f *fleetPart) lease(name string, first bridge.Source, build SourceFactory) *leasedSource {
+	ls := &leasedSource{name: name, build: build, spare: first, f: f,
+		log: f.log.With().Str("source", name).Logger()}
+	f.leased[name] = ls
+	return ls
+}
+
+// join connects to the cluster and joins the fleet; ownership events start
+// and stop the leased sources.
+func (f *fleetPart) join(ctx context.Context, servers []string, name string, opts []nats.Option) error {
+	nopts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect(strings.Join(servers, ","), nopts...)
+	if err != nil {
+		return fmt.Errorf("fleet: connect: %w", err)
+	}
+	pairs := make([]string, 0, len(f.leased))
+	for p := range f.leased {
+		pairs = append(pairs, p)
+	}
+	m, err := fleet.Join(ctx, nc, f.cfg.fleetConfig(pairs), fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent))
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	f.nc = nc
+	f.member.Store(m)
+	return nil
+}
+
+// onEvent runs on the member's goroutine: it must not block.
+func (f *fleetPart) onEvent(e fleet.Event) {
+	ls := f.leased[e.Pair]
+	if ls == nil {
+		return
+	}
+	if e.Owned {
+		ls.gain(e.Token)
+		return
+	}
+	ls.lose(e.Cause)
+}
+
+// leave hands every source over, then closes the fleet connection.
+func (f *fleetPart) leave(ctx context.Context) error {
+	var err error
+	if m := f.member.Load(); m != nil {
+		err = m.Close(ctx)
+	}
+	if f.nc != nil {
+		f.nc.Close()
+	}
+	return err
+}
+
+// Fleet returns the relay's fleet member, or nil when the relay is not in a
+// fleet.
+func (r *Relay) Fleet() *fleet.Member {
+	if r.fl == nil {
+		return nil
+	}
+	return r.fl.member.Load()
+}
+
+// leasedSource is a source of a fleet relay: the bridge sees one source for
+// the relay's lifetime; behind it an instance runs while the relay owns the
+// lease, and none otherwise.
+type leasedSource struct {
+	name  string
+	build SourceFactory
+	f     *fleetPart
+	log   zerolog.Logger
+
+	mu     sync.Mutex
+	h      bridge.Handler
+	gen    uint64 // counts gains and losses; a handler of an older gen is dead
+	owned  bool
+	inner  bridge.Source
+	spare  bridge.Source // built at start, used by the first gain
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (s *leasedSource) Name() string { return s.name }
+
+// Start only records the handler: the instance starts when the lease is
+// won.
+func (s *leasedSource) Start(_ context.Context, h bridge.Handler) error {
+	s.mu.Lock()
+	s.h = h
+	s.mu.Unlock()
+	h.HealthChanged(notOwned("lease not held yet"))
+	return nil
+}
+
+func notOwned(detail string) bridge.Health {
+	return bridge.Health{State: StateNotOwned, Level: -1, Detail: detail}
+}
+
+// gain starts an instance on a goroutine of the source's own (the member's
+// goroutine must not block), then has the bridge subscribe every tag on
+// it.
+func (s *leasedSource) gain(token uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.owned {
+		return
+	}
+	s.owned = true
+	s.gen++
+	gen := s.gen
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.startInner(gen, token)
+	}()
+}
+
+func (s *leasedSource) startInner(gen, token uint64) {
+	s.mu.Lock()
+	src := s.spare
+	s.spare = nil
+	s.mu.Unlock()
+	var err error
+	if src == nil {
+		src, err = s.build()
+	}
+	if err == nil {
+		err = src.Start(context.Background(), &gatedHandler{s: s, gen: gen})
+	}
+	s.mu.Lock()
+	if err != nil || s.gen != gen {
+		h := s.h
+		s.mu.Unlock()
+		if err != nil {
+			s.log.Error().Err(err).Msg("fleet: source could not start")
+			h.HealthChanged(bridge.Health{State: bridge.StateDown, Level: -1, Detail: err.Error()})
+		} else {
+			src.Close()
+		}
+		return
+	}
+	s.inner = src
+	h := s.h
+	s.mu.Unlock()
+	s.log.Info().Uint64("token", token).Msg("fleet: source owned, started")
+	h.HealthChanged(src.Health())
+	h.Restored()
+}
+
+// lose stops publishing at once (the gate closes with the generation) and
+// closes the instance in the background.
+func (s *leasedSource) lose(cause fleet.Cause) {
+	s.mu.Lock()
+	if !s.owned {
+		s.mu.Unlock()
+		return
+	}
+	s.owned = false
+	s.gen++
+	inner, h := s.inner, s.h
+	s.inner = nil
+	s.mu.Unlock()
+	h.HealthChanged(notOwned("lease lost: " + string(cause)))
+	s.log.Info().Str("cause", string(cause)).Msg("fleet: source lost, stopping")
+	if inner != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			inner.Close()
+		}()
+	}
+}
+
+func (s *leasedSource) current() bridge.Source {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inner
+}
+
+// Subscribe is accepted while the lease is not held: every tag is
+// subscribed on the instance when the lease is won (Restored).
+func (s *leasedSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+	s.mu.Lock()
+	inner, owned := s.inner, s.owned
+	s.mu.Unlock()
+	if inner != nil {
+		return inner.Subscribe(ctx, tags)
+	}
+	if owned {
+		return nil, errors.New("source starting")
+	}
+	return make([]error, len(tags)), nil
+}
+
+func (s *leasedSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
+	if inner := s.current(); inner != nil {
+		return inner.Unsubscribe(ctx, tags)
+	}
+	return nil
+}
+
+func (s *leasedSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+	if _, ok := s.f.valid(s.name); ok {
+		if inner := s.current(); inner != nil {
+			return inner.Write(ctx, tag, v)
+		}
+	}
+	return 0, ErrNotOwned
+}
+
+func (s *leasedSource) Health() bridge.Health {
+	if inner := s.current(); inner != nil {
+		return inner.Health()
+	}
+	return notOwned("")
+}
+
+// Close stops the instance, if any, and waits for it.
+func (s *leasedSource) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.owned = false
+	s.gen++
+	inner, spare := s.inner, s.spare
+	s.inner, s.spare = nil, nil
+	s.mu.Unlock()
+	var err error
+	if inner != nil {
+		err = inner.Close()
+	}
+	s.wg.Wait()
+	_ = spare // never started: nothing to close
+	return err
+}
+
+// gatedHandler passes an instance's reports to the bridge while its
+// generation is current and the lease valid: an instance being closed, or
+// one whose relay can no longer renew, publishes nothing.
+type gatedHandler struct {
+	s   *leasedSource
+	gen uint64
+}
+
+func (g *gatedHandler) live() (bridge.Handler, bool) {
+	g.s.mu.Lock()
+	defer g.s.mu.Unlock()
+	return g.s.h, g.s.gen == g.gen
+}
+
+func (g *gatedHandler) Update(handle uint32, u bridge.Update) {
+	h, ok := g.live()
+	if !ok {
+		return
+	}
+	if _, valid := g.s.f.valid(g.s.name); !valid {
+		g.s.f.fenced.Add(1)
+		return
+	}
+	h.Update(handle, u)
+}
+
+func (g *gatedHandler) RefreshStart(reason string) {
+	if h, ok := g.live(); ok {
+		h.RefreshStart(reason)
+	}
+}
+
+func (g *gatedHandler) RefreshEnd() {
+	if h, ok := g.live(); ok {
+		h.RefreshEnd()
+	}
+}
+
+func (g *gatedHandler) HealthChanged(hl bridge.Health) {
+	if h, ok := g.live(); ok {
+		h.HealthChanged(hl)
+	}
+}
+
+func (g *gatedHandler) Restored() {
+	if h, ok := g.live(); ok {
+		h.Restored()
+	}
+}
+
+// fencedSink is the last check before an update leaves a fleet relay: the
+// lease must be valid, and its fencing token goes with the update.
+type fencedSink struct {
+	inner     bridge.Sink
+	f         *fleetPart
+	noHeaders bool
+}
+
+func (s *fencedSink) Publish(source string, m *nats.Msg, u *bridge.Update) error {
+	token, ok := s.f.valid(source)
+	if !ok {
+		s.f.fenced.Add(1)
+		return errFenced
+	}
+	if !s.noHeaders {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header[HeaderLease] = []string{strconv.FormatUint(token, 10)}
+		m.Header[HeaderRelay] = []string{s.f.id}
+	}
+	return s.inner.Publish(source, m, u)
+}
+
+func (s *fencedSink) Flush(ctx context.Context) error { return s.inner.Flush(ctx) }
+
+func (s *fencedSink) Bind(ctx context.Context, subj bridge.Subjects) error {
+	if b, ok := s.inner.(bridge.Binder); ok {
+		return b.Bind(ctx, subj)
+	}
+	return nil
+}
+
+func (s *fencedSink) Abort() {
+	if a, ok := s.inner.(bridge.Aborter); ok {
+		a.Abort()
+	}
+}
+
+func (s *fencedSink) SinkStatus() any {
+	if r, ok := s.inner.(bridge.StatusReporter); ok {
+		return r.SinkStatus()
+	}
+	return nil
+}
+
+// connSink publishes on the ApConnection, as the bridge's own core sink
+// does; a fleet relay wraps it.
+type connSink struct{ conn *apconn.Conn }
+
+func (s connSink) Publish(_ string, m *nats.Msg, _ *bridge.Update) error {
+	return s.conn.PublishOwned(m)
+}
+func (s connSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
+
+// fleetLeaveTimeout bounds the handover at shutdown.
+const fleetLeaveTimeout = 5 * time.Second
+
+// FleetStatus connects to c's cluster as c would and reads its fleet's
+// bucket: which relay owns which source, how long ago each lease was
+// renewed, and the placement order (the second relay is the standby that
+// takes over). It is `apbridge fleet status`.
+func FleetStatus(ctx context.Context, c *Config) (fleet.Status, error) {
+	if c.Fleet == nil {
+		return fleet.Status{}, errors.New("fleet status: the config has no fleet section")
+	}
+	opts, err := c.natsOptions()
+	if err != nil {
+		return fleet.Status{}, err
+	}
+	nc, err := nats.Connect(strings.Join(c.NATS.Servers, ","), append(opts, nats.Name(c.connName()+"-status"))...)
+	if err != nil {
+		return fleet.Status{}, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	names := make([]string, 0, len(c.Sources))
+	for _, s := range c.Sources {
+		names = append(names, s.Name)
+	}
+	return fleet.ReadStatus(ctx, nc, c.Fleet.Bucket, names)
+}

@@ -1,0 +1,239 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+)
+
+// fleetRelay starts a fleet relay with the shared sources, each built
+// again (a new view) at every lease won.
+func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*testcluster.SharedSource) *relay.Relay {
+	t.Helper()
+	return fleetRelayOn(t, cl.URLs(), id, srcs)
+}
+
+// fleetRelayOn is fleetRelay on the given servers.
+func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*testcluster.SharedSource, nopts ...nats.Option) *relay.Relay {
+	t.Helper()
+	off := ""
+	cfg := &relay.Config{
+		NATS: relay.NATSConfig{Servers: servers}, HTTP: relay.HTTPConfig{Listen: &off},
+		Instance: id, Service: relay.ServiceConfig{Prefix: "fleet." + id},
+		Fleet: &relay.FleetConfig{RelayID: id, LeaseTTL: time.Second, Dwell: 100 * time.Millisecond, Overlap: 100 * time.Millisecond, Bucket: "relays"},
+	}
+	opts := []relay.Option{relay.WithNATSOptions(nopts...)}
+	tags := []bridge.TagConfig{{Name: "t1", Address: "a1"}, {Name: "t2", Address: "a2"}}
+	for _, s := range srcs {
+		opts = append(opts, relay.WithSourceFactory(s.Name(), tags, func() (bridge.Source, error) { return s.Relay(), nil }))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := relay.Start(ctx, cfg, append(opts, relay.WithLogger(testutil.Logger(t)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// seen records who published each source's updates.
+type seen struct {
+	mu  sync.Mutex
+	by  map[string]map[string]int // source -> relay -> count
+	bad []string
+}
+
+func (s *seen) reset() {
+	s.mu.Lock()
+	s.by = map[string]map[string]int{}
+	s.mu.Unlock()
+}
+
+func (s *seen) add(m *nats.Msg) {
+	src := strings.Split(m.Subject, ".")[1]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.Header.Get(relay.HeaderLease) == "" {
+		s.bad = append(s.bad, m.Subject+": no "+relay.HeaderLease)
+	}
+	if s.by[src] == nil {
+		s.by[src] = map[string]int{}
+	}
+	s.by[src][m.Header.Get(relay.HeaderRelay)]++
+}
+
+// publishers returns the relays seen per source.
+func (s *seen) publishers() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string][]string{}
+	for src, rs := range s.by {
+		for r := range rs {
+			out[src] = append(out[src], r)
+		}
+	}
+	return out
+}
+
+// A fleet of two relays runs each source on one of them only, with the
+// lease token in every update; when one shuts down the other runs them
+// all.
+func TestFleetRelaysDivideSources(t *testing.T) {
+	cl := testutil.StartCluster(t, testcluster.WithJetStream())
+	var srcs []*testcluster.SharedSource
+	for i := range 4 {
+		s := testcluster.NewSharedSource(fmt.Sprintf("line%d", i))
+		srcs = append(srcs, s)
+	}
+	nc, err := nats.Connect(cl.URLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rec := &seen{}
+	rec.reset()
+	sub, err := nc.Subscribe("apbridge.>", rec.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	nc.Flush()
+
+	a := fleetRelay(t, cl, "ra", srcs)
+	b := fleetRelay(t, cl, "rb", srcs)
+	for _, s := range srcs {
+		s.Sim().Run(10 * time.Millisecond)
+		defer s.Close()
+	}
+	testutil.WaitFor(t, "both relays to own sources", 10*time.Second, func() bool {
+		return len(a.Fleet().Owned()) > 0 && len(b.Fleet().Owned()) > 0 && len(a.Fleet().Owned())+len(b.Fleet().Owned()) == 4
+	})
+	owner := map[string]string{}
+	for _, p := range a.Fleet().Owned() {
+		owner[p] = "ra"
+	}
+	for _, p := range b.Fleet().Owned() {
+		owner[p] = "rb"
+	}
+	rec.reset()
+	testutil.WaitFor(t, "updates of every source", 10*time.Second, func() bool { return len(rec.publishers()) == 4 })
+	for src, rs := range rec.publishers() {
+		if len(rs) != 1 || rs[0] != owner[src] {
+			t.Errorf("%s published by %v, want only its owner %s", src, rs, owner[src])
+		}
+	}
+	if ok, why := a.Ready(); !ok {
+		t.Errorf("relay ra not ready with sources it does not own: %v", why)
+	}
+
+	if err := a.Close(); err != nil {
+		t.Logf("close ra: %v", err)
+	}
+	testutil.WaitFor(t, "rb to own every source", 5*time.Second, func() bool { return len(b.Fleet().Owned()) == 4 })
+	rec.reset()
+	testutil.WaitFor(t, "updates of every source from rb", 10*time.Second, func() bool {
+		p := rec.publishers()
+		return len(p) == 4
+	})
+	for src, rs := range rec.publishers() {
+		if len(rs) != 1 || rs[0] != "rb" {
+			t.Errorf("%s published by %v after ra left, want rb only", src, rs)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.bad) > 0 {
+		t.Errorf("updates without a fencing token: %v", rec.bad[:min(3, len(rec.bad))])
+	}
+}
+
+func TestFleetConfigErrors(t *testing.T) {
+	_, err := relay.Parse([]byte(`
+nats: {servers: [nats://localhost:4222]}
+fleet: {relayId: "a.b", leaseTTL: 1500ms, replicas: 9}
+sources:
+  - name: "line.1"
+    endpoints: [opc.tcp://localhost:4840]
+    tags: [{name: t, address: "ns=2;s=T"}]
+`))
+	for _, want := range []string{"fleet.relayId", "fleet.leaseTTL: 1.5s", "fleet.replicas: 9", "sources[0].name: \"line.1\" cannot name a lease"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %q", err, want)
+		}
+	}
+}
+
+// A relay cut off from the cluster fences itself: it stops handing its
+// sources' updates to NATS before the other relay can win them, and the
+// other relay takes them over.
+func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
+	cl := testutil.StartCluster(t, testcluster.WithJetStream(), testcluster.WithProxies())
+	var srcs []*testcluster.SharedSource
+	for i := range 4 {
+		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+	}
+	// ra reaches the cluster only through node 0's proxy.
+	a := fleetRelayOn(t, []string{cl.Node(0).URL()}, "ra", srcs, nats.IgnoreDiscoveredServers())
+	b := fleetRelayOn(t, []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()}, "rb", srcs)
+	for _, s := range srcs {
+		s.Sim().Run(5 * time.Millisecond)
+		defer s.Close()
+	}
+	testutil.WaitFor(t, "both relays to own sources", 10*time.Second, func() bool {
+		return len(a.Fleet().Owned()) > 0 && len(b.Fleet().Owned()) > 0 && len(a.Fleet().Owned())+len(b.Fleet().Owned()) == 4
+	})
+	published := func(r *relay.Relay, src string) uint64 {
+		for _, s := range r.Bridge().Stats() {
+			if s.Name == src {
+				return s.Published
+			}
+		}
+		return 0
+	}
+	had := a.Fleet().Owned()
+	testutil.WaitFor(t, "ra to publish its sources (the positive control)", 5*time.Second, func() bool {
+		for _, p := range had {
+			if published(a, p) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	cl.Node(0).Proxy().Freeze()
+	defer cl.Node(0).Proxy().Heal()
+	// Sample ra's count the moment rb may publish a source: it must not
+	// grow after that.
+	atGain := map[string]uint64{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(atGain) < len(had) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rb took only %d of ra's %d sources", len(atGain), len(had))
+		}
+		for _, p := range had {
+			if _, seen := atGain[p]; seen {
+				continue
+			}
+			if _, ok := b.Fleet().Valid(p); ok {
+				atGain[p] = published(a, p)
+			}
+		}
+		time.Sleep(time.Millisecond) // sampling rb's leases
+	}
+	// ra gives the sources up a TTL after its last renewal; wait past it.
+	testutil.WaitFor(t, "ra to give its sources up", 5*time.Second, func() bool { return len(a.Fleet().Owned()) == 0 })
+	for _, p := range had {
+		if n := published(a, p); n != atGain[p] {
+			t.Errorf("%s: ra handed %d updates to NATS after rb won the lease", p, n-atGain[p])
+		}
+	}
+}
