@@ -26,6 +26,13 @@ type Config struct {
 	// Subject is the template of tag subjects (see Mapper). Default
 	// "apbridge.{source}.{tag}".
 	Subject string
+	// ServiceName is the micro service's name (letters, digits, - and _),
+	// which `nats micro ls` lists. Default "apbridge"; relays with
+	// different prefixes are told apart by different names.
+	ServiceName string
+	// Version is the micro service's version, a semantic version.
+	// Default Version.
+	Version string
 	// NoHeaders leaves the NATS headers out of every update message. By
 	// default each message carries the update's quality, status code,
 	// source and server timestamps and sequence number in headers too
@@ -59,6 +66,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Instance == "" {
 		c.Instance = "apbridge"
+	}
+	if c.ServiceName == "" {
+		c.ServiceName = "apbridge"
+	}
+	if c.Version == "" {
+		c.Version = Version
 	}
 }
 
@@ -153,6 +166,9 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
+	if err := ValidateServiceName(cfg.ServiceName); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
 	o := options{sink: coreSink{conn}, log: zerolog.Nop(), now: time.Now}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -214,6 +230,12 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 			subj = s
 		} else if err := ValidateSubject(subj); err != nil {
 			return fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
+		}
+		for _, svc := range ServiceSubjects(b.cfg.Prefix) {
+			if SubjectsOverlap(subj, svc) {
+				return fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+					name, tc.Name, subj, svc)
+			}
 		}
 		if other, dup := b.bySubject[subj]; dup {
 			return fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",

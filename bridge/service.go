@@ -46,8 +46,8 @@ func (b *Bridge) moveService() error {
 		return nil
 	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "apbridge",
-		Version:     Version,
+		Name:        b.cfg.ServiceName,
+		Version:     b.cfg.Version,
 		Description: "OPC UA to NATS tag relay " + b.cfg.Instance,
 		Metadata:    map[string]string{"instance": b.cfg.Instance, "prefix": b.cfg.Prefix},
 	})

@@ -19,6 +19,7 @@ type options struct {
 	natsOpts []nats.Option
 	connOpts []apconn.Option
 	sources  []extraSource
+	version  string
 }
 
 type extraSource struct {
@@ -57,4 +58,11 @@ func WithSource(src bridge.Source, tags []bridge.TagConfig) Option {
 		o.sources = append(o.sources, extraSource{src, tags})
 		return nil
 	}
+}
+
+// WithVersion sets the version the relay's micro service reports, a
+// semantic version such as "1.2.3" (default bridge.Version): the binary's
+// own, from its build.
+func WithVersion(v string) Option {
+	return func(o *options) error { o.version = v; return nil }
 }

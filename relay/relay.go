@@ -75,11 +75,13 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		bopts = append(bopts, bridge.WithSink(r.js))
 	}
 	r.b, err = bridge.New(conn, bridge.Config{
-		Instance:  c.Instance,
-		Prefix:    c.Service.Prefix,
-		Subject:   c.Subject,
-		NoHeaders: c.NoHeaders,
-		Guard:     c.guard(),
+		Instance:    c.Instance,
+		Prefix:      c.Service.Prefix,
+		ServiceName: c.Service.Name,
+		Version:     o.version,
+		Subject:     c.Subject,
+		NoHeaders:   c.NoHeaders,
+		Guard:       c.guard(),
 	}, bopts...)
 	if err != nil {
 		r.closeSink()
