@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,9 +20,8 @@ import (
 // runValidate checks a config without connecting to anything.
 func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := loadConfigFlag(*path, stderr)
@@ -45,7 +43,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // problem on its own line: an operator fixes them all in one go.
 func loadConfigFlag(path string, stderr io.Writer) (*relay.Config, error) {
 	if path == "" {
-		return nil, errors.New("--config is required")
+		return nil, cli.Usagef("--config is required")
 	}
 	c, err := relay.Load(path)
 	if err != nil {
@@ -68,12 +66,14 @@ func countBrowse(c *relay.Config) int {
 // runRun is `apbridge run --config FILE`: the relay.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the config file (YAML)")
 	pretty := fs.Bool("pretty", false, "console log output instead of JSON")
 	drain := fs.Duration("drain-timeout", relay.DefaultDrainTimeout, "how long SIGTERM waits for what was received to be confirmed by NATS")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
+	}
+	if *drain <= 0 {
+		return cli.Usagef("--drain-timeout: %v is out of range (valid: more than 0, e.g. 30s)", *drain)
 	}
 	c, err := loadConfigFlag(*path, stderr)
 	if err != nil {
@@ -107,7 +107,7 @@ type running struct {
 // startRelay starts the relay of c and, unless the config turns it off,
 // its HTTP listener.
 func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log))
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version))
 	if err != nil {
 		return nil, err
 	}
