@@ -43,7 +43,7 @@ func expandEnv(root *yaml.Node, lookup func(string) (string, bool)) ([]substitut
 			if !strings.Contains(n.Value, "${") {
 				return
 			}
-			v, changed, err := expandValue(n.Value, lookup)
+			v, changed, err := expandValue(n.Value, lookup, &subs)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("config: line %d: %w", n.Line, err))
 				return
@@ -73,7 +73,10 @@ func expandEnv(root *yaml.Node, lookup func(string) (string, bool)) ([]substitut
 
 // expandValue expands the references in one value. changed is false when
 // it held no reference (only "$${" escapes, perhaps).
-func expandValue(s string, lookup func(string) (string, bool)) (out string, changed bool, err error) {
+//
+// Each variable's value is added to subs, shown as ${NAME}: a part of a
+// value can appear in a message on its own (a port out of a URL).
+func expandValue(s string, lookup func(string) (string, bool), subs *[]substitution) (out string, changed bool, err error) {
 	var b strings.Builder
 	for {
 		i := strings.Index(s, "${")
@@ -110,6 +113,7 @@ func expandValue(s string, lookup func(string) (string, bool)) (out string, chan
 			return "", false, fmt.Errorf("environment variable %s is not set (and ${%s} has no :-default)", name, name)
 		}
 		b.WriteString(v)
+		*subs = append(*subs, substitution{raw: "${" + name + "}", value: v})
 		changed = true
 		s = s[i+end+1:]
 	}
@@ -146,6 +150,10 @@ func redact(err error, subs []substitution) error {
 			q, rq := strconv.Quote(s.value), strconv.Quote(s.raw)
 			msg = strings.ReplaceAll(msg, q, rq)
 			msg = strings.ReplaceAll(msg, "`"+s.value+"`", "`"+s.raw+"`")
+			if len(s.value) > 10 {
+				// The YAML decoder shows the first 7 bytes of a longer value.
+				msg = strings.ReplaceAll(msg, "`"+s.value[:7]+"...`", "`"+s.raw+"`")
+			}
 			if len(s.value) >= 4 {
 				msg = strings.ReplaceAll(msg, q[1:len(q)-1], rq[1:len(rq)-1])
 				msg = strings.ReplaceAll(msg, s.value, s.raw)

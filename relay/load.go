@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -48,11 +51,17 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if len(data) > MaxConfigSize {
 		return nil, fmt.Errorf("config: the file is over %d MiB, the limit for a config file", MaxConfigSize>>20)
 	}
+	if bytes.HasPrefix(data, []byte{0xFF, 0xFE}) || bytes.HasPrefix(data, []byte{0xFE, 0xFF}) {
+		return nil, errors.New("config: not a text file in UTF-8 (UTF-16 byte order mark): save it as UTF-8")
+	}
 	if i := bytes.IndexByte(data, 0); i >= 0 {
 		return nil, fmt.Errorf("config: not a text file (a NUL byte at offset %d): want YAML", i)
 	}
 	if !utf8.Valid(data) {
 		return nil, fmt.Errorf("config: not a text file (invalid UTF-8 at offset %d): want YAML in UTF-8", invalidUTF8(data))
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, errors.New("config: the file is empty (want at least nats and sources)")
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var root yaml.Node
@@ -89,7 +98,7 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	}
 	var c Config
 	if err := doc.Decode(&c); err != nil {
-		return nil, redact(decodeErrors(err), subs)
+		return nil, redact(decodeErrors(err, doc), subs)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, redact(err, subs)
@@ -98,17 +107,75 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 }
 
 // decodeErrors splits the YAML decoder's list of type errors into one
-// error each.
-func decodeErrors(err error) error {
+// error each, with the path of the field each is about: the decoder gives
+// only the line.
+func decodeErrors(err error, doc *yaml.Node) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return fmt.Errorf("config: %w", err)
 	}
+	paths := nodePaths(doc)
 	errs := make([]error, len(te.Errors))
 	for i, e := range te.Errors {
+		if m := typeErr.FindStringSubmatch(e); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			if p := pathOf(paths[line], m[2], m[3]); p != "" {
+				e = fmt.Sprintf("line %s: %s: %s", m[1], p, strings.TrimPrefix(e, "line "+m[1]+": "))
+			}
+		}
 		errs[i] = fmt.Errorf("config: %s", e)
 	}
 	return errors.Join(errs...)
+}
+
+var typeErr = regexp.MustCompile("^line (\\d+): cannot unmarshal (!!\\w+)(?: `([^`]*)`)? into ")
+
+type nodePath struct {
+	path string
+	n    *yaml.Node
+}
+
+// nodePaths lists the value nodes of the tree by line, with their field
+// paths (sources[0].tags[1].name).
+func nodePaths(doc *yaml.Node) map[int][]nodePath {
+	out := map[int][]nodePath{}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if path != "" {
+			out[n.Line] = append(out[n.Line], nodePath{path, n})
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i+1], join(path, n.Content[i].Value))
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	walk(doc, "")
+	return out
+}
+
+// pathOf picks the node a type error is about among those on its line:
+// the first (outermost) with the error's tag and value (the decoder shows 7 bytes and
+// "..." of a longer value).
+func pathOf(cands []nodePath, tag, value string) string {
+	for _, c := range cands {
+		if c.n.ShortTag() != tag {
+			continue
+		}
+		if value != "" {
+			v := c.n.Value
+			if short, ok := strings.CutSuffix(value, "..."); !(v == value || ok && len(v) > 10 && strings.HasPrefix(v, short)) {
+				continue
+			}
+		}
+		return c.path
+	}
+	return ""
 }
 
 func kindName(n *yaml.Node) string {

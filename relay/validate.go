@@ -213,16 +213,18 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 	if c.Sink != SinkJetStream {
 		return
 	}
+	valid := true
 	for k, js := range c.JetStream.Subjects {
-		if bridge.ValidateSubscribeSubject(js) != nil {
+		if bridge.ValidateSubscribeSubject(js) != nil || !validWildcards(js) {
+			valid = false
 			continue
 		}
 		if sv := overlapping(js); sv != "" {
 			add("jetstream.subjects[%d]: %q overlaps the service subject %q: the stream would capture the relay's requests", k, js, sv)
 		}
 	}
-	if len(c.JetStream.Subjects) == 0 {
-		return
+	if len(c.JetStream.Subjects) == 0 || !valid {
+		return // a bad pattern is reported by the field checks
 	}
 	for _, ts := range all {
 		covered := false
@@ -236,4 +238,14 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
 		}
 	}
+}
+
+// validWildcards reports whether every '*' and '>' in s is a whole token.
+func validWildcards(s string) bool {
+	for _, t := range strings.Split(s, ".") {
+		if t != "*" && t != ">" && strings.ContainsAny(t, "*>") {
+			return false
+		}
+	}
+	return true
 }
