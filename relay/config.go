@@ -94,6 +94,10 @@ type NATSConfig struct {
 	Password         string    `yaml:"password"`
 	Token            string    `yaml:"token"`
 	TLS              *TLSFiles `yaml:"tls"`
+	// FailOnAuthError makes the start fail at once when the servers refuse
+	// the credentials (the process exits non-zero), instead of retrying
+	// until the start times out. Each refusal is logged either way.
+	FailOnAuthError bool `yaml:"failOnAuthError"`
 	// FastCutover trades strict per-publisher order at a switch for a
 	// bounded hold instead of a round trip to the old broker; it pays off
 	// across long links (see docs/apconn.md).

@@ -61,6 +61,9 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	if c.NATS.FastCutover {
 		apOpts = append(apOpts, apconn.WithFastCutover())
 	}
+	if c.NATS.FailOnAuthError {
+		apOpts = append(apOpts, apconn.WithFailOnAuthError())
+	}
 	conn, err := apconn.Connect(cctx, c.NATS.Servers, append(apOpts, o.connOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
