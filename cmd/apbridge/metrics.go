@@ -2,13 +2,28 @@ package main
 
 import (
 	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics reads the relay's counters at scrape time: the bridge and the
 // connection keep them, so there is nothing to update on the hot path.
-type metrics struct{ r *relay.Relay }
+// Before the relay has started it reports nothing.
+type metrics struct{ r *running }
+
+// newRegistry returns the registry /metrics serves: the relay's metrics,
+// the Go runtime's, the process's and the build's (apbridge's version).
+func newRegistry(r *running) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		&metrics{r: r},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+		buildInfoGauge(readBuildInfo()),
+	)
+	return reg
+}
 
 var (
 	mSwitches = prometheus.NewDesc("apbridge_nats_switches_total",
@@ -76,17 +91,21 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	cs := m.r.Conn().Stats()
+	rl := m.r.relay.Load()
+	if rl == nil {
+		return
+	}
+	cs := rl.Conn().Stats()
 	for _, cause := range []string{"lame-duck", "active-down", "link-timeout", "manual"} {
 		counter(mSwitches, float64(cs.SwitchesByCause[cause]), cause)
 	}
-	status := m.r.Conn().Status().String()
+	status := rl.Conn().Status().String()
 	for _, s := range []string{"connected", "degraded", "reconnecting", "closed"} {
 		gauge(mNATSUp, b2f(s == status), s)
 	}
 	counter(mReplayed, float64(cs.Replayed))
 	counter(mLameDuck, float64(cs.LameDuckNotices))
-	for _, s := range m.r.Bridge().Stats() {
+	for _, s := range rl.Bridge().Stats() {
 		counter(mUpdatesIn, float64(s.Updates), s.Name)
 		counter(mUpdatesOut, float64(s.Published), s.Name)
 		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
@@ -107,7 +126,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
 	}
-	if js := m.r.JetStream(); js != nil {
+	if js := rl.JetStream(); js != nil {
 		st := js.Stats()
 		counter(mJSAcked, float64(st.Acked-st.Duplicates), "new")
 		counter(mJSAcked, float64(st.Duplicates), "duplicate")
@@ -126,4 +145,17 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// buildInfoGauge is apbridge_build_info, 1 with the version, revision and
+// Go version as labels, in the convention of Prometheus's own
+// exporters: a join on it labels any series with the relay's version.
+func buildInfoGauge(b buildInfo) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "apbridge_build_info",
+		Help:        "1, labelled with the relay's version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.Go},
+	})
+	g.Set(1)
+	return g
 }

@@ -8,11 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
@@ -84,6 +84,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		level = zerolog.InfoLevel
 	}
 	log := cli.NewLogger(stderr, *pretty, level).With().Str("instance", c.Instance).Logger()
+	log.Info().Str("version", readBuildInfo().String()).Msg("starting")
 	r, err := startRelay(ctx, c, log)
 	if err != nil {
 		return err
@@ -95,42 +96,63 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return r.stop(sctx)
 }
 
-// running is a relay with its health and metrics listener.
+// running is a relay with its health and metrics listener. The listener
+// starts first, so that /healthz answers while the relay still connects
+// and /readyz says what it waits for.
 type running struct {
-	*relay.Relay
+	relay   atomic.Pointer[relay.Relay] // nil until relay.Start returns
 	log     zerolog.Logger
 	http    *http.Server
 	httpLn  net.Listener
 	httpErr chan error
 }
 
-// startRelay starts the relay of c and, unless the config turns it off,
-// its HTTP listener.
+// startRelay starts, unless the config turns it off, the HTTP listener,
+// then the relay of c.
 func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version))
-	if err != nil {
-		return nil, err
-	}
-	r := &running{Relay: rl, log: log}
+	r := &running{log: log}
 	if addr := c.HTTPListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
-			rl.Close()
 			return nil, err
 		}
 	}
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version))
+	if err != nil {
+		r.stopHTTP()
+		return nil, err
+	}
+	r.relay.Store(rl)
 	return r, nil
 }
 
 // stop drains the relay (relay.Relay.Shutdown), then stops the listener.
 func (r *running) stop(ctx context.Context) error {
-	err := r.Shutdown(ctx)
-	if r.http != nil {
-		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		r.http.Shutdown(hctx)
-		cancel()
-		<-r.httpErr
+	var err error
+	if rl := r.relay.Load(); rl != nil {
+		err = rl.Shutdown(ctx)
 	}
+	r.stopHTTP()
 	return err
+}
+
+func (r *running) stopHTTP() {
+	if r.http == nil {
+		return
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	r.http.Shutdown(hctx)
+	cancel()
+	<-r.httpErr
+}
+
+// ready is /readyz's answer: the relay's own while it runs; while it
+// starts, what it waits for.
+func (r *running) ready() (bool, []string) {
+	rl := r.relay.Load()
+	if rl == nil {
+		return false, []string{"starting: connecting to NATS, then to the sources"}
+	}
+	return rl.Ready()
 }
 
 func (r *running) serveHTTP(addr string) error {
@@ -138,21 +160,19 @@ func (r *running) serveHTTP(addr string) error {
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&metrics{r: r.Relay})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ready, reasons := r.Ready()
+		ready, reasons := r.ready()
 		w.Header().Set("Content-Type", "application/json")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ready": ready, "reasons": reasons})
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(r), promhttp.HandlerOpts{}))
 	r.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	r.httpLn = ln
 	r.httpErr = make(chan error, 1)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
 
@@ -94,6 +97,11 @@ func TestRelayEndToEnd(t *testing.T) {
 	}
 	if s := get(t, base+"/healthz"); !strings.Contains(s, "ok") {
 		t.Fatalf("healthz %q", s)
+	}
+	// The metrics pass the Prometheus linter (what promtool check metrics
+	// runs).
+	if problems, err := promtest.GatherAndLint(newRegistry(r)); err != nil || len(problems) > 0 {
+		t.Errorf("metrics lint: %v %+v", err, problems)
 	}
 	// Both servers gone: not ready, and /readyz says why.
 	pair.A().Kill()
@@ -208,5 +216,54 @@ func TestRelayJetStreamSink(t *testing.T) {
 	defer scancel()
 	if err := r.stop(sctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHealthWhileStarting: /healthz answers while the relay still waits
+// for NATS, and /readyz says what it waits for.
+func TestHealthWhileStarting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := l.Addr().String() // nothing listens here once closed
+	l.Close()
+	path := filepath.Join(t.TempDir(), "apbridge.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`http: {listen: '127.0.0.1:0'}
+nats: {servers: ['nats://%s']}
+sources:
+  - {name: opc1, endpoints: ['opc.tcp://127.0.0.1:4840'], tags: [{name: A, address: 'i=1'}]}
+`, nowhere)), 0o600)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var stderr testutil.SyncBuffer
+	done := make(chan error, 1)
+	go func() { done <- runRun(ctx, []string{"--config", path}, io.Discard, &stderr) }()
+	listen := regexp.MustCompile(`"listen":"([^"]+)"`)
+	var base string
+	testutil.WaitFor(t, "the http listener", 10*time.Second, func() bool {
+		m := listen.FindStringSubmatch(stderr.String())
+		if m != nil {
+			base = "http://" + m[1]
+		}
+		return m != nil
+	})
+	if s := get(t, base+"/healthz"); s != "ok\n" {
+		t.Errorf("healthz while starting: %q", s)
+	}
+	if ready(base) {
+		t.Error("ready while starting")
+	}
+	if s := get(t, base+"/readyz"); !strings.Contains(s, "starting: connecting to NATS") {
+		t.Errorf("readyz while starting: %q", s)
+	}
+	if s := get(t, base+"/metrics"); !strings.Contains(s, "go_goroutines") || !strings.Contains(s, "apbridge_build_info{") {
+		t.Errorf("metrics while starting lack the Go and build collectors:\n%s", s)
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not stop")
 	}
 }
