@@ -92,9 +92,17 @@ type TagConfig struct {
 type Option func(*options) error
 
 type options struct {
-	sink Sink
-	log  zerolog.Logger
-	now  func() time.Time
+	sink     Sink
+	log      zerolog.Logger
+	now      func() time.Time
+	onSwitch func(source, cause string, took time.Duration)
+}
+
+// WithSourceSwitchObserver calls f after each failover of a source (to
+// the other server of a pair, the other gateway) with the source's name,
+// the cause and how long the failover took, for metrics. f must not block.
+func WithSourceSwitchObserver(f func(source, cause string, took time.Duration)) Option {
+	return func(o *options) error { o.onSwitch = f; return nil }
 }
 
 // WithSink replaces the default core NATS publishing.
@@ -132,6 +140,8 @@ type Bridge struct {
 	mapper *Mapper
 	log    zerolog.Logger
 	now    func() time.Time
+	// onSwitch is WithSourceSwitchObserver's f, or nil.
+	onSwitch func(source, cause string, took time.Duration)
 
 	mu        sync.Mutex
 	sources   []*runner
@@ -176,7 +186,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now,
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now, onSwitch: o.onSwitch,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{},
 	}, nil

@@ -145,6 +145,14 @@ func (r *runner) HealthChanged(h Health) {
 	prev := r.health
 	r.health = h
 	r.mu.Unlock()
+	if h.LastSwitch != "" && h.LastAt.After(prev.LastAt) {
+		// One line per failover, with its cause and duration as fields.
+		r.b.log.Info().Str("source", r.src.Name()).Str("cause", h.LastSwitchCause).Str("endpoint", h.Endpoint).
+			Float64("duration_ms", float64(h.LastSwitchTook.Microseconds())/1000).Msg("source failover")
+		if r.b.onSwitch != nil {
+			r.b.onSwitch(r.src.Name(), h.LastSwitchCause, h.LastSwitchTook)
+		}
+	}
 	if prev.State != h.State || prev.Endpoint != h.Endpoint {
 		r.b.log.Info().Str("source", r.src.Name()).Str("state", string(h.State)).Str("endpoint", h.Endpoint).
 			Int("service_level", h.Level).Msg("source health")

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"time"
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
@@ -20,6 +21,7 @@ type options struct {
 	connOpts []apconn.Option
 	sources  []extraSource
 	version  string
+	onSwitch func(source, cause string, took time.Duration)
 }
 
 type extraSource struct {
@@ -65,4 +67,10 @@ func WithSource(src bridge.Source, tags []bridge.TagConfig) Option {
 // own, from its build.
 func WithVersion(v string) Option {
 	return func(o *options) error { o.version = v; return nil }
+}
+
+// WithSourceSwitchObserver calls f after each failover of a source with
+// its name, cause and duration (see bridge.WithSourceSwitchObserver).
+func WithSourceSwitchObserver(f func(source, cause string, took time.Duration)) Option {
+	return func(o *options) error { o.onSwitch = f; return nil }
 }

@@ -70,6 +70,9 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	}
 	r := &Relay{log: o.log, conn: conn}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
+	if o.onSwitch != nil {
+		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
+	}
 	if c.Sink == SinkJetStream {
 		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jetstreamsink.WithLogger(o.log)); err != nil {
 			conn.Close()

@@ -431,9 +431,11 @@ func (s *Source) emit(e Event) {
 // updateHealth recomputes the health and tells the bridge when it changed.
 func (s *Source) updateHealth() {
 	s.mu.Lock()
-	h := bridge.Health{Level: -1, LastSwitch: s.health.LastSwitch, LastAt: s.health.LastAt}
+	h := bridge.Health{Level: -1, LastSwitch: s.health.LastSwitch, LastAt: s.health.LastAt,
+		LastSwitchCause: s.health.LastSwitchCause, LastSwitchTook: s.health.LastSwitchTook}
 	if s.stats.Switches > 0 {
-		h.LastSwitch, h.LastAt = s.stats.LastSwitch.String(), s.stats.LastSwitch.At
+		ls := s.stats.LastSwitch
+		h.LastSwitch, h.LastAt, h.LastSwitchCause, h.LastSwitchTook = ls.String(), ls.At, ls.Cause, ls.Took
 	}
 	switch {
 	case s.closed:

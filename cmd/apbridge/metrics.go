@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +19,7 @@ func newRegistry(r *running) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		&metrics{r: r},
+		r.hist.nats, r.hist.source,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
@@ -47,7 +50,11 @@ var (
 	mServiceLevel = prometheus.NewDesc("apbridge_source_service_level",
 		"The ServiceLevel of the server a source reads from (-1 unknown).", []string{"source"}, nil)
 	mTags = prometheus.NewDesc("apbridge_tags",
-		"Tags of a source by the quality of their last value, or failed (not subscribed) and no_value.", []string{"source", "quality"}, nil)
+		"Tags of a source with a value, by the quality of their last value (good, uncertain, bad).", []string{"source", "quality"}, nil)
+	mTagsFailed = prometheus.NewDesc("apbridge_tags_failed",
+		"Tags of a source not subscribed: the server refused them (unknown node, bad filter).", []string{"source"}, nil)
+	mTagsNoValue = prometheus.NewDesc("apbridge_tags_no_value",
+		"Tags of a source subscribed without a value yet.", []string{"source"}, nil)
 	mSubRequests = prometheus.NewDesc("apbridge_subscribe_requests_total",
 		"Subscribe requests sent to a source.", []string{"source"}, nil)
 	mSubFailures = prometheus.NewDesc("apbridge_subscribe_retries_total",
@@ -77,7 +84,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
-		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
 		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
@@ -117,8 +124,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(mTags, float64(s.Good), s.Name, "good")
 		gauge(mTags, float64(s.Uncertain), s.Name, "uncertain")
 		gauge(mTags, float64(s.Bad), s.Name, "bad")
-		gauge(mTags, float64(s.Failed), s.Name, "failed")
-		gauge(mTags, float64(s.NoValue), s.Name, "no_value")
+		gauge(mTagsFailed, float64(s.Failed), s.Name)
+		gauge(mTagsNoValue, float64(s.NoValue), s.Name)
 		counter(mSubRequests, float64(s.SubscribeRequests), s.Name)
 		counter(mSubFailures, float64(s.SubscribeFailures), s.Name)
 		counter(mSubLost, float64(s.LostReplies), s.Name)
@@ -158,4 +165,52 @@ func buildInfoGauge(b buildInfo) prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// histograms are the durations of failovers, observed as they happen.
+type histograms struct {
+	nats, source *prometheus.HistogramVec
+}
+
+func newHistograms() histograms {
+	return histograms{
+		nats: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apbridge_nats_switch_duration_seconds",
+			Help:    "How long a switch to the passive NATS connection took, from its trigger, by cause.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"cause"}),
+		source: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apbridge_source_failover_duration_seconds",
+			Help:    "How long a source's failover to its other server or gateway took, by source and cause.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"source", "cause"}),
+	}
+}
+
+// causeLabels are the causes a failover can have, as label values; any
+// other text (an error a source could not classify) is "other", so that
+// the label stays a short list.
+var causeLabels = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range []string{
+		// apconn
+		"lame-duck", "active-down", "link-timeout", "manual",
+		// OPC UA pairs (servicelevel)
+		"degraded window", "ServiceLevel 0", "connect-time preference", "lost link after a degraded level",
+		"connect retries exhausted", "link lost", "connect failed", "session ended", "peer level unknown",
+		"peer not Healthy", "peer not higher", "reconnect", "startup",
+		// MxAccess gateways (mxsource)
+		"health ping past its deadline", "heartbeats missing", "event queue overflow",
+		"session ended by the gateway", "session lost", "gateway unreachable",
+	} {
+		m[c] = strings.NewReplacer(" ", "_", "-", "_").Replace(strings.ToLower(c))
+	}
+	return m
+}()
+
+func causeLabel(cause string) string {
+	if l, ok := causeLabels[cause]; ok {
+		return l
+	}
+	return "other"
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -102,6 +103,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 type running struct {
 	relay   atomic.Pointer[relay.Relay] // nil until relay.Start returns
 	log     zerolog.Logger
+	hist    histograms
+	stopEv  func() // ends the NATS event subscription of hist
 	http    *http.Server
 	httpLn  net.Listener
 	httpErr chan error
@@ -110,17 +113,25 @@ type running struct {
 // startRelay starts, unless the config turns it off, the HTTP listener,
 // then the relay of c.
 func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
-	r := &running{log: log}
+	r := &running{log: log, hist: newHistograms()}
 	if addr := c.HTTPListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
 			return nil, err
 		}
 	}
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version))
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version),
+		relay.WithSourceSwitchObserver(func(source, cause string, took time.Duration) {
+			r.hist.source.WithLabelValues(source, causeLabel(cause)).Observe(took.Seconds())
+		}))
 	if err != nil {
 		r.stopHTTP()
 		return nil, err
 	}
+	r.stopEv = rl.Conn().OnEvent(func(e apconn.Event) {
+		if e.Kind == apconn.EventSwitched {
+			r.hist.nats.WithLabelValues(causeLabel(e.Cause.String())).Observe(e.Duration.Seconds())
+		}
+	})
 	r.relay.Store(rl)
 	return r, nil
 }
@@ -129,6 +140,7 @@ func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*runn
 func (r *running) stop(ctx context.Context) error {
 	var err error
 	if rl := r.relay.Load(); rl != nil {
+		r.stopEv()
 		err = rl.Shutdown(ctx)
 	}
 	r.stopHTTP()

@@ -90,7 +90,8 @@ func TestRelayEndToEnd(t *testing.T) {
 	}
 	body := get(t, base+"/metrics")
 	for _, want := range []string{`apbridge_updates_out_total{source="opc1"}`, `apbridge_nats_status{status="connected"} 1`,
-		`apbridge_source_state{source="opc1",state="connected"} 1`, `apbridge_tags{quality="good",source="opc1"}`} {
+		`apbridge_source_state{source="opc1",state="connected"} 1`, `apbridge_tags{quality="good",source="opc1"}`,
+		`apbridge_tags_failed{source="opc1"} 0`, `apbridge_tags_no_value{source="opc1"}`, "go_goroutines", "process_", `apbridge_build_info{goversion="go`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -103,8 +104,25 @@ func TestRelayEndToEnd(t *testing.T) {
 	if problems, err := promtest.GatherAndLint(newRegistry(r)); err != nil || len(problems) > 0 {
 		t.Errorf("metrics lint: %v %+v", err, problems)
 	}
-	// Both servers gone: not ready, and /readyz says why.
+	// A NATS switch and a source failover are observed in the histograms,
+	// by cause.
+	if err := r.relay.Load().Conn().SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the switch in the histogram", 10*time.Second, func() bool {
+		return strings.Contains(get(t, base+"/metrics"), `apbridge_nats_switch_duration_seconds_count{cause="manual"} 1`)
+	})
 	pair.A().Kill()
+	testutil.WaitFor(t, "the failover in the histogram", 20*time.Second, func() bool {
+		m := get(t, base+"/metrics")
+		// A cause the failover names, not "other".
+		return regexp.MustCompile(`apbridge_source_failover_duration_seconds_count\{cause="[a-z_]+",source="opc1"\} 1`).MatchString(m) &&
+			!strings.Contains(m, `cause="other"`)
+	})
+	if problems, err := promtest.GatherAndLint(newRegistry(r)); err != nil || len(problems) > 0 {
+		t.Errorf("metrics lint with histograms: %v %+v", err, problems)
+	}
+	// Both servers gone: not ready, and /readyz says why.
 	pair.B().Kill()
 	deadline = time.Now().Add(10 * time.Second)
 	for ready(base) {
