@@ -343,7 +343,7 @@ func (c *Conn) linkTimeout(m *member) {
 	}
 	c.markDownLocked(m, time.Now(), why)
 	c.mu.Unlock()
-	c.log.Warn().Str("server", m.server().Name).Dur("timeout", c.opts.livenessTimeout).Msg("link stopped answering")
+	c.log.Warn().Str("server", m.server().Name).Dur("timeout_ms", c.opts.livenessTimeout).Msg("link stopped answering")
 	c.requestReconcile()
 }
 

@@ -224,7 +224,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 			d = r.guard.Tick(r.b.now())
 			if r.guard.Stats().LostReplies > before {
 				r.counters.lostReplies.Add(1)
-				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.inFlightCeiling).
+				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling_ms", r.inFlightCeiling).
 					Msg("subscribe unanswered: presuming the reply lost, sending again")
 			}
 			r.guardMu.Unlock()
@@ -239,7 +239,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 				select {
 				case <-reqDone:
 				case <-t.C:
-					r.b.log.Warn().Str("source", r.src.Name()).Dur("waited", supersedeWait).
+					r.b.log.Warn().Str("source", r.src.Name()).Dur("waited_ms", supersedeWait).
 						Msg("a superseded subscribe did not return when cancelled; sending the next anyway")
 				case <-ctx.Done():
 				}

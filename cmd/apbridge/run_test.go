@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
@@ -76,10 +78,12 @@ func TestRelayEndToEnd(t *testing.T) {
 		}
 	})
 	nc.Flush()
-	r, err := startRelay(ctx, c, zerolog.Nop())
+	var logs testutil.SyncBuffer
+	r, err := startRelay(ctx, c, cli.NewLogger(&logs, false, zerolog.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer checkLogLines(t, &logs)
 	base := "http://" + r.httpLn.Addr().String()
 	deadline := time.Now().Add(10 * time.Second)
 	for got.Load() < 20 || !ready(base) {
@@ -283,5 +287,82 @@ sources:
 	case <-done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not stop")
+	}
+}
+
+// checkLogLines checks the relay's log lines: JSON objects with no key
+// twice at any level, and a time in RFC 3339 with milliseconds.
+func checkLogLines(t *testing.T, logs *testutil.SyncBuffer) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("%d log lines", len(lines))
+	}
+	for _, line := range lines {
+		if dup := duplicateKey(line); dup != "" {
+			t.Errorf("key %q twice in %s", dup, line)
+		}
+		var l struct{ Time string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		if _, err := time.Parse(cli.TimeFormat, l.Time); err != nil {
+			t.Errorf("time %q: %v", l.Time, err)
+		}
+	}
+}
+
+// duplicateKey returns a key that occurs twice in one object of the JSON
+// text line, or "".
+func duplicateKey(line string) string {
+	dec := json.NewDecoder(strings.NewReader(line))
+	var stack []map[string]bool
+	expectKey := []bool{}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				stack = append(stack, map[string]bool{})
+				expectKey = append(expectKey, true)
+				continue
+			case '[':
+				stack = append(stack, nil)
+				expectKey = append(expectKey, false)
+				continue
+			default:
+				stack, expectKey = stack[:len(stack)-1], expectKey[:len(expectKey)-1]
+			}
+		case string:
+			if n := len(stack); n > 0 && stack[n-1] != nil && expectKey[n-1] {
+				if stack[n-1][v] {
+					return v
+				}
+				stack[n-1][v] = true
+				expectKey[n-1] = false
+				continue
+			}
+		}
+		// A value ended: the enclosing object expects a key next.
+		if n := len(stack); n > 0 && stack[n-1] != nil {
+			expectKey[n-1] = true
+		}
+	}
+}
+
+func TestDuplicateKey(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"level":"info","a":{"level":1,"b":[1,{"c":2}]},"c":3}`: "",
+		`{"level":"info","x":1,"level":2}`:                       "level",
+		`{"a":{"b":1,"b":2}}`:                                    "b",
+		`{"a":[{"b":1},{"b":2}],"d":{"e":{}},"d2":"d"}`:          "",
+	} {
+		if got := duplicateKey(line); got != want {
+			t.Errorf("duplicateKey(%s) = %q, want %q", line, got, want)
+		}
 	}
 }
