@@ -260,6 +260,7 @@ func (c *Config) validate(withSources bool) error {
 				add("%v", e)
 			}
 		}
+		checkSecurityFiles(f, s.Security, add)
 		listed := s.listedTags(f)
 		if len(listed) == 0 && len(s.Browse) == 0 {
 			add("%s: give tags, groups, browse roots, or a mix", f)

@@ -249,3 +249,27 @@ func validWildcards(s string) bool {
 	}
 	return true
 }
+
+// checkSecurityFiles checks the files of an OPC UA source's security: the
+// client certificate and key are created at the first run only when both
+// are absent, so one without the other is refused here rather than at
+// the start; a user certificate and key must both be there.
+func checkSecurityFiles(f string, sec opcuasource.Security, add func(string, ...any)) {
+	exists := func(path string) bool {
+		st, err := os.Stat(path)
+		return err == nil && st.Mode().IsRegular()
+	}
+	if sec.CertFile != "" && sec.KeyFile != "" {
+		switch c, k := exists(sec.CertFile), exists(sec.KeyFile); {
+		case c && !k:
+			add("%s.security.keyFile: %s is missing but certFile %s exists: the relay creates both or neither (restore the key, or remove both to have a new pair made)", f, sec.KeyFile, sec.CertFile)
+		case k && !c:
+			add("%s.security.certFile: %s is missing but keyFile %s exists: the relay creates both or neither (restore the certificate, or remove both to have a new pair made)", f, sec.CertFile, sec.KeyFile)
+		}
+	}
+	for _, file := range []struct{ name, path string }{{"userCertFile", sec.UserCertFile}, {"userKeyFile", sec.UserKeyFile}} {
+		if file.path != "" {
+			checkFile(f+".security."+file.name, file.path, add)
+		}
+	}
+}
