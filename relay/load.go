@@ -147,7 +147,7 @@ func nodePaths(doc *yaml.Node) map[int][]nodePath {
 		switch n.Kind {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i+1], join(path, n.Content[i].Value))
+				walk(n.Content[i+1], fieldPath(path, n.Content[i].Value))
 			}
 		case yaml.SequenceNode:
 			for i, c := range n.Content {

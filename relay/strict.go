@@ -54,10 +54,10 @@ func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
 				ft, ok := fields[k.Value]
 				if !ok {
 					errs = append(errs, fmt.Errorf("config: line %d: %s: unknown field (valid here: %s)",
-						k.Line, join(path, k.Value), strings.Join(fieldNames(fields), ", ")))
+						k.Line, fieldPath(path, k.Value), strings.Join(fieldNames(fields), ", ")))
 					continue
 				}
-				walk(v, ft, join(path, k.Value))
+				walk(v, ft, fieldPath(path, k.Value))
 			}
 		case reflect.Slice, reflect.Array:
 			if n.Kind != yaml.SequenceNode {
@@ -71,7 +71,7 @@ func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
 				return
 			}
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))
+				walk(n.Content[i+1], t.Elem(), fieldPath(path, n.Content[i].Value))
 			}
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -154,7 +154,9 @@ func fieldNames(fields map[string]reflect.Type) []string {
 	return names
 }
 
-func join(path, field string) string {
+// fieldPath is the path of field under path: "nats" and "servers" make
+// "nats.servers".
+func fieldPath(path, field string) string {
 	if path == "" {
 		return field
 	}

@@ -31,7 +31,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	tags := 0
 	for _, s := range c.Sources {
-		tags += len(s.Tags)
+		tags += len(s.Tags) + len(s.MxGateway.Tags)
 		for _, g := range s.Groups {
 			tags += len(g.Tags)
 		}
