@@ -70,7 +70,7 @@ func FuzzCodecRoundTrip(f *testing.F) {
 	f.Add("Line1.Temp", uint8(10), int64(42), 21.5, "text", []byte{1, 2}, uint32(0), "")
 	f.Add("tag \"quoted\"\n", uint8(9), int64(-1), math.Inf(1), "\xff\xfe", []byte(nil), uint32(0x80340000), "bad \u2028 line")
 	f.Add("", uint8(7), int64(math.MinInt64), math.NaN(), "<&>", []byte("x"), uint32(0x40000000), "e")
-	f.Add("t", uint8(13), int64(1700000000123456789), -0.0, "", []byte{}, uint32(1), "")
+	f.Add("t", uint8(13), int64(1700000000123456789), math.Copysign(0, -1), "", []byte{}, uint32(1), "")
 	f.Fuzz(func(t *testing.T, tag string, kind uint8, i int64, fl float64, s string, b []byte, status uint32, errText string) {
 		u := Update{Tag: tag, Seq: uint64(i), Value: fuzzValue(kind, i, fl, s, b), Status: StatusCode(status),
 			SourceTime: time.Unix(0, i/2).UTC(), ServerTime: time.Unix(0, i/3).UTC(), Err: errText}
