@@ -8,13 +8,33 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 9m
 BENCH_ARGS  ?=
 
-.PHONY: all test vet demo bench lint fmt build clean interop-deps proto
+.PHONY: all test vet demo bench lint fmt build clean interop-deps proto fuzz fuzz-smoke
 
 all: test
 
-## test: vet, then every test with the race detector (what CI runs).
+## test: vet, then every test with the race detector (what CI runs; the
+## fuzz targets' seed corpora run as ordinary tests), then each fuzz
+## target briefly.
 test: vet interop-deps
 	$(GO) test $(TEST_FLAGS) ./...
+	$(MAKE) fuzz-smoke
+
+## fuzz: run each fuzz target for FUZZTIME (default 1m); a failing input
+## is saved under the package's testdata/fuzz and fails the seed tests
+## from then on.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := bridge:FuzzCodecRoundTrip bridge:FuzzDecodeJSON bridge:FuzzEscapeToken \
+	bridge:FuzzMapperSubject bridge/opcuasource:FuzzValidateNodeID relay:FuzzExpandValue relay:FuzzParse
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
+
+## fuzz-smoke: every fuzz target for a few seconds, part of make test.
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s
 
 INTEROP := interop/node-opcua
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,12 +155,22 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Conn, erro
 
 func (c *Conn) connectActive(ctx context.Context) (*member, error) {
 	backoff := c.opts.armBackoffMin
-	for {
+	for attempt := 1; ; attempt++ {
 		m, err := c.dial(c.seeds)
 		if err == nil {
 			return m, nil
 		}
-		c.log.Debug().Err(err).Msg("active connect failed")
+		// Each attempt is logged with its reason: an operator whose relay
+		// does not start must see why without a debug level.
+		if isAuthError(err) {
+			c.log.Error().Err(err).Int("attempt", attempt).Strs("urls", redactURLs(c.seeds)).Msg("NATS refused the credentials")
+			if c.opts.failOnAuth {
+				return nil, fmt.Errorf("%w: %v", ErrAuthorization, err)
+			}
+		} else {
+			c.log.Warn().Err(err).Int("attempt", attempt).Strs("urls", redactURLs(c.seeds)).
+				Int64("retry_in_ms", backoff.Milliseconds()).Msg("NATS connect failed; retrying")
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %v (last error: %v)", ErrNoServers, ctx.Err(), err)
@@ -331,7 +343,7 @@ func (c *Conn) linkTimeout(m *member) {
 	}
 	c.markDownLocked(m, time.Now(), why)
 	c.mu.Unlock()
-	c.log.Warn().Str("server", m.server().Name).Dur("timeout", c.opts.livenessTimeout).Msg("link stopped answering")
+	c.log.Warn().Str("server", m.server().Name).Dur("timeout_ms", c.opts.livenessTimeout).Msg("link stopped answering")
 	c.requestReconcile()
 }
 
@@ -596,4 +608,29 @@ func (c *Conn) Stats() Stats {
 	s.ReplayOverflow = c.pub.ledger.overflow
 	c.pub.mu.Unlock()
 	return s
+}
+
+// ErrAuthorization is returned by Connect with WithFailOnAuthError when the
+// servers refuse the credentials.
+var ErrAuthorization = errors.New("apconn: the NATS servers refused the credentials")
+
+// isAuthError reports whether err is the servers refusing the
+// credentials, as opposed to a server out of reach.
+func isAuthError(err error) bool {
+	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) ||
+		strings.Contains(strings.ToLower(err.Error()), "authorization violation")
+}
+
+// redactURLs returns the URLs with any password replaced, for logs.
+func redactURLs(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		if pu, err := url.Parse(u); err == nil {
+			out[i] = pu.Redacted()
+		} else {
+			out[i] = "(unparsable URL)"
+		}
+	}
+	return out
 }

@@ -138,10 +138,31 @@ func validateURLs(servers []string) ([]string, error) {
 type ctxDialer struct {
 	ctx context.Context
 	d   net.Dialer
+
+	mu      sync.Mutex
+	lastErr error // the last failed dial, which nats.go reports only as ErrNoServers
 }
 
 func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
-	return d.d.DialContext(d.ctx, network, address)
+	conn, err := d.d.DialContext(d.ctx, network, address)
+	if err != nil {
+		d.mu.Lock()
+		d.lastErr = err
+		d.mu.Unlock()
+	}
+	return conn, err
+}
+
+// withDialError adds the last dial error to nats.go's bare "no servers
+// available", so that a log line says why (refused, no such host, a
+// timeout).
+func (d *ctxDialer) withDialError(err error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lastErr == nil || !errors.Is(err, nats.ErrNoServers) {
+		return err
+	}
+	return fmt.Errorf("%w (last dial: %v)", err, d.lastErr)
 }
 
 // dial opens a new member on the first of urls that accepts it.
@@ -152,8 +173,9 @@ func (c *Conn) dial(urls []string) (*member, error) {
 	c.mu.Unlock()
 	m.probeSubj = "_APC." + c.id + "." + fmt.Sprint(m.gen)
 
+	dialer := &ctxDialer{ctx: c.ctx, d: net.Dialer{Timeout: c.opts.connectTimeout}}
 	opts := []nats.Option{
-		nats.SetCustomDialer(&ctxDialer{ctx: c.ctx, d: net.Dialer{Timeout: c.opts.connectTimeout}}),
+		nats.SetCustomDialer(dialer),
 		nats.Timeout(c.opts.connectTimeout),
 	}
 	opts = append(opts, c.opts.natsOpts...)
@@ -172,7 +194,7 @@ func (c *Conn) dial(urls []string) (*member, error) {
 	)
 	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
 	if err != nil {
-		return nil, err
+		return nil, dialer.withDialError(err)
 	}
 	m.nc = nc
 	m.setServer(serverOf(nc))

@@ -25,6 +25,7 @@ type options struct {
 	overlap          time.Duration
 	dedupeTail       time.Duration
 	proveTimeout     time.Duration
+	failOnAuth       bool
 	armBackoffMin    time.Duration
 	armBackoffMax    time.Duration
 	reconnectWait    time.Duration
@@ -247,4 +248,12 @@ func WithConnectTimeout(d time.Duration) Option {
 		o.connectTimeout = d
 		return nil
 	}
+}
+
+// WithFailOnAuthError makes Connect return ErrAuthorization as soon as
+// the servers refuse the credentials, instead of retrying until its
+// context ends: for a process that should exit and say so rather than
+// wait for credentials that will not change.
+func WithFailOnAuthError() Option {
+	return func(o *options) error { o.failOnAuth = true; return nil }
 }

@@ -241,7 +241,7 @@ func (c *Conn) arm(ctx context.Context, why Cause) bool {
 	}
 	c.stats.armed.Add(1)
 	c.log.Info().Str("server", m.server().Name).Str("url", m.server().URL).Str("cause", why.String()).
-		Bool("was_degraded", wasDegraded).Dur("rehome", e.Duration).Msg("passive armed")
+		Bool("was_degraded", wasDegraded).Dur("rehome_ms", e.Duration).Msg("passive armed")
 	c.disp.emit(e)
 	return true
 }
@@ -292,7 +292,7 @@ func (c *Conn) armFailed(err error) {
 		c.log.Warn().Err(err).Msg("no passive: running degraded, will keep trying")
 		c.disp.emit(Event{Kind: EventDegraded, At: time.Now(), Err: err})
 	} else {
-		c.log.Debug().Err(err).Dur("retry_in", d).Msg("passive arm failed")
+		c.log.Debug().Err(err).Dur("retry_in_ms", d).Msg("passive arm failed")
 	}
 }
 
@@ -419,7 +419,7 @@ func (c *Conn) promote(ctx context.Context, p *member, why Cause, triggered time
 	}
 	c.stats.countSwitch(why)
 	c.log.Info().Str("cause", why.String()).Str("from", e.From.Name).Str("to", p.server().Name).
-		Str("to_url", p.server().URL).Dur("duration", e.Duration).Int("replayed", replayed).
+		Str("to_url", p.server().URL).Dur("duration_ms", e.Duration).Int("replayed", replayed).
 		Msg("switched to passive")
 	c.disp.emit(e)
 

@@ -26,6 +26,13 @@ type Config struct {
 	// Subject is the template of tag subjects (see Mapper). Default
 	// "apbridge.{source}.{tag}".
 	Subject string
+	// ServiceName is the micro service's name (letters, digits, - and _),
+	// which `nats micro ls` lists. Default "apbridge"; relays with
+	// different prefixes are told apart by different names.
+	ServiceName string
+	// Version is the micro service's version, a semantic version.
+	// Default Version.
+	Version string
 	// NoHeaders leaves the NATS headers out of every update message. By
 	// default each message carries the update's quality, status code,
 	// source and server timestamps and sequence number in headers too
@@ -60,6 +67,12 @@ func (c *Config) setDefaults() {
 	if c.Instance == "" {
 		c.Instance = "apbridge"
 	}
+	if c.ServiceName == "" {
+		c.ServiceName = "apbridge"
+	}
+	if c.Version == "" {
+		c.Version = Version
+	}
 }
 
 // TagConfig is one tag of a source.
@@ -79,9 +92,17 @@ type TagConfig struct {
 type Option func(*options) error
 
 type options struct {
-	sink Sink
-	log  zerolog.Logger
-	now  func() time.Time
+	sink     Sink
+	log      zerolog.Logger
+	now      func() time.Time
+	onSwitch func(source, cause string, took time.Duration)
+}
+
+// WithSourceSwitchObserver calls f after each failover of a source (to
+// the other server of a pair, the other gateway) with the source's name,
+// the cause and how long the failover took, for metrics. f must not block.
+func WithSourceSwitchObserver(f func(source, cause string, took time.Duration)) Option {
+	return func(o *options) error { o.onSwitch = f; return nil }
 }
 
 // WithSink replaces the default core NATS publishing.
@@ -119,6 +140,8 @@ type Bridge struct {
 	mapper *Mapper
 	log    zerolog.Logger
 	now    func() time.Time
+	// onSwitch is WithSourceSwitchObserver's f, or nil.
+	onSwitch func(source, cause string, took time.Duration)
 
 	mu        sync.Mutex
 	sources   []*runner
@@ -153,6 +176,9 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
+	if err := ValidateServiceName(cfg.ServiceName); err != nil {
+		return nil, fmt.Errorf("bridge: %w", err)
+	}
 	o := options{sink: coreSink{conn}, log: zerolog.Nop(), now: time.Now}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -160,7 +186,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now,
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now, onSwitch: o.onSwitch,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{},
 	}, nil
@@ -214,6 +240,12 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 			subj = s
 		} else if err := ValidateSubject(subj); err != nil {
 			return fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
+		}
+		for _, svc := range ServiceSubjects(b.cfg.Prefix) {
+			if SubjectsOverlap(subj, svc) {
+				return fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+					name, tc.Name, subj, svc)
+			}
 		}
 		if other, dup := b.bySubject[subj]; dup {
 			return fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
@@ -156,14 +157,26 @@ func TestSnapshotPages(t *testing.T) {
 			t.Errorf("snapshot of %s = %v seq %d, want the last value 2", u.Tag, u.Value, u.Seq)
 		}
 	}
-	// A filter by source that matches nothing.
-	m := testutil.Request(t, e.nc, "apbridge.snapshot", `{"source":"other"}`)
-	if !strings.Contains(string(m.Data), `"updates":[]`) {
+	// A filter by a prefix that matches nothing is an empty answer.
+	m := testutil.Request(t, e.nc, "apbridge.snapshot", `{"source":"sim1","prefix":"nothing."}`)
+	if !strings.Contains(string(m.Data), `"updates":[]`) || m.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("filtered snapshot %s", m.Data)
 	}
-	m = testutil.Request(t, e.nc, "apbridge.snapshot", `{"limit":`)
-	if m.Header.Get("Nats-Service-Error-Code") != "400" {
-		t.Fatalf("malformed snapshot request answered %v %s", m.Header, m.Data)
+	// What would look like an empty answer but is a mistake is an error,
+	// with a JSON body.
+	for _, c := range []struct{ body, code, want string }{
+		{`{"limit":`, "400", "snapshot request: unexpected EOF"},
+		{`{"source":"other"}`, "404", `source: \"other\" is not a source of this relay (valid: sim1)`},
+		{`{"limit":-1}`, "400", "limit: -1 is out of range (valid 0-2; 0 means 2)"},
+		{`{"sorce":"sim1"}`, "400", `unknown field \"sorce\"`},
+		{`{"limit":1} {"limit":2}`, "400", "data after the JSON object"},
+		{`[1]`, "400", "snapshot request: json: cannot unmarshal array"},
+	} {
+		m = testutil.Request(t, e.nc, "apbridge.snapshot", c.body)
+		var er bridge.ErrorReply
+		if m.Header.Get("Nats-Service-Error-Code") != c.code || json.Unmarshal(m.Data, &er) != nil || er.Code != c.code || !strings.Contains(string(m.Data), c.want) {
+			t.Errorf("snapshot %s answered %v %s; want %s with %q", c.body, m.Header, m.Data, c.code, c.want)
+		}
 	}
 }
 
@@ -197,12 +210,23 @@ func TestWriteBack(t *testing.T) {
 		{"read-only tag", ro, `1`, "403", "read-only"},
 		{"server refuses", srvro, `1`, "502", "0x803B0000"},
 		{"unknown tag", "apbridge.write.apbridge.sim1.Nope", `1`, "404", "no tag"},
+		{"unknown field", ws, `{"valu": 1}`, "400", `unknown field \"valu\"`},
+		{"empty body", ws, ``, "400", "the value (0 bytes) is not JSON"},
+		// A reply never repeats the value, so an error for any value the
+		// broker carries fits in a reply (this one would not).
+		{"huge garbage", ws, strings.Repeat("x", 900<<10), "400", "the value (921600 bytes) is not JSON"},
 	}
 	for _, c := range cases {
 		m := testutil.Request(t, e.nc, c.subj, c.body)
 		code := m.Header.Get("Nats-Service-Error-Code")
 		if code != c.code || !strings.Contains(string(m.Data)+m.Header.Get("Nats-Service-Error"), c.contains) {
 			t.Errorf("%s: code %q body %s (%s), want code %q containing %q", c.name, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.contains)
+		}
+	}
+	for _, body := range []string{`{"value": "hunter2-secret"}`, `"hunter2-secret"`, `{"value": ["hunter2-secret"], "type": "Double[]"}`} {
+		m := testutil.Request(t, e.nc, ws, body)
+		if m.Header.Get("Nats-Service-Error-Code") != "400" || strings.Contains(string(m.Data)+m.Header.Get("Nats-Service-Error"), "hunter2") {
+			t.Errorf("write %s answered %v %s: want 400 without the value", body, m.Header, m.Data)
 		}
 	}
 	got := e.src.Writes()
@@ -517,5 +541,42 @@ func TestReplyBoundRaisesTheInFlightCeiling(t *testing.T) {
 	sim := testcluster.NewSimSource("bounded")
 	if n := run(boundedSource{sim, time.Minute}, sim); n != 1 {
 		t.Fatalf("%d requests within the source's reply bound, want 1", n)
+	}
+}
+
+// TestWriteLogged: a write that reaches the source is logged at info with
+// its tag, status and user, and never its value; the value is at debug.
+func TestWriteLogged(t *testing.T) {
+	conn := singleNodeConn(t)
+	for _, level := range []zerolog.Level{zerolog.InfoLevel, zerolog.DebugLevel} {
+		var logs testutil.SyncBuffer
+		src := testcluster.NewSimSource("sim1")
+		b, err := bridge.New(conn, bridge.Config{Prefix: fmt.Sprintf("lg%d", level)}, bridge.WithLogger(zerolog.New(&logs).Level(level)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AddSource(src, []bridge.TagConfig{{Name: "SP1", Address: "ns=1;s=SP1", Writable: true}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = b.Start(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws, _ := b.WriteSubject("sim1", "SP1")
+		m := testutil.Request(t, conn.Active(), ws, `{"value": 4242424, "type": "Int64"}`)
+		b.Close()
+		if m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("write answered %v %s", m.Header, m.Data)
+		}
+		out := logs.String()
+		if !strings.Contains(out, `"tag":"SP1","user":"unknown","status":"0x00000000","message":"write-back"`) {
+			t.Errorf("no write-back line with tag, user and status:\n%s", out)
+		}
+		// Positive control at debug: the value is there.
+		if got := strings.Contains(out, "4242424"); got != (level == zerolog.DebugLevel) {
+			t.Errorf("at %v the value is logged: %v\n%s", level, got, out)
+		}
 	}
 }

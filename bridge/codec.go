@@ -372,7 +372,7 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 	number := func() error {
 		num = json.Number(unquoted)
 		if _, err := strconv.ParseFloat(string(unquoted), 64); err != nil {
-			return fmt.Errorf("value: %s is not a %s", raw, typ)
+			return fmt.Errorf("value: %s is not a %s", jsonKind(raw), typ)
 		}
 		return nil
 	}
@@ -383,13 +383,13 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 		if signed {
 			n, err := strconv.ParseInt(num.String(), 10, bits)
 			if err != nil {
-				return nil, fmt.Errorf("value: %s is not a %s (%d-bit signed integer)", raw, typ, bits)
+				return nil, fmt.Errorf("value: %s is not a %s (a whole number in the %d-bit signed range)", jsonKind(raw), typ, bits)
 			}
 			return n, nil
 		}
 		n, err := strconv.ParseUint(num.String(), 10, bits)
 		if err != nil {
-			return nil, fmt.Errorf("value: %s is not a %s (%d-bit unsigned integer)", raw, typ, bits)
+			return nil, fmt.Errorf("value: %s is not a %s (a whole number in the %d-bit unsigned range)", jsonKind(raw), typ, bits)
 		}
 		return n, nil
 	}
@@ -397,7 +397,7 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 	case TypeBoolean:
 		var b bool
 		if err := json.Unmarshal(raw, &b); err != nil {
-			return nil, fmt.Errorf("value: %s is not a Boolean", raw)
+			return nil, fmt.Errorf("value: %s is not a Boolean", jsonKind(raw))
 		}
 		return b, nil
 	case TypeSByte:
@@ -464,7 +464,7 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 		default:
 			var err error
 			if f, err = strconv.ParseFloat(string(unquoted), bits); err != nil {
-				return nil, fmt.Errorf("value: %s is not a %s", raw, typ)
+				return nil, fmt.Errorf("value: %s is not a %s", jsonKind(raw), typ)
 			}
 		}
 		if bits == 32 {
@@ -473,21 +473,43 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 		return f, nil
 	case TypeString:
 		if raw[0] != '"' {
-			return nil, fmt.Errorf("value: %s is not a String", raw)
+			return nil, fmt.Errorf("value: %s is not a String", jsonKind(raw))
 		}
 		return string(unquoted), nil
 	case TypeDateTime:
 		t, err := time.Parse(time.RFC3339Nano, string(unquoted))
 		if err != nil {
-			return nil, fmt.Errorf("value: %s is not a DateTime (RFC 3339)", raw)
+			return nil, fmt.Errorf("value: %s is not a DateTime (RFC 3339)", jsonKind(raw))
 		}
 		return t, nil
 	case TypeByteString:
 		b, err := base64.StdEncoding.DecodeString(string(unquoted))
 		if err != nil {
-			return nil, fmt.Errorf("value: %s is not a ByteString (base64)", raw)
+			return nil, fmt.Errorf("value: %s is not a ByteString (base64)", jsonKind(raw))
 		}
 		return b, nil
 	}
 	return nil, fmt.Errorf("value: type %q is not supported", typ)
+}
+
+// jsonKind names the kind of a JSON value for an error message, which
+// must not repeat the value: a write request's value may be a secret, or
+// larger than a reply may be.
+func jsonKind(raw []byte) string {
+	if len(raw) == 0 {
+		return "an empty value"
+	}
+	switch raw[0] {
+	case '"':
+		return "a JSON string"
+	case '{':
+		return "a JSON object"
+	case '[':
+		return "a JSON array"
+	case 't', 'f':
+		return "a JSON Boolean"
+	case 'n':
+		return "null"
+	}
+	return "a JSON number"
 }

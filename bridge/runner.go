@@ -145,6 +145,14 @@ func (r *runner) HealthChanged(h Health) {
 	prev := r.health
 	r.health = h
 	r.mu.Unlock()
+	if h.LastSwitch != "" && h.LastAt.After(prev.LastAt) {
+		// One line per failover, with its cause and duration as fields.
+		r.b.log.Info().Str("source", r.src.Name()).Str("cause", h.LastSwitchCause).Str("endpoint", h.Endpoint).
+			Float64("duration_ms", float64(h.LastSwitchTook.Microseconds())/1000).Msg("source failover")
+		if r.b.onSwitch != nil {
+			r.b.onSwitch(r.src.Name(), h.LastSwitchCause, h.LastSwitchTook)
+		}
+	}
 	if prev.State != h.State || prev.Endpoint != h.Endpoint {
 		r.b.log.Info().Str("source", r.src.Name()).Str("state", string(h.State)).Str("endpoint", h.Endpoint).
 			Int("service_level", h.Level).Msg("source health")
@@ -216,7 +224,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 			d = r.guard.Tick(r.b.now())
 			if r.guard.Stats().LostReplies > before {
 				r.counters.lostReplies.Add(1)
-				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling", r.inFlightCeiling).
+				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling_ms", r.inFlightCeiling).
 					Msg("subscribe unanswered: presuming the reply lost, sending again")
 			}
 			r.guardMu.Unlock()
@@ -231,7 +239,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 				select {
 				case <-reqDone:
 				case <-t.C:
-					r.b.log.Warn().Str("source", r.src.Name()).Dur("waited", supersedeWait).
+					r.b.log.Warn().Str("source", r.src.Name()).Dur("waited_ms", supersedeWait).
 						Msg("a superseded subscribe did not return when cancelled; sending the next anyway")
 				case <-ctx.Done():
 				}

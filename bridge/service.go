@@ -46,8 +46,8 @@ func (b *Bridge) moveService() error {
 		return nil
 	}
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        "apbridge",
-		Version:     Version,
+		Name:        b.cfg.ServiceName,
+		Version:     b.cfg.Version,
 		Description: "OPC UA to NATS tag relay " + b.cfg.Instance,
 		Metadata:    map[string]string{"instance": b.cfg.Instance, "prefix": b.cfg.Prefix},
 	})
@@ -166,10 +166,12 @@ func (b *Bridge) Status() Status {
 func (b *Bridge) handleStatus(req micro.Request) {
 	data, err := marshalJSON(b.Status())
 	if err != nil {
-		req.Error("500", err.Error(), nil)
+		b.replyError(req, "500", err)
 		return
 	}
-	req.Respond(data)
+	if err := req.Respond(data); err != nil {
+		b.log.Warn().Err(err).Str("endpoint", "status").Int("bytes", len(data)).Msg("reply not sent")
+	}
 }
 
 // SnapshotRequest is the optional body of a snapshot request.
@@ -238,17 +240,81 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 func (b *Bridge) handleSnapshot(req micro.Request) {
 	var r SnapshotRequest
 	if d := bytes.TrimSpace(req.Data()); len(d) > 0 {
-		if err := json.Unmarshal(d, &r); err != nil {
-			req.Error("400", "snapshot request: "+err.Error(), nil)
+		if err := decodeStrict(d, &r); err != nil {
+			b.replyError(req, "400", fmt.Errorf("snapshot request: %v", err))
 			return
 		}
 	}
-	data, err := marshalJSON(b.Snapshot(r))
-	if err != nil {
-		req.Error("500", err.Error(), nil)
+	if code, err := b.checkSnapshot(r); err != nil {
+		b.replyError(req, code, fmt.Errorf("snapshot request: %w", err))
 		return
 	}
-	req.Respond(data)
+	data, err := marshalJSON(b.Snapshot(r))
+	if err != nil {
+		b.replyError(req, "500", err)
+		return
+	}
+	if err := req.Respond(data); err != nil {
+		b.log.Warn().Err(err).Str("endpoint", "snapshot").Int("bytes", len(data)).Msg("reply not sent")
+	}
+}
+
+// checkSnapshot refuses what would otherwise be an empty answer that looks
+// like a right one: a negative limit, a source the bridge does not have.
+func (b *Bridge) checkSnapshot(r SnapshotRequest) (string, error) {
+	if r.Limit < 0 {
+		return "400", fmt.Errorf("limit: %d is out of range (valid 0-%d; 0 means %d)", r.Limit, b.cfg.SnapshotPage, b.cfg.SnapshotPage)
+	}
+	if r.Source == "" {
+		return "", nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var names []string
+	for _, rn := range b.sources {
+		if rn.src.Name() == r.Source {
+			return "", nil
+		}
+		names = append(names, rn.src.Name())
+	}
+	return "404", fmt.Errorf("source: %q is not a source of this relay (valid: %s)", r.Source, strings.Join(names, ", "))
+}
+
+// ErrorReply is the JSON body of an error reply of the status and
+// snapshot endpoints; the micro error headers carry the same.
+type ErrorReply struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func (b *Bridge) replyError(req micro.Request, code string, err error) {
+	data, _ := marshalJSON(ErrorReply{Error: err.Error(), Code: code})
+	if rerr := req.Error(code, oneLine(err.Error()), data); rerr != nil {
+		b.log.Warn().Err(rerr).Str("endpoint", endpointOf(req.Subject(), b.cfg.Prefix)).Msg("error reply not sent")
+	}
+}
+
+// decodeStrict decodes one JSON object into v: unknown fields and
+// trailing data are errors, not ignored.
+func decodeStrict(d []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(d))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+// oneLine keeps an error description fit for a header.
+func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+
+func endpointOf(subject, prefix string) string {
+	rest := strings.TrimPrefix(subject, prefix+".")
+	name, _, _ := strings.Cut(rest, ".")
+	return name
 }
 
 // WriteRequest is the body of a write-back request. A body that is not a
@@ -279,26 +345,57 @@ func (e *writeError) Error() string { return e.err.Error() }
 
 func (b *Bridge) handleWrite(req micro.Request) {
 	subject := strings.TrimPrefix(req.Subject(), b.cfg.Prefix+".write.")
-	rep, werr := b.write(subject, req.Data())
+	rep, werr := b.write(subject, req.Data(), requestUser(req.Headers()))
 	data, _ := marshalJSON(rep)
+	var err error
 	if werr != nil {
-		req.Error(werr.code, werr.err.Error(), data)
-		return
+		err = req.Error(werr.code, oneLine(werr.err.Error()), data)
+	} else {
+		err = req.Respond(data)
 	}
-	req.Respond(data)
+	if err != nil {
+		b.log.Warn().Err(err).Str("endpoint", "write").Str("tag", rep.Tag).Msg("reply not sent")
+	}
+}
+
+// requestUser is who sent a request, as the NATS server tells it in the
+// Nats-Request-Info header (on requests that cross accounts through a
+// service import); "" when it does not.
+func requestUser(h micro.Headers) string {
+	info := nats.Header(h).Get("Nats-Request-Info")
+	if info == "" {
+		return ""
+	}
+	var ci struct {
+		Account string `json:"acc"`
+		User    string `json:"user"`
+		Name    string `json:"name"`
+	}
+	if json.Unmarshal([]byte(info), &ci) != nil {
+		return ""
+	}
+	who := ci.User
+	if who == "" {
+		who = ci.Name
+	}
+	if ci.Account != "" {
+		who = ci.Account + "/" + who
+	}
+	return who
 }
 
 // Write writes data (a WriteRequest, or a bare JSON value) to the tag
 // published on subject, as a write-back request would.
 func (b *Bridge) Write(subject string, data []byte) (WriteReply, error) {
-	rep, err := b.write(subject, data)
+	rep, err := b.write(subject, data, "")
 	if err != nil {
 		return rep, err
 	}
 	return rep, nil
 }
 
-func (b *Bridge) write(subject string, data []byte) (WriteReply, *writeError) {
+// write writes; user is who asked, for the log ("" when unknown).
+func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *writeError) {
 	fail := func(code string, tag string, err error) (WriteReply, *writeError) {
 		return WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
 	}
@@ -317,7 +414,7 @@ func (b *Bridge) write(subject string, data []byte) (WriteReply, *writeError) {
 	var wr WriteRequest
 	d := bytes.TrimSpace(data)
 	if len(d) > 0 && d[0] == '{' {
-		if err := json.Unmarshal(d, &wr); err != nil {
+		if err := decodeStrict(d, &wr); err != nil {
 			r.counters.writeErrors.Add(1)
 			return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: malformed write request: %v", ts.cfg.Name, err))
 		}
@@ -330,7 +427,7 @@ func (b *Bridge) write(subject string, data []byte) (WriteReply, *writeError) {
 	}
 	if !json.Valid(wr.Value) {
 		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: malformed write request: %q is not JSON", ts.cfg.Name, wr.Value))
+		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, ts.cfg.Name, len(wr.Value)))
 	}
 	typ := wr.Type
 	if typ == "" {
@@ -352,7 +449,14 @@ func (b *Bridge) write(subject string, data []byte) (WriteReply, *writeError) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.WriteTimeout)
 	defer cancel()
 	code, err := r.src.Write(ctx, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle}, v)
+	if user == "" {
+		user = "unknown"
+	}
+	// The value is logged at debug level only: it may be a recipe or a
+	// setpoint an operator would not want in a central log.
+	b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).RawJSON("value", wr.Value).Msg("write-back value")
 	if err != nil {
+		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Err(err).Msg("write-back failed")
 		r.counters.writeErrors.Add(1)
 		c := "502"
 		if errors.Is(err, ErrNotWritableNow) {
@@ -368,8 +472,9 @@ func (b *Bridge) write(subject string, data []byte) (WriteReply, *writeError) {
 	if !rep.OK {
 		r.counters.writeErrors.Add(1)
 		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)
+		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back refused by the server")
 		return rep, &writeError{code: "502", err: errors.New(rep.Error)}
 	}
-	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("status", code.String()).Msg("write-back")
+	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back")
 	return rep, nil
 }

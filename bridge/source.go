@@ -101,7 +101,12 @@ type Health struct {
 	// LastSwitch describes the source's last failover, if any.
 	LastSwitch string    `json:"lastSwitch,omitempty"`
 	LastAt     time.Time `json:"lastSwitchAt,omitzero"`
-	Detail     string    `json:"detail,omitempty"`
+	// LastSwitchCause is the last failover's cause, one of a few words
+	// (e.g. "ServiceLevel 0", "gateway unreachable"), for metric labels.
+	LastSwitchCause string `json:"lastSwitchCause,omitempty"`
+	// LastSwitchTook is how long the last failover took.
+	LastSwitchTook time.Duration `json:"-"`
+	Detail         string        `json:"detail,omitempty"`
 }
 
 // ErrReadOnly is returned by Write for a tag that is not configured as

@@ -1,12 +1,8 @@
 package relay
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -14,7 +10,6 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/servicelevel"
-	"gopkg.in/yaml.v3"
 )
 
 // Config is a relay's configuration: the file `apbridge run --config`
@@ -102,6 +97,10 @@ type NATSConfig struct {
 	Password         string    `yaml:"password"`
 	Token            string    `yaml:"token"`
 	TLS              *TLSFiles `yaml:"tls"`
+	// FailOnAuthError makes the start fail at once when the servers refuse
+	// the credentials (the process exits non-zero), instead of retrying
+	// until the start times out. Each refusal is logged either way.
+	FailOnAuthError bool `yaml:"failOnAuthError"`
 	// FastCutover trades strict per-publisher order at a switch for a
 	// bounded hold instead of a round trip to the old broker; it pays off
 	// across long links (see docs/apconn.md).
@@ -119,6 +118,10 @@ type TLSFiles struct {
 type ServiceConfig struct {
 	// Prefix of <prefix>.status, .snapshot, .write.<subject>, .events.<source>.
 	Prefix string `yaml:"prefix"`
+	// Name is the micro service's name (default "apbridge"): give relays
+	// with different prefixes different names to tell them apart in
+	// `nats micro ls`.
+	Name string `yaml:"name"`
 }
 
 // SubscribeConfig tunes the guard; zero fields take the defaults.
@@ -170,34 +173,6 @@ func (s SourceConfig) listedTags(f string) []tagEntry {
 	return out
 }
 
-// Load reads, expands and checks a config file.
-func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(data)
-}
-
-// Parse decodes a config strictly (an unknown field is an error with its
-// line), expands ${VAR} references and validates it.
-func Parse(data []byte) (*Config, error) {
-	data, err := expandEnv(data)
-	if err != nil {
-		return nil, err
-	}
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
 // Validate checks every field and reports every problem at once, each
 // naming its field and the allowed values (Errors splits them).
 func (c *Config) Validate() error { return c.validate(false) }
@@ -213,19 +188,8 @@ func (c *Config) validate(withSources bool) error {
 	default:
 		add("logLevel: %q is not valid (valid: debug, info, warn, error)", c.LogLevel)
 	}
-	if c.HTTP.Listen != nil && *c.HTTP.Listen != "" {
-		if _, _, err := net.SplitHostPort(*c.HTTP.Listen); err != nil {
-			add("http.listen: %q is not host:port (%v)", *c.HTTP.Listen, err)
-		}
-	}
-	if len(c.NATS.Servers) == 0 {
-		add("nats.servers: at least one server URL is required")
-	}
-	for i, s := range c.NATS.Servers {
-		if err := checkNATSURL(s); err != nil {
-			add("nats.servers[%d]: %v", i, err)
-		}
-	}
+	c.checkListen(add)
+	c.checkNATS(add)
 	if c.NATS.LameDuckHandling != nil {
 		if _, err := ldm.Parse(*c.NATS.LameDuckHandling); err != nil {
 			add("nats.lameDuckHandling: %q is not valid (valid: NONE, SWITCH_TO_PASSIVE, PASSIVE_ONLY)", *c.NATS.LameDuckHandling)
@@ -243,26 +207,14 @@ func (c *Config) validate(withSources bool) error {
 	if (c.NATS.User == "") != (c.NATS.Password == "") {
 		add("nats: user and password go together")
 	}
-	if c.NATS.Credentials != "" {
-		if _, err := os.Stat(c.NATS.Credentials); err != nil {
-			add("nats.credentials: %v", err)
-		}
-	}
-	if t := c.NATS.TLS; t != nil {
-		if (t.Cert == "") != (t.Key == "") {
-			add("nats.tls: cert and key go together")
-		}
-		for name, f := range map[string]string{"ca": t.CA, "cert": t.Cert, "key": t.Key} {
-			if f != "" {
-				if _, err := os.Stat(f); err != nil {
-					add("nats.tls.%s: %v", name, err)
-				}
-			}
-		}
-	}
 	if c.Service.Prefix != "" {
 		if err := bridge.ValidateSubject(c.Service.Prefix); err != nil {
 			add("service.prefix: %v", err)
+		}
+	}
+	if c.Service.Name != "" {
+		if err := bridge.ValidateServiceName(c.Service.Name); err != nil {
+			add("service.name: %v", err)
 		}
 	}
 	if c.Subject != "" {
@@ -312,6 +264,7 @@ func (c *Config) validate(withSources bool) error {
 				add("%v", e)
 			}
 		}
+		checkSecurityFiles(f, s.Security, add)
 		listed := s.listedTags(f)
 		if len(listed) == 0 && len(s.Browse) == 0 {
 			add("%s: give tags, groups, browse roots, or a mix", f)
@@ -344,6 +297,7 @@ func (c *Config) validate(withSources bool) error {
 			}
 		}
 	}
+	c.checkSubjects(add)
 	return errors.Join(errs...)
 }
 
@@ -410,28 +364,4 @@ func (c *Config) HTTPListen() string {
 		return ":9464"
 	}
 	return *c.HTTP.Listen
-}
-
-func checkNATSURL(s string) error {
-	if s == "" {
-		return errors.New("empty URL")
-	}
-	u := s
-	if !strings.Contains(u, "://") {
-		u = "nats://" + u
-	}
-	scheme := u[:strings.Index(u, "://")]
-	switch scheme {
-	case "nats", "tls", "ws", "wss":
-	default:
-		return fmt.Errorf("%q: scheme %q is not valid (valid: nats, tls, ws, wss)", s, scheme)
-	}
-	host := strings.TrimPrefix(u, scheme+"://")
-	if i := strings.LastIndexByte(host, '@'); i >= 0 {
-		host = host[i+1:]
-	}
-	if host == "" || strings.HasPrefix(host, ":") {
-		return fmt.Errorf("%q: no host", s)
-	}
-	return nil
 }

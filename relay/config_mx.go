@@ -1,10 +1,7 @@
 package relay
 
 import (
-	"bytes"
 	"fmt"
-	"regexp"
-	"strconv"
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
@@ -77,28 +74,6 @@ func (s *SourceConfig) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*s = SourceConfig(oc)
 	return nil
-}
-
-var lineRef = regexp.MustCompile(`line (\d+)`)
-
-// strictDecode decodes n into v refusing unknown fields, which a node's
-// own Decode does not; line numbers in errors are the file's.
-func strictDecode(n *yaml.Node, v any) error {
-	data, err := yaml.Marshal(n)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	err = dec.Decode(v)
-	if err == nil {
-		return nil
-	}
-	msg := lineRef.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		l, _ := strconv.Atoi(m[len("line "):])
-		return "line " + strconv.Itoa(l+n.Line-1)
-	})
-	return fmt.Errorf("%s", msg)
 }
 
 // validateMx checks a type: mxgateway source; f is its field path.

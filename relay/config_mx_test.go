@@ -48,8 +48,8 @@ func TestMxGatewaySourceConfig(t *testing.T) {
 
 func TestBadMxGatewayConfigs(t *testing.T) {
 	tests := []struct{ name, old, new, want string }{
-		{"unknown field, with its line", "    writeUserId: 0", "    writeUserId: 0\n    colour: blue", "line 15: field colour not found"},
-		{"an opcua field", "    writeUserId: 0", "    writeUserId: 0\n    serviceLevelFailover: {enabled: true}", "field serviceLevelFailover not found"},
+		{"unknown field, with its line", "    writeUserId: 0", "    writeUserId: 0\n    colour: blue", "line 15: sources[1].colour: unknown field (valid here: clientName,"},
+		{"an opcua field", "    writeUserId: 0", "    writeUserId: 0\n    serviceLevelFailover: {enabled: true}", "sources[1].serviceLevelFailover: unknown field"},
 		{"endpoint with a scheme", "127.0.0.1:5002", "grpc://127.0.0.1:5002", "sources[1].endpoints[1]: \"grpc://127.0.0.1:5002\": give host:port"},
 		{"same endpoint twice", "127.0.0.1:5002", "127.0.0.1:5001", "sources[1].endpoints[1]: \"127.0.0.1:5001\" is listed twice"},
 		{"three endpoints", "127.0.0.1:5002]", "127.0.0.1:5002, 127.0.0.1:5003]", "sources[1].endpoints: 3 given"},

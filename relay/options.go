@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"time"
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
@@ -21,6 +22,8 @@ type options struct {
 	sources  []extraSource
 	// factories are WithSourceFactory's sources (fleet.go).
 	factories []extraFactory
+	version   string
+	onSwitch  func(source, cause string, took time.Duration)
 }
 
 type extraSource struct {
@@ -59,4 +62,17 @@ func WithSource(src bridge.Source, tags []bridge.TagConfig) Option {
 		o.sources = append(o.sources, extraSource{src, tags})
 		return nil
 	}
+}
+
+// WithVersion sets the version the relay's micro service reports, a
+// semantic version such as "1.2.3" (default bridge.Version): the binary's
+// own, from its build.
+func WithVersion(v string) Option {
+	return func(o *options) error { o.version = v; return nil }
+}
+
+// WithSourceSwitchObserver calls f after each failover of a source with
+// its name, cause and duration (see bridge.WithSourceSwitchObserver).
+func WithSourceSwitchObserver(f func(source, cause string, took time.Duration)) Option {
+	return func(o *options) error { o.onSwitch = f; return nil }
 }

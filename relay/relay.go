@@ -65,12 +65,18 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	if c.NATS.FastCutover {
 		apOpts = append(apOpts, apconn.WithFastCutover())
 	}
+	if c.NATS.FailOnAuthError {
+		apOpts = append(apOpts, apconn.WithFailOnAuthError())
+	}
 	conn, err := apconn.Connect(cctx, c.NATS.Servers, append(apOpts, o.connOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
 	r := &Relay{log: o.log, conn: conn}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
+	if o.onSwitch != nil {
+		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
+	}
 	if c.Sink == SinkJetStream {
 		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jetstreamsink.WithLogger(o.log)); err != nil {
 			conn.Close()
@@ -87,11 +93,13 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		bopts = append(bopts, bridge.WithSink(&fencedSink{inner: inner, f: r.fl, noHeaders: c.NoHeaders}))
 	}
 	r.b, err = bridge.New(conn, bridge.Config{
-		Instance:  c.Instance,
-		Prefix:    c.Service.Prefix,
-		Subject:   c.Subject,
-		NoHeaders: c.NoHeaders,
-		Guard:     c.guard(),
+		Instance:    c.Instance,
+		Prefix:      c.Service.Prefix,
+		ServiceName: c.Service.Name,
+		Version:     o.version,
+		Subject:     c.Subject,
+		NoHeaders:   c.NoHeaders,
+		Guard:       c.guard(),
 	}, bopts...)
 	if err != nil {
 		r.closeSink()

@@ -110,7 +110,7 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 	p := &Pair{
 		set:      set,
 		opt:      o,
-		log:      o.logger.With().Str("pair", o.name).Logger(),
+		log:      o.logger.With().Str("source", o.name).Logger(),
 		pol:      pol,
 		preItems: map[uint32]*itemSpec{},
 		evc:      make(chan event, 256),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -270,6 +271,11 @@ func checkEndpointURL(u string) string {
 		return fmt.Sprintf("%q is not an opc.tcp:// URL", s)
 	case pu.Hostname() == "":
 		return fmt.Sprintf("%q has no host", s)
+	}
+	if port := pu.Port(); port != "" {
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Sprintf("%q: port %s is out of range (valid 1-65535)", s, port)
+		}
 	}
 	return ""
 }

@@ -85,10 +85,10 @@ func (p *Pair) releaseHold(replaced bool, now time.Time) {
 	}
 	p.deliver(h.s, keep)
 	if dropped > 0 {
-		p.log.Info().Str("endpoint", h.s.ep.String()).Int("dropped", dropped).
+		p.log.Info().Str("member", h.s.ep.String()).Int("dropped", dropped).
 			Msg(fmt.Sprintf("%d Bad_OutOfService samples of the departing %s replaced by the backup's values", dropped, h.s.ep))
 	} else if !replaced {
-		p.log.Info().Str("endpoint", h.s.ep.String()).Int("released", len(h.notes)).Dur("held", maxOutOfServiceHold).
+		p.log.Info().Str("member", h.s.ep.String()).Int("released", len(h.notes)).Dur("held_ms", maxOutOfServiceHold).
 			Msg("no promotion within the hold: the Bad_OutOfService samples go on")
 	}
 }

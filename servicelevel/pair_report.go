@@ -49,10 +49,14 @@ func (p *Pair) emit(e Event) {
 		le = p.log.Error() // a configuration or trust problem: someone has to act
 	}
 	if le.Enabled() {
-		le = le.Str("event", e.Kind.String()).Str("endpoint", e.Endpoint.String()).Str("url", e.URL)
+		// The keys are the relay's log vocabulary: endpoint is the server's
+		// URL, member which of the pair it is; levels are numbers (-1
+		// unknown), durations in milliseconds.
+		le = le.Str("event", e.Kind.String()).Str("endpoint", e.URL).Str("member", e.Endpoint.String())
 		if e.Kind == EventFailover {
 			le = le.Str("to", e.Target.String()).Str("cause", e.Cause.String()).
-				Str("service_level", e.Level.String()).Str("peer_service_level", e.PeerLevel.String())
+				Int("service_level", levelNumber(e.Level)).Int("peer_service_level", levelNumber(e.PeerLevel)).
+				Float64("duration_ms", float64(e.Duration.Microseconds())/1000)
 		}
 		if e.Kind == EventNotificationsLost {
 			le = le.Uint32("subscription", e.Subscription).Str("missing", seqList(e.Missing))
@@ -107,4 +111,12 @@ func levelText(l Level, why string) string {
 		return "ServiceLevel unknown"
 	}
 	return fmt.Sprintf("ServiceLevel %s, %s", l, l.Band())
+}
+
+// levelNumber is a level for a log field: its value, -1 when unknown.
+func levelNumber(l Level) int {
+	if v, ok := l.Value(); ok {
+		return int(v)
+	}
+	return -1
 }

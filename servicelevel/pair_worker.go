@@ -129,7 +129,7 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 	for _, it := range create {
 		node, err := it.resolve(s.ns)
 		if err != nil {
-			s.p.log.Warn().Str("endpoint", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
+			s.p.log.Warn().Str("member", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
 				Msg("item not created")
 			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
 			continue

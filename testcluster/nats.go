@@ -155,6 +155,9 @@ func (n *Node) options() (*server.Options, error) {
 			o.Cluster = server.ClusterOpts{}
 		}
 	}
+	if cfg.user != "" {
+		o.Username, o.Password = cfg.user, cfg.password
+	}
 	if n.c.ca != nil {
 		o.TLS = true
 		o.TLSConfig = n.c.ca.ServerConfig()
@@ -258,12 +261,16 @@ func hostPort(u string) string {
 }
 
 // ClientOptions returns nats.go options that a client of this cluster
-// needs: the CA when the cluster serves TLS.
+// needs: the CA when the cluster serves TLS, the user (WithUser).
 func (c *NATSCluster) ClientOptions() []nats.Option {
-	if c.ca == nil {
-		return nil
+	var opts []nats.Option
+	if c.ca != nil {
+		opts = append(opts, nats.Secure(c.ca.ClientConfig()))
 	}
-	return []nats.Option{nats.Secure(c.ca.ClientConfig())}
+	if c.cfg.user != "" {
+		opts = append(opts, nats.UserInfo(c.cfg.user, c.cfg.password))
+	}
+	return opts
 }
 
 // WaitReady waits until every running node forwards to every other running

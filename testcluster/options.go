@@ -45,6 +45,8 @@ type natsConfig struct {
 	tls       bool
 	proxies   bool
 	dir       string
+	user      string
+	password  string
 }
 
 type opcuaConfig struct {
@@ -218,6 +220,18 @@ func WithLameDuck(duration, grace time.Duration) Option {
 // generated at start (see NATSCluster.CA).
 func WithTLS() Option {
 	return natsOnly("WithTLS", func(c *natsConfig) error { c.tls = true; return nil })
+}
+
+// WithUser makes every node require this user and password of clients;
+// ClientOptions carries them. For tests of refused credentials.
+func WithUser(user, password string) Option {
+	return natsOnly("WithUser", func(c *natsConfig) error {
+		if user == "" || password == "" {
+			return fmt.Errorf("WithUser: user and password must not be empty")
+		}
+		c.user, c.password = user, password
+		return nil
+	})
 }
 
 // WithProxies puts a FaultProxy in front of every node's client port. The

@@ -323,6 +323,6 @@ func (s *Sink) windowDrainedLocked(now time.Time) {
 	if f.lastLog.Before(f.since) || f.lastLog.IsZero() {
 		return // this episode was not logged: neither is its end
 	}
-	s.log.Info().Dur("full_for", now.Sub(f.since)).Int("publishes_blocked", f.blocked).
+	s.log.Info().Dur("full_for_ms", now.Sub(f.since)).Int("publishes_blocked", f.blocked).
 		Msg("pending window drained: backpressure released")
 }

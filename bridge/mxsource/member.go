@@ -90,7 +90,7 @@ func (s *Source) runMember(m *member) {
 				lastSeq = seq
 			},
 			Gap: func(want, got uint64) {
-				s.log.Warn().Str("gateway", m.target).Uint64("expected", want).Uint64("got", got).Msg("gateway event sequence skipped: events were lost")
+				s.log.Warn().Str("endpoint", m.target).Uint64("expected", want).Uint64("got", got).Msg("gateway event sequence skipped: events were lost")
 			},
 		}
 		err = sess.Events(sctx, handler)
@@ -99,14 +99,14 @@ func (s *Source) runMember(m *member) {
 			// A blip: the gateway kept the session and sends again what
 			// was lost in transit. No reopen, no resubscribe, no switch.
 			before := lastSeq
-			s.log.Info().Str("gateway", m.target).Uint64("after", before).AnErr("cause", err).Msg("gateway event stream broke: resuming the session's stream")
+			s.log.Info().Str("endpoint", m.target).Uint64("after", before).AnErr("cause", err).Msg("gateway event stream broke: resuming the session's stream")
 			s.countResume()
 			err = sess.EventsAfter(sctx, before, handler)
 			if lastSeq != before {
 				// It streamed again: a later break has its own window.
 				resumeUntil = time.Now().Add(resumeWindow)
 			} else if err != nil && !errors.Is(err, mxgateway.ErrDisconnected) {
-				s.log.Warn().Str("gateway", m.target).Err(err).Msg("gateway event stream not resumed")
+				s.log.Warn().Str("endpoint", m.target).Err(err).Msg("gateway event stream not resumed")
 			}
 		}
 		if cause := context.Cause(sctx); s.ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {

@@ -223,7 +223,7 @@ func TestSlowSingleGatewayIsNotReopened(t *testing.T) {
 func TestBadWriteIsRefusedClearly(t *testing.T) {
 	e := startMx(t, envConfig{cfg: mxsource.Config{WriteUserID: 5}})
 	e.flowing(t, 2)
-	if rep := e.write(t, "c0", `"text"`); rep.OK || !strings.Contains(rep.Error, `"text" is not a Int64`) {
+	if rep := e.write(t, "c0", `"text"`); rep.OK || !strings.Contains(rep.Error, `a JSON string is not a Int64`) {
 		t.Fatalf("a string to an int64 item: %+v, want a type refusal that names the value", rep)
 	}
 	before, _, _, _ := e.data.Get("Counter_0.Value")

@@ -287,7 +287,7 @@ func (s *Source) prepareStandby() {
 				}
 				if failed == 0 {
 					delay = prepFloor
-					s.log.Debug().Str("gateway", m.target).Int("items", len(todo)).Bool("hot", hot).Msg("standby prepared")
+					s.log.Debug().Str("endpoint", m.target).Int("items", len(todo)).Bool("hot", hot).Msg("standby prepared")
 					break
 				}
 				err = fmt.Errorf("%d of %d items failed, e.g. %v", failed, len(todo), firstErr(res))
@@ -295,7 +295,7 @@ func (s *Source) prepareStandby() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			s.log.Warn().Str("gateway", m.target).Err(err).Dur("retry_in", delay).Msg("standby not prepared")
+			s.log.Warn().Str("endpoint", m.target).Err(err).Dur("retry_in_ms", delay).Msg("standby not prepared")
 			if ctxtime.Sleep(s.ctx, jitter(delay)) != nil {
 				return
 			}

@@ -254,11 +254,11 @@ func (s *Source) handle(e memberEvent) {
 			s.connected = true
 		}
 		s.mu.Unlock()
-		s.log.Info().Str("gateway", m.target).Str("session", e.sess.ID()).Strs("capabilities", e.sess.Capabilities()).
-			Dur("command_timeout", e.sess.CommandTimeout()).Bool("active", becomes).
+		s.log.Info().Str("endpoint", m.target).Str("session", e.sess.ID()).Strs("capabilities", e.sess.Capabilities()).
+			Dur("command_timeout_ms", e.sess.CommandTimeout()).Bool("active", becomes).
 			Bool("supervisory", e.sess.Supervisory()).Msg("gateway session open")
 		if e.sess.CommandTimeout() != s.cfg.CommandTimeout {
-			s.log.Warn().Str("gateway", m.target).Dur("asked", s.cfg.CommandTimeout).Dur("granted", e.sess.CommandTimeout()).
+			s.log.Warn().Str("endpoint", m.target).Dur("asked_ms", s.cfg.CommandTimeout).Dur("granted_ms", e.sess.CommandTimeout()).
 				Msg("the gateway granted another command timeout than asked for")
 		}
 		s.emit(Event{Kind: EventSessionUp, Gateway: m.target, At: e.at})
@@ -282,7 +282,7 @@ func (s *Source) handle(e memberEvent) {
 		wasActive := s.active == m.idx && (e.kind == evDown)
 		s.mu.Unlock()
 		if !repeat || e.kind == evDown {
-			s.log.Warn().Str("gateway", m.target).Err(e.err).Msg(downMessage(e))
+			s.log.Warn().Str("endpoint", m.target).Err(e.err).Msg(downMessage(e))
 			s.emit(Event{Kind: EventSessionDown, Gateway: m.target, Cause: msg, At: e.at})
 		}
 		if wasActive {
@@ -299,7 +299,7 @@ func (s *Source) handle(e memberEvent) {
 		if standby == nil {
 			// Nothing to promote: reopening would only resubscribe
 			// everything on a gateway that is already slow.
-			s.log.Warn().Str("gateway", m.target).Err(e.err).Msg("gateway is slow to answer and there is no standby: staying")
+			s.log.Warn().Str("endpoint", m.target).Err(e.err).Msg("gateway is slow to answer and there is no standby: staying")
 			return
 		}
 		s.endSession(m, e.gen, e.err)
@@ -341,7 +341,7 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 		s.active = -1
 		s.mu.Unlock()
 		s.emitMu.Unlock()
-		s.log.Warn().Str("gateway", old.target).Msg("no gateway session: waiting for one")
+		s.log.Warn().Str("endpoint", old.target).Msg("no gateway session: waiting for one")
 		return
 	}
 	s.active = next.idx
@@ -396,7 +396,7 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	s.stats.LastSwitch = ev
 	s.mu.Unlock()
 	s.log.Warn().Str("from", old.target).Str("to", next.target).Str("cause", ev.Cause).Bool("hot", hot).
-		Int("replayed", len(replay)).Dur("took", took).Msg("gateway switch: standby promoted")
+		Int("replayed", len(replay)).Dur("took_ms", took).Msg("gateway switch: standby promoted")
 	s.emit(ev)
 	// What the new active lacks (everything, when warm) the bridge
 	// subscribes again, through its guard; advised tags cost no command.
@@ -431,9 +431,11 @@ func (s *Source) emit(e Event) {
 // updateHealth recomputes the health and tells the bridge when it changed.
 func (s *Source) updateHealth() {
 	s.mu.Lock()
-	h := bridge.Health{Level: -1, LastSwitch: s.health.LastSwitch, LastAt: s.health.LastAt}
+	h := bridge.Health{Level: -1, LastSwitch: s.health.LastSwitch, LastAt: s.health.LastAt,
+		LastSwitchCause: s.health.LastSwitchCause, LastSwitchTook: s.health.LastSwitchTook}
 	if s.stats.Switches > 0 {
-		h.LastSwitch, h.LastAt = s.stats.LastSwitch.String(), s.stats.LastSwitch.At
+		ls := s.stats.LastSwitch
+		h.LastSwitch, h.LastAt, h.LastSwitchCause, h.LastSwitchTook = ls.String(), ls.At, ls.Cause, ls.Took
 	}
 	switch {
 	case s.closed:

@@ -132,9 +132,11 @@ func (s *Source) onEvent(e servicelevel.Event) {
 	hl := s.healthOf(p.Status())
 	if e.Kind == servicelevel.EventFailover {
 		hl.LastSwitch, hl.LastAt = e.String(), e.At
+		hl.LastSwitchCause, hl.LastSwitchTook = e.Cause.String(), e.Duration
 	} else {
 		s.mu.Lock()
 		hl.LastSwitch, hl.LastAt = s.health.LastSwitch, s.health.LastAt
+		hl.LastSwitchCause, hl.LastSwitchTook = s.health.LastSwitchCause, s.health.LastSwitchTook
 		s.mu.Unlock()
 	}
 	s.mu.Lock()

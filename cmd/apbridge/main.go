@@ -5,8 +5,10 @@
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
 //	apbridge fleet status --config FILE  which relay of a fleet owns which source
+//	apbridge version                   print the version and build
 //
-// Run `apbridge help` for the flags of each command.
+// Run `apbridge help <command>` for the flags of a command. Usage errors
+// exit with status 2, a bad config with 1.
 package main
 
 import (
@@ -25,6 +27,7 @@ func commands() []cli.Command {
 		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
+		{Name: "version", Summary: "print the version and build (also --version)", Run: runVersion},
 	}
 }
 

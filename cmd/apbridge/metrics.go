@@ -1,14 +1,33 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics reads the relay's counters at scrape time: the bridge and the
 // connection keep them, so there is nothing to update on the hot path.
-type metrics struct{ r *relay.Relay }
+// Before the relay has started it reports nothing.
+type metrics struct{ r *running }
+
+// newRegistry returns the registry /metrics serves: the relay's metrics,
+// the Go runtime's, the process's and the build's (apbridge's version).
+func newRegistry(r *running) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		&metrics{r: r},
+		r.hist.nats, r.hist.source,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+		buildInfoGauge(readBuildInfo()),
+	)
+	return reg
+}
 
 var (
 	mSwitches = prometheus.NewDesc("apbridge_nats_switches_total",
@@ -32,7 +51,11 @@ var (
 	mServiceLevel = prometheus.NewDesc("apbridge_source_service_level",
 		"The ServiceLevel of the server a source reads from (-1 unknown).", []string{"source"}, nil)
 	mTags = prometheus.NewDesc("apbridge_tags",
-		"Tags of a source by the quality of their last value, or failed (not subscribed) and no_value.", []string{"source", "quality"}, nil)
+		"Tags of a source with a value, by the quality of their last value (good, uncertain, bad).", []string{"source", "quality"}, nil)
+	mTagsFailed = prometheus.NewDesc("apbridge_tags_failed",
+		"Tags of a source not subscribed: the server refused them (unknown node, bad filter).", []string{"source"}, nil)
+	mTagsNoValue = prometheus.NewDesc("apbridge_tags_no_value",
+		"Tags of a source subscribed without a value yet.", []string{"source"}, nil)
 	mSubRequests = prometheus.NewDesc("apbridge_subscribe_requests_total",
 		"Subscribe requests sent to a source.", []string{"source"}, nil)
 	mSubFailures = prometheus.NewDesc("apbridge_subscribe_retries_total",
@@ -62,7 +85,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
-		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
 		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
@@ -79,17 +102,21 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	cs := m.r.Conn().Stats()
+	rl := m.r.relay.Load()
+	if rl == nil {
+		return
+	}
+	cs := rl.Conn().Stats()
 	for _, cause := range []string{"lame-duck", "active-down", "link-timeout", "manual"} {
 		counter(mSwitches, float64(cs.SwitchesByCause[cause]), cause)
 	}
-	status := m.r.Conn().Status().String()
+	status := rl.Conn().Status().String()
 	for _, s := range []string{"connected", "degraded", "reconnecting", "closed"} {
 		gauge(mNATSUp, b2f(s == status), s)
 	}
 	counter(mReplayed, float64(cs.Replayed))
 	counter(mLameDuck, float64(cs.LameDuckNotices))
-	for _, s := range m.r.Bridge().Stats() {
+	for _, s := range rl.Bridge().Stats() {
 		counter(mUpdatesIn, float64(s.Updates), s.Name)
 		counter(mUpdatesOut, float64(s.Published), s.Name)
 		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
@@ -101,8 +128,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(mTags, float64(s.Good), s.Name, "good")
 		gauge(mTags, float64(s.Uncertain), s.Name, "uncertain")
 		gauge(mTags, float64(s.Bad), s.Name, "bad")
-		gauge(mTags, float64(s.Failed), s.Name, "failed")
-		gauge(mTags, float64(s.NoValue), s.Name, "no_value")
+		gauge(mTagsFailed, float64(s.Failed), s.Name)
+		gauge(mTagsNoValue, float64(s.NoValue), s.Name)
 		counter(mSubRequests, float64(s.SubscribeRequests), s.Name)
 		counter(mSubFailures, float64(s.SubscribeFailures), s.Name)
 		counter(mSubLost, float64(s.LostReplies), s.Name)
@@ -110,7 +137,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
 	}
-	if js := m.r.JetStream(); js != nil {
+	if js := rl.JetStream(); js != nil {
 		st := js.Stats()
 		counter(mJSAcked, float64(st.Acked-st.Duplicates), "new")
 		counter(mJSAcked, float64(st.Duplicates), "duplicate")
@@ -130,4 +157,65 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// buildInfoGauge is apbridge_build_info, 1 with the version, revision and
+// Go version as labels, in the convention of Prometheus's own
+// exporters: a join on it labels any series with the relay's version.
+func buildInfoGauge(b buildInfo) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "apbridge_build_info",
+		Help:        "1, labelled with the relay's version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.Go},
+	})
+	g.Set(1)
+	return g
+}
+
+// histograms are the durations of failovers, observed as they happen.
+type histograms struct {
+	nats, source *prometheus.HistogramVec
+}
+
+func newHistograms() histograms {
+	return histograms{
+		nats: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apbridge_nats_switch_duration_seconds",
+			Help:    "How long a switch to the passive NATS connection took, from its trigger, by cause.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"cause"}),
+		source: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "apbridge_source_failover_duration_seconds",
+			Help:    "How long a source's failover to its other server or gateway took, by source and cause.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"source", "cause"}),
+	}
+}
+
+// causeLabels are the causes a failover can have, as label values; any
+// other text (an error a source could not classify) is "other", so that
+// the label stays a short list.
+var causeLabels = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range []string{
+		// apconn
+		"lame-duck", "active-down", "link-timeout", "manual",
+		// OPC UA pairs (servicelevel)
+		"degraded window", "ServiceLevel 0", "connect-time preference", "lost link after a degraded level",
+		"connect retries exhausted", "link lost", "connect failed", "session ended", "peer level unknown",
+		"peer not Healthy", "peer not higher", "reconnect", "startup",
+		// MxAccess gateways (mxsource)
+		"health ping past its deadline", "heartbeats missing", "event queue overflow",
+		"session ended by the gateway", "session lost", "gateway unreachable",
+	} {
+		m[c] = strings.NewReplacer(" ", "_", "-", "_").Replace(strings.ToLower(c))
+	}
+	return m
+}()
+
+func causeLabel(cause string) string {
+	if l, ok := causeLabels[cause]; ok {
+		return l
+	}
+	return "other"
 }

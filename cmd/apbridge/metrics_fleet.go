@@ -21,7 +21,11 @@ var fleetDescs = []*prometheus.Desc{mFleetOwned, mFleetLive, mFleetChanges, mFle
 
 // collectFleet adds the fleet's figures, for a relay in a fleet.
 func (m *metrics) collectFleet(ch chan<- prometheus.Metric) {
-	f := m.r.Fleet()
+	rl := m.r.relay.Load()
+	if rl == nil {
+		return
+	}
+	f := rl.Fleet()
 	if f == nil {
 		return
 	}

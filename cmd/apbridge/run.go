@@ -3,17 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
+	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 )
@@ -21,9 +21,8 @@ import (
 // runValidate checks a config without connecting to anything.
 func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the config file (YAML)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	c, err := loadConfigFlag(*path, stderr)
@@ -32,7 +31,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	tags := 0
 	for _, s := range c.Sources {
-		tags += len(s.Tags)
+		tags += len(s.Tags) + len(s.MxGateway.Tags)
 		for _, g := range s.Groups {
 			tags += len(g.Tags)
 		}
@@ -45,7 +44,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // problem on its own line: an operator fixes them all in one go.
 func loadConfigFlag(path string, stderr io.Writer) (*relay.Config, error) {
 	if path == "" {
-		return nil, errors.New("--config is required")
+		return nil, cli.Usagef("--config is required")
 	}
 	c, err := relay.Load(path)
 	if err != nil {
@@ -68,12 +67,14 @@ func countBrowse(c *relay.Config) int {
 // runRun is `apbridge run --config FILE`: the relay.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the config file (YAML)")
 	pretty := fs.Bool("pretty", false, "console log output instead of JSON")
 	drain := fs.Duration("drain-timeout", relay.DefaultDrainTimeout, "how long SIGTERM waits for what was received to be confirmed by NATS")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
+	}
+	if *drain <= 0 {
+		return cli.Usagef("--drain-timeout: %v is out of range (valid: more than 0, e.g. 30s)", *drain)
 	}
 	c, err := loadConfigFlag(*path, stderr)
 	if err != nil {
@@ -84,6 +85,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		level = zerolog.InfoLevel
 	}
 	log := cli.NewLogger(stderr, *pretty, level).With().Str("instance", c.Instance).Logger()
+	log.Info().Str("version", readBuildInfo().String()).Msg("starting")
 	r, err := startRelay(ctx, c, log)
 	if err != nil {
 		return err
@@ -95,42 +97,74 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return r.stop(sctx)
 }
 
-// running is a relay with its health and metrics listener.
+// running is a relay with its health and metrics listener. The listener
+// starts first, so that /healthz answers while the relay still connects
+// and /readyz says what it waits for.
 type running struct {
-	*relay.Relay
+	relay   atomic.Pointer[relay.Relay] // nil until relay.Start returns
 	log     zerolog.Logger
+	hist    histograms
+	stopEv  func() // ends the NATS event subscription of hist
 	http    *http.Server
 	httpLn  net.Listener
 	httpErr chan error
 }
 
-// startRelay starts the relay of c and, unless the config turns it off,
-// its HTTP listener.
+// startRelay starts, unless the config turns it off, the HTTP listener,
+// then the relay of c.
 func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
-	r := &running{Relay: rl, log: log}
+	r := &running{log: log, hist: newHistograms()}
 	if addr := c.HTTPListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
-			rl.Close()
 			return nil, err
 		}
 	}
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version),
+		relay.WithSourceSwitchObserver(func(source, cause string, took time.Duration) {
+			r.hist.source.WithLabelValues(source, causeLabel(cause)).Observe(took.Seconds())
+		}))
+	if err != nil {
+		r.stopHTTP()
+		return nil, err
+	}
+	r.stopEv = rl.Conn().OnEvent(func(e apconn.Event) {
+		if e.Kind == apconn.EventSwitched {
+			r.hist.nats.WithLabelValues(causeLabel(e.Cause.String())).Observe(e.Duration.Seconds())
+		}
+	})
+	r.relay.Store(rl)
 	return r, nil
 }
 
 // stop drains the relay (relay.Relay.Shutdown), then stops the listener.
 func (r *running) stop(ctx context.Context) error {
-	err := r.Shutdown(ctx)
-	if r.http != nil {
-		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		r.http.Shutdown(hctx)
-		cancel()
-		<-r.httpErr
+	var err error
+	if rl := r.relay.Load(); rl != nil {
+		r.stopEv()
+		err = rl.Shutdown(ctx)
 	}
+	r.stopHTTP()
 	return err
+}
+
+func (r *running) stopHTTP() {
+	if r.http == nil {
+		return
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	r.http.Shutdown(hctx)
+	cancel()
+	<-r.httpErr
+}
+
+// ready is /readyz's answer: the relay's own while it runs; while it
+// starts, what it waits for.
+func (r *running) ready() (bool, []string) {
+	rl := r.relay.Load()
+	if rl == nil {
+		return false, []string{"starting: connecting to NATS, then to the sources"}
+	}
+	return rl.Ready()
 }
 
 func (r *running) serveHTTP(addr string) error {
@@ -138,21 +172,19 @@ func (r *running) serveHTTP(addr string) error {
 	if err != nil {
 		return fmt.Errorf("http.listen: %w", err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(&metrics{r: r.Relay})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ready, reasons := r.Ready()
+		ready, reasons := r.ready()
 		w.Header().Set("Content-Type", "application/json")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		json.NewEncoder(w).Encode(map[string]any{"ready": ready, "reasons": reasons})
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(newRegistry(r), promhttp.HandlerOpts{}))
 	r.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	r.httpLn = ln
 	r.httpErr = make(chan error, 1)

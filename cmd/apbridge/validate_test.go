@@ -44,3 +44,54 @@ func TestValidateCommand(t *testing.T) {
 		t.Fatalf("stderr %q", errOut.String())
 	}
 }
+
+// TestUsageErrors: a command line the relay cannot run is a usage error,
+// exit status 2 with the reason on stderr; a bad config is status 1.
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte(validateConfig), 0o600)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"validate", "--config", good, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"validate", good}, 2, "unexpected argument"},
+		{[]string{"validate"}, 2, "--config is required"},
+		{[]string{"validate", "--conf", good}, 2, "flag provided but not defined: -conf"},
+		{[]string{"run", "--config", good, "--drain-timeout", "0s"}, 2, "--drain-timeout: 0s is out of range"},
+		{[]string{"run", "--config", good, "--drain-timeout", "-5s"}, 2, "--drain-timeout: -5s is out of range"},
+		{[]string{"run", "--config", good, "--drain-timeout", "soon"}, 2, `invalid value "soon" for flag -drain-timeout`},
+		{[]string{"run", "--config", good, "now"}, 2, `unexpected argument "now"`},
+		{[]string{"version", "x"}, 2, "unexpected argument"},
+		{[]string{"help", "run", "validate"}, 2, "one command at a time"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"validate", "--config", dir}, 1, "is a directory, not a config file"},
+	} {
+		var out, errOut strings.Builder
+		if code := run(tc.args, &out, &errOut); code != tc.code || !strings.Contains(errOut.String(), tc.stderr) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), tc.code, tc.stderr)
+		}
+	}
+}
+
+// TestHelpAndVersion: help asked for and the version go to stdout, exit 0.
+func TestHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help"}, "usage: apbridge <command>"},
+		{[]string{"--help"}, "version"},
+		{[]string{"help", "run"}, "-drain-timeout"},
+		{[]string{"run", "-h"}, "-drain-timeout"},
+		{[]string{"version"}, "apbridge 0.1.0"},
+		{[]string{"--version"}, "apbridge 0.1.0"},
+	} {
+		var out, errOut strings.Builder
+		if code := run(tc.args, &out, &errOut); code != 0 || !strings.Contains(out.String(), tc.want) || errOut.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and %q on stdout", tc.args, code, out.String(), errOut.String(), tc.want)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// checkFields walks a parsed document against the Go type it decodes into
+// and reports what the YAML decoder lets through or reports without the
+// field's path: unknown fields (with the valid ones) and fractional
+// values in integer fields (which the decoder silently truncates). Each
+// error names the line and the field. The walk reads the node tree as
+// parsed, so lines are the file's own.
+func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
+	var errs []error
+	var walk func(n *yaml.Node, t reflect.Type, path string)
+	walk = func(n *yaml.Node, t reflect.Type, path string) {
+		for n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = n.Content[0]
+		}
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t == sourceConfigType {
+			if t = sourceYAMLType(n); t == nil {
+				return // an unknown type: Validate names it
+			}
+		} else if reflect.PointerTo(t).Implements(unmarshalerType) {
+			return
+		}
+		switch t.Kind() {
+		case reflect.Struct:
+			if n.Kind != yaml.MappingNode || t == timeType {
+				return
+			}
+			fields := yamlFields(t)
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if k.Value == "<<" && k.ShortTag() == "!!merge" {
+					walk(v, t, path)
+					continue
+				}
+				ft, ok := fields[k.Value]
+				if !ok {
+					errs = append(errs, fmt.Errorf("config: line %d: %s: unknown field (valid here: %s)",
+						k.Line, fieldPath(path, k.Value), strings.Join(fieldNames(fields), ", ")))
+					continue
+				}
+				walk(v, ft, fieldPath(path, k.Value))
+			}
+		case reflect.Slice, reflect.Array:
+			if n.Kind != yaml.SequenceNode {
+				return
+			}
+			for i, c := range n.Content {
+				walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+		case reflect.Map:
+			if n.Kind != yaml.MappingNode {
+				return
+			}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i+1], t.Elem(), fieldPath(path, n.Content[i].Value))
+			}
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			if n.Kind != yaml.ScalarNode || t == durationType || n.ShortTag() != "!!float" {
+				return
+			}
+			f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+			if err != nil || f != math.Trunc(f) || math.IsInf(f, 0) {
+				errs = append(errs, fmt.Errorf("config: line %d: %s: %s is not a whole number", n.Line, path, n.Value))
+			}
+		}
+	}
+	walk(n, t, path)
+	return errs
+}
+
+var (
+	sourceConfigType = reflect.TypeOf(SourceConfig{})
+	unmarshalerType  = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+	durationType     = reflect.TypeOf(time.Duration(0))
+	timeType         = reflect.TypeOf(time.Time{})
+)
+
+// sourceYAMLType is the type a source's node decodes into, by its type
+// field; nil for an unknown type.
+func sourceYAMLType(n *yaml.Node) reflect.Type {
+	var head struct {
+		Type string `yaml:"type"`
+	}
+	_ = n.Decode(&head) // a bad type field is reported by the walk
+	switch head.Type {
+	case "", TypeOPCUA:
+		return reflect.TypeOf(opcuaSourceYAML{})
+	case TypeMxGateway:
+		return reflect.TypeOf(mxGatewaySourceYAML{})
+	}
+	return nil
+}
+
+// yamlFields maps the YAML names of t's fields, inline ones included, to
+// their types.
+func yamlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(","+opts+",", ",inline,") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range yamlFields(ft) {
+					out[k] = v
+				}
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+func fieldNames(fields map[string]reflect.Type) []string {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// fieldPath is the path of field under path: "nats" and "servers" make
+// "nats.servers".
+func fieldPath(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+// strictDecode decodes n into v refusing unknown fields and fractional
+// integers, which a node's own Decode lets through; errors carry the
+// file's line numbers.
+func strictDecode(n *yaml.Node, v any) error {
+	if errs := checkFields(n, reflect.TypeOf(v), ""); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return n.Decode(v)
+}

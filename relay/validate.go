@@ -1,0 +1,275 @@
+package relay
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/internal/tlsconf"
+)
+
+// The checks below are part of Validate (validate calls them): they see
+// across fields, where the field checks see one value each.
+
+// checkNATS checks the server URLs (they parse, have a host, a port in
+// 1-65535, and no server is named twice) and the files the connection
+// reads.
+func (c *Config) checkNATS(add func(string, ...any)) {
+	if len(c.NATS.Servers) == 0 {
+		add("nats.servers: at least one server URL is required")
+	}
+	seen := map[string]int{}
+	for i, s := range c.NATS.Servers {
+		key, err := checkNATSURL(s)
+		if err != nil {
+			add("nats.servers[%d]: %v", i, err)
+			continue
+		}
+		if j, dup := seen[key]; dup {
+			add("nats.servers[%d]: %s is the server of nats.servers[%d] too (name each server once)", i, key, j)
+			continue
+		}
+		seen[key] = i
+	}
+	if c.NATS.Credentials != "" {
+		checkFile("nats.credentials", c.NATS.Credentials, add)
+	}
+	t := c.NATS.TLS
+	if t == nil {
+		return
+	}
+	if (t.Cert == "") != (t.Key == "") {
+		add("nats.tls: cert and key go together (a client certificate needs its private key)")
+	}
+	ok := true
+	for _, f := range []struct{ name, path string }{{"ca", t.CA}, {"cert", t.Cert}, {"key", t.Key}} {
+		if f.path != "" && !checkFile("nats.tls."+f.name, f.path, add) {
+			ok = false
+		}
+	}
+	if ok && (t.Cert == "") == (t.Key == "") {
+		// The files are there: check that they load, and the key is the
+		// certificate's.
+		if _, err := tlsconf.Client("nats.tls", t.CA, t.Cert, t.Key, ""); err != nil {
+			add("%v", err)
+		}
+	}
+}
+
+// checkFile reports a file that a field names and that is missing or not
+// a regular file.
+func checkFile(field, path string, add func(string, ...any)) bool {
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		add("%s: %v", field, err)
+		return false
+	case !st.Mode().IsRegular():
+		add("%s: %s is not a regular file", field, path)
+		return false
+	}
+	return true
+}
+
+// checkNATSURL checks one nats.servers entry and returns its server as
+// host:port, the identity that two entries must not share. Errors never
+// show a password the URL holds.
+func checkNATSURL(s string) (string, error) {
+	if strings.TrimSpace(s) == "" {
+		return "", fmt.Errorf("empty URL (want nats://host:port)")
+	}
+	u := s
+	if !strings.Contains(u, "://") {
+		u = "nats://" + u
+	}
+	pu, err := url.Parse(u)
+	if err != nil {
+		if ue, ok := err.(*url.Error); ok {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("not a URL (%v); want nats://host:port", err)
+	}
+	shown := strconv.Quote(pu.Redacted())
+	scheme := strings.ToLower(pu.Scheme)
+	switch scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return "", fmt.Errorf("%s: scheme %q is not valid (valid: nats, tls, ws, wss)", shown, pu.Scheme)
+	}
+	host := pu.Hostname()
+	if host == "" {
+		return "", fmt.Errorf("%s: no host", shown)
+	}
+	port := pu.Port()
+	if port == "" {
+		port = map[string]string{"nats": "4222", "tls": "4222", "ws": "80", "wss": "443"}[scheme]
+	} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return "", fmt.Errorf("%s: port %s is out of range (valid 1-65535)", shown, port)
+	}
+	return net.JoinHostPort(strings.ToLower(host), port), nil
+}
+
+// checkListen checks http.listen: host:port with a numeric port; 0 asks
+// for any free port.
+func (c *Config) checkListen(add func(string, ...any)) {
+	if c.HTTP.Listen == nil || *c.HTTP.Listen == "" {
+		return
+	}
+	l := *c.HTTP.Listen
+	_, port, err := net.SplitHostPort(l)
+	if err != nil {
+		add("http.listen: %q is not host:port (%v)", l, err)
+		return
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		add("http.listen: port %q is out of range (valid 1-65535, or 0 for any free port)", port)
+	}
+}
+
+// checkSubjects checks the subjects of the tags against each other, the
+// service subjects and the JetStream stream: no two tags share a subject;
+// no tag subject, subject template result (for browsed tags) or stream
+// subject overlaps <prefix>.status, .snapshot, .write.>, .events.> (the
+// relay's updates would arrive as its own requests: with a writable tag,
+// as writes to the plant); a stream given subjects captures every tag.
+func (c *Config) checkSubjects(add func(string, ...any)) {
+	prefix, tmpl := c.Service.Prefix, c.Subject
+	if prefix == "" {
+		prefix = "apbridge"
+	}
+	if tmpl == "" {
+		tmpl = "apbridge.{source}.{tag}"
+	}
+	m, err := bridge.NewMapper(tmpl)
+	if err != nil || bridge.ValidateSubject(prefix) != nil {
+		return // reported by the field checks
+	}
+	svc := bridge.ServiceSubjects(prefix)
+	overlapping := func(subject string) string {
+		for _, s := range svc {
+			if bridge.SubjectsOverlap(subject, s) {
+				return s
+			}
+		}
+		return ""
+	}
+	type tagSubject struct{ field, subject string }
+	var all []tagSubject
+	owner := map[string]string{}
+	for i, s := range c.Sources {
+		f := fmt.Sprintf("sources[%d]", i)
+		if s.Name == "" {
+			continue
+		}
+		var tags []tagEntry
+		switch s.Type {
+		case "", TypeOPCUA:
+			tags = s.listedTags(f)
+		case TypeMxGateway:
+			for j, t := range s.MxGateway.Tags {
+				tags = append(tags, tagEntry{field: fmt.Sprintf("%s.tags[%d]", f, j), tag: opcuasource.TagConfig{TagConfig: t}})
+			}
+		default:
+			continue
+		}
+		for _, e := range tags {
+			t := e.tag.TagConfig
+			subject := t.Subject
+			if subject == "" {
+				if t.Name == "" || (t.Address == "" && strings.Contains(tmpl, "{address}")) {
+					continue // reported by the field checks
+				}
+				if subject, err = m.Subject(s.Name, t.Name, t.Address); err != nil {
+					add("%s: %v", e.field, err)
+					continue
+				}
+			} else if bridge.ValidateSubject(subject) != nil {
+				continue
+			}
+			if sv := overlapping(subject); sv != "" {
+				add("%s: subject %q overlaps the service subject %q: the relay's own updates would arrive as requests (change the tag's subject, the template or service.prefix)", e.field, subject, sv)
+			}
+			if other, dup := owner[subject]; dup {
+				add("%s: subject %q is also the subject of %s (each tag needs a subject of its own)", e.field, subject, other)
+				continue
+			}
+			owner[subject] = e.field
+			all = append(all, tagSubject{e.field, subject})
+		}
+		if len(s.Browse) > 0 && (s.Type == "" || s.Type == TypeOPCUA) {
+			for _, sv := range svc {
+				if m.CanOverlap(s.Name, sv) {
+					add("%s.browse: the subject template %q can give a browsed tag of source %q a subject under the service subject %q; use a template or service.prefix that keeps them apart", f, tmpl, s.Name, sv)
+					break
+				}
+			}
+		}
+	}
+	if c.Sink != SinkJetStream {
+		return
+	}
+	valid := true
+	for k, js := range c.JetStream.Subjects {
+		if bridge.ValidateSubscribeSubject(js) != nil || !validWildcards(js) {
+			valid = false
+			continue
+		}
+		if sv := overlapping(js); sv != "" {
+			add("jetstream.subjects[%d]: %q overlaps the service subject %q: the stream would capture the relay's requests", k, js, sv)
+		}
+	}
+	if len(c.JetStream.Subjects) == 0 || !valid {
+		return // a bad pattern is reported by the field checks
+	}
+	for _, ts := range all {
+		covered := false
+		for _, js := range c.JetStream.Subjects {
+			if bridge.SubjectsOverlap(ts.subject, js) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
+		}
+	}
+}
+
+// validWildcards reports whether every '*' and '>' in s is a whole token.
+func validWildcards(s string) bool {
+	for _, t := range strings.Split(s, ".") {
+		if t != "*" && t != ">" && strings.ContainsAny(t, "*>") {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSecurityFiles checks the files of an OPC UA source's security: the
+// client certificate and key are created at the first run only when both
+// are absent, so one without the other is refused here rather than at
+// the start; a user certificate and key must both be there.
+func checkSecurityFiles(f string, sec opcuasource.Security, add func(string, ...any)) {
+	exists := func(path string) bool {
+		st, err := os.Stat(path)
+		return err == nil && st.Mode().IsRegular()
+	}
+	if sec.CertFile != "" && sec.KeyFile != "" {
+		switch c, k := exists(sec.CertFile), exists(sec.KeyFile); {
+		case c && !k:
+			add("%s.security.keyFile: %s is missing but certFile %s exists: the relay creates both or neither (restore the key, or remove both to have a new pair made)", f, sec.KeyFile, sec.CertFile)
+		case k && !c:
+			add("%s.security.certFile: %s is missing but keyFile %s exists: the relay creates both or neither (restore the certificate, or remove both to have a new pair made)", f, sec.CertFile, sec.KeyFile)
+		}
+	}
+	for _, file := range []struct{ name, path string }{{"userCertFile", sec.UserCertFile}, {"userKeyFile", sec.UserKeyFile}} {
+		if file.path != "" {
+			checkFile(f+".security."+file.name, file.path, add)
+		}
+	}
+}
