@@ -81,6 +81,9 @@ type Pair struct {
 	later       []func()
 	tickedAt    time.Time // a policy deadline Tick did nothing at
 	switchAt    time.Time
+	remnants    [2]*remnant // by endpoint: a serving session that lost its link
+	recoveries  int
+	republished uint64
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does
