@@ -85,8 +85,13 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	s.state = SessionUp
 	p.remnants[s.ep] = nil
 	if s.how != resumeNone {
-		// The subscriptions go on: so do their sequence numbers.
+		// The subscriptions go on: so do their sequence numbers. A
+		// Republish round of the old session will never be answered: its
+		// numbers are asked for again.
 		s.seqs, s.fence = s.from.from.seqs, s.from.from.fence
+		for _, q := range s.seqs {
+			q.asked(now)
+		}
 	} else {
 		s.seqs = map[uint32]*sequencer[[]dataNote]{
 			s.healthSub: newSequencer[[]dataNote](reorderWait),

@@ -130,6 +130,13 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 	}
 	q := s.seqs[ev.sub]
 	raiseHorizon(q, ev.avail, now)
+	for _, n := range ev.avail {
+		if seqDiff(n, q.next) < 0 {
+			// Handed on, and its acknowledgement went out on a channel
+			// that broke: the server would keep it for ever.
+			s.ack(ev.sub, n)
+		}
+	}
 	from := q.next
 	switch {
 	case ev.keepAlive:

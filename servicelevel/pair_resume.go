@@ -217,6 +217,7 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	p.serving = s
 	s.recovering = true
 	s.recoverSince = now
+	s.recent = map[uint32]*ua.DataValue{}
 	p.pushDesires()
 	p.feed(p.pol.SessionUp(now))
 	if s.dead || p.serving != s {
@@ -254,6 +255,7 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 		}
 	}
 	s.recovering = false
+	s.recent = nil
 	p.recoveries++
 	how := "the session was activated on a new connection"
 	if s.how == resumeTransferred {

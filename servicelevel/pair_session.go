@@ -91,6 +91,7 @@ type session struct {
 	recoverSince     time.Time
 	dataSince        bool
 	republishedNotes int
+	recent           map[uint32]*ua.DataValue // the last sample delivered per item, while recovering
 }
 
 func newSession(p *Pair, ep Endpoint, id uint64, dialTimeout time.Duration) *session {
