@@ -589,5 +589,5 @@ func TestPairBlipInterop(t *testing.T) {
 			t.Fatalf("the counter went from %d to %d (values %v); recovery: %s", values[i-1], values[i], values, recovered[0].Message)
 		}
 	}
-	t.Logf("%d ticks in order; %s", len(values), recovered[0].Message)
+	t.Logf("%d ticks in order; %s; link as node-opcua granted it: %+v", len(values), recovered[0].Message, p.Status().Link)
 }

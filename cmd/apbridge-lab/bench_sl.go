@@ -131,6 +131,7 @@ type slRecorder struct {
 	recovered   time.Time
 	recoveries  int
 	republished int
+	lostLinks   int // the primary's sessions lost after the mark
 	changed     chan struct{}
 	// counterValues counts the counter values each endpoint delivered.
 	counterValues [2]int
@@ -241,6 +242,15 @@ func (r *slRecorder) failover(cause string) {
 	r.poke()
 }
 
+func (r *slRecorder) linkLost() {
+	r.mu.Lock()
+	if !r.mark.IsZero() && time.Now().After(r.mark) {
+		r.lostLinks++
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
 func (r *slRecorder) linkRecovered(republished int) {
 	now := time.Now()
 	r.mu.Lock()
@@ -254,10 +264,24 @@ func (r *slRecorder) linkRecovered(republished int) {
 }
 
 // waitBack waits until the primary carries the data again after the
-// mark: its link recovered, or a snapshot from a new session.
-func (r *slRecorder) waitBack(ctx context.Context) (time.Time, error) {
-	var at time.Time
+// mark: its link recovered, or a snapshot from a new session. A link that
+// is back (down closed) without having been lost (a freeze shorter than
+// the heartbeat gap) counts from when it was back, once a second has shown
+// that no loss follows.
+func (r *slRecorder) waitBack(ctx context.Context, down <-chan struct{}) (time.Time, error) {
+	var at, back time.Time
 	err := r.await(ctx, func() bool {
+		if back.IsZero() {
+			select {
+			case <-down:
+				back = time.Now()
+			default:
+			}
+		}
+		if !back.IsZero() && r.lostLinks == 0 && time.Since(back) > time.Second {
+			at = back
+			return true
+		}
 		at = r.recovered
 		if f := r.firstRefresh[servicelevel.Primary]; at.IsZero() || !f.IsZero() && f.Before(at) {
 			at = f
@@ -363,6 +387,8 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 				rec.failover(e.Cause.String())
 			case e.Kind == servicelevel.EventLinkRecovered:
 				rec.linkRecovered(e.Republished)
+			case e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary:
+				rec.linkLost()
 			case e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Endpoint == servicelevel.Primary:
 				rec.sample()
 			}
@@ -541,7 +567,7 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	var at time.Time
 	if f.noSwitch {
 		want = servicelevel.Primary
-		at, err = rec.waitBack(rctx)
+		at, err = rec.waitBack(rctx, down)
 	} else {
 		at, err = rec.waitGood(rctx, want, false)
 	}
