@@ -83,3 +83,31 @@ func TestPairTransfersSubscriptionsToANewSession(t *testing.T) {
 		t.Fatalf("%d snapshots after a new session, want 1", len(snaps))
 	}
 }
+
+// A frozen link is noticed by the heartbeat gap, not by a socket error;
+// healed before the Policy gives up on the server, the same session goes
+// on, without a snapshot or a lost tick. The old connection is closed on a
+// frozen link: the close must not end the session on the server.
+func TestPairFrozenLinkResumesTheSession(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	m := r.mark()
+	r.servers.A().Freeze()
+	r.waitEvent(m, "primary lost", func(e servicelevel.Event) bool {
+		return e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary
+	})
+	r.servers.A().Heal()
+	rec := r.waitEvent(m, "primary recovered", kind(servicelevel.EventLinkRecovered))
+	if rec.Transferred {
+		t.Fatalf("recovered by a transfer: %s", rec.Message)
+	}
+	r.waitUpdates(r.mark(), 10, "data changes after the heal", dataFrom(servicelevel.Primary))
+	if fo := r.eventsSince(m, servicelevel.EventFailover); len(fo) != 0 {
+		t.Fatalf("a healed freeze switched: %s", fo[0].Message)
+	}
+	if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
+		t.Fatalf("snapshots after the heal: %+v", snaps)
+	}
+	if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
+		t.Fatalf("%d counter ticks lost", lost)
+	}
+}
