@@ -71,6 +71,8 @@ func TestBadConfigs(t *testing.T) {
 			"sources[0].groups[0].tags: a group needs tags"},
 		{"batch size", edit("    serviceLevelFailover", "    subscribeBatchSize: 0\n    serviceLevelFailover"),
 			"sources[0].subscribeBatchSize: 0 is out of range (valid 1-10000)"},
+		{"blip tolerance", edit("    serviceLevelFailover", "    blipToleranceMilliseconds: 3600001\n    serviceLevelFailover"),
+			"sources[0].blipToleranceMilliseconds: 3600001 is out of range (valid 0-3600000)"},
 		{"jetstream replicas", edit("instance: site-a", "instance: site-a\nsink: jetstream\njetstream: {replicas: 7}"), "jetstream.replicas"},
 		{"jetstream window", edit("instance: site-a", "instance: site-a\nsink: jetstream\njetstream: {duplicateWindow: 10ms}"), "jetstream.duplicateWindow: 10ms is out of range (valid 100ms-24h)"},
 		{"no sources", "nats: {servers: [nats://127.0.0.1:4222]}\n", "sources: at least one source"},

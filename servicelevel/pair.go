@@ -25,9 +25,15 @@ import (
 // switches them to Reporting (ModeHot), reads the current value of every
 // item, and delivers a snapshot (refresh start, one value per item,
 // refresh end) before the old active's items are released: the data path
-// is made before it is broken. Every (re)establishment of the data path,
-// the first connect and a reconnect of the same endpoint included, is
-// framed the same way.
+// is made before it is broken. Every new data path, the first connect and
+// a new session on the same endpoint included, is framed the same way.
+//
+// A link blip costs no snapshot: a reconnect of the same endpoint as the
+// active activates the lost session on a new connection (or transfers its
+// subscriptions to a new session when the server forgot the session), and
+// asks the server for what it sent into the broken connection
+// (EventLinkRecovered). PairConfig.BlipToleranceMilliseconds sets how long
+// a blip the session and subscriptions are asked to outlive.
 //
 // Each session keeps several Publish requests outstanding, and their
 // answers arrive in any order; the Pair hands every subscription's
@@ -81,6 +87,9 @@ type Pair struct {
 	later       []func()
 	tickedAt    time.Time // a policy deadline Tick did nothing at
 	switchAt    time.Time
+	remnants    [2]*remnant // by endpoint: a serving session that lost its link
+	recoveries  int
+	republished uint64
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does

@@ -65,6 +65,10 @@ const (
 	DefaultQueueSize = 1
 	MinQueueSize     = 1
 	MaxQueueSize     = 65536
+
+	DefaultBlipToleranceMilliseconds = 30000
+	MinBlipToleranceMilliseconds     = 0
+	MaxBlipToleranceMilliseconds     = 3600000
 )
 
 // PairConfig is the configuration of a Pair as written in a config file (JSON
@@ -123,6 +127,15 @@ type PairConfig struct {
 	// changes or deletes: servers limit operations per call
 	// (MaxMonitoredItemsPerCall). Default 500, valid 1-10000.
 	SubscribeBatchSize *int `json:"subscribeBatchSize,omitempty" yaml:"subscribeBatchSize,omitempty"`
+	// BlipToleranceMilliseconds is the longest link blip (the connection
+	// to a live server broken or frozen, then back) that loses nothing:
+	// the session timeout and the subscriptions' lifetimes are asked for
+	// so that the server keeps the session, its subscriptions and their
+	// unacknowledged notifications that long, and the Pair activates the
+	// same session on a new connection and asks for what it missed. 0
+	// turns this off: a broken link always costs a new session. Default
+	// 30000, valid 0-3600000.
+	BlipToleranceMilliseconds *int `json:"blipToleranceMilliseconds,omitempty" yaml:"blipToleranceMilliseconds,omitempty"`
 }
 
 // PairSettings are a validated PairConfig with defaults applied.
@@ -141,6 +154,7 @@ type PairSettings struct {
 	DiscardOldest      bool              // discardOldest
 	Filter             *DataChangeFilter // filter; nil for the default
 	BatchSize          int               // subscribeBatchSize
+	BlipTolerance      time.Duration     // blipToleranceMilliseconds
 }
 
 // ValueError is an invalid field whose problem is not a range: an endpoint
@@ -250,6 +264,8 @@ func (c PairConfig) Settings() (PairSettings, error) {
 		s.Filter = &f
 	}
 	s.BatchSize = resolve("subscribeBatchSize", c.SubscribeBatchSize, DefaultSubscribeBatchSize, MinSubscribeBatchSize, MaxSubscribeBatchSize)
+	s.BlipTolerance = ms(resolve("blipToleranceMilliseconds", c.BlipToleranceMilliseconds,
+		DefaultBlipToleranceMilliseconds, MinBlipToleranceMilliseconds, MaxBlipToleranceMilliseconds))
 
 	if len(errs) > 0 {
 		return PairSettings{}, errors.Join(errs...)

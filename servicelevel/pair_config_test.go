@@ -27,6 +27,7 @@ func TestPairConfigDefaults(t *testing.T) {
 		QueueSize:          1,
 		DiscardOldest:      true,
 		BatchSize:          500,
+		BlipTolerance:      30 * time.Second,
 	}
 	want.Failover, _ = FailoverConfig{}.Settings()
 	if s != want {
@@ -72,6 +73,8 @@ func TestPairConfigValidation(t *testing.T) {
 			[]string{"filter.deadbandValue: set without a deadbandType (valid: absolute, percent)"}},
 		{"batch size", PairConfig{Endpoints: ok, SubscribeBatchSize: new(0)},
 			[]string{"subscribeBatchSize: 0 is out of range (valid 1-10000)"}},
+		{"blip tolerance", PairConfig{Endpoints: ok, BlipToleranceMilliseconds: new(3600001)},
+			[]string{"blipToleranceMilliseconds: 3600001 is out of range (valid 0-3600000)"}},
 		{"ranges", PairConfig{Endpoints: ok,
 			HeartbeatIntervalMilliseconds:  new(5),
 			PollIntervalMilliseconds:       new(0),

@@ -38,6 +38,13 @@ func (p *Pair) startSession(e Endpoint, dialTimeout time.Duration, attempt int, 
 	p.nextID++
 	s := newSession(p, e, p.nextID, dialTimeout)
 	s.attempt = attempt
+	if role == RoleActive {
+		// The remnant stays with the Pair until a session is up: an
+		// attempt that fails on the link leaves it to the next one.
+		s.from = p.remnants[e]
+	} else {
+		p.remnants[e] = nil // a standby has no data to recover
+	}
 	p.sess[e] = s
 	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.url, dialTimeout)
 	if attempt > 0 {
@@ -76,9 +83,32 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		return
 	}
 	s.state = SessionUp
-	s.seqs = map[uint32]*sequencer[[]dataNote]{
-		s.healthSub: newSequencer[[]dataNote](reorderWait),
-		s.dataSub:   newSequencer[[]dataNote](reorderWait),
+	p.remnants[s.ep] = nil
+	if s.how != resumeNone {
+		// The subscriptions go on: so do their sequence numbers. A
+		// Republish round of the old session will never be answered: its
+		// numbers are asked for again.
+		s.seqs, s.fence = s.from.from.seqs, s.from.from.fence
+		for _, q := range s.seqs {
+			q.asked(now)
+		}
+	} else {
+		s.seqs = map[uint32]*sequencer[[]dataNote]{
+			s.healthSub: newSequencer[[]dataNote](reorderWait),
+			s.dataSub:   newSequencer[[]dataNote](reorderWait),
+		}
+		if s.from != nil {
+			p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
+				"a new session, and a snapshot, replace them; what the server produced meanwhile is lost")
+		}
+	}
+	s.from = nil
+	if lp := s.link; p.set.BlipTolerance > 0 && lp.Recoverable < p.set.BlipTolerance {
+		ms := func(d time.Duration) int64 { return d.Milliseconds() }
+		p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Int64("session_timeout_ms", ms(lp.SessionTimeout)).
+			Int64("health_lifetime_ms", ms(lp.Health.Lifetime())).Int64("data_lifetime_ms", ms(lp.Data.Lifetime())).
+			Int64("recoverable_ms", ms(lp.Recoverable)).Int64("blip_tolerance_ms", ms(p.set.BlipTolerance)).
+			Msg("the server revised the session or subscription parameters below the blip tolerance")
 	}
 	s.lastBeat, s.lastData = now, now
 	s.nextPoll = now.Add(p.set.PollInterval)
@@ -89,9 +119,12 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			Message: fmt.Sprintf("%s session up (standby, %s)", s.ep, levelText(l, why))})
 	}
 	p.onLevel(s, l, why, now)
-	if s.activateOnUp {
+	switch {
+	case s.activateOnUp && s.how != resumeNone:
+		p.resumeServing(s, now)
+	case s.activateOnUp:
 		p.activate(s, now)
-	} else {
+	default:
 		p.pushDesires()
 	}
 	if w := p.probeWait; w.id != 0 && w.ep == s.ep {
@@ -121,6 +154,7 @@ func (p *Pair) sessionLost(s *session, err error) {
 	}
 	now := time.Now()
 	s.dead = true
+	p.keepRemnant(s, now) // before the cancel: the close must leave the session be
 	s.cancel()
 	p.sess[s.ep] = nil
 	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, err))

@@ -86,6 +86,17 @@ const (
 	// changes they carried are lost; delivery goes on after them, and the
 	// event comes before the updates that follow the gap.
 	EventNotificationsLost
+	// EventLinkRecovered: the active's link was lost (an EventSessionLost
+	// came first) and is back, and the server still had what the Pair
+	// needed: the same session, activated on a new connection, or its
+	// subscriptions, transferred to a new session (Transferred). The data
+	// went on without a snapshot; Republished counts the data changes
+	// asked for again because they had been sent into the broken
+	// connection, and Duration is the time from the loss. Messages the
+	// server could not give back are reported on their own
+	// (EventNotificationsLost). A link that comes back to a server
+	// without the session gets an EventSessionUp and a snapshot instead.
+	EventLinkRecovered
 )
 
 var eventKindNames = [...]string{
@@ -105,6 +116,7 @@ var eventKindNames = [...]string{
 	EventFailover:          "failover",
 	EventItemFailed:        "item failed",
 	EventNotificationsLost: "notifications lost",
+	EventLinkRecovered:     "link recovered",
 }
 
 // String returns the kind's name, for example "failover".
@@ -156,6 +168,12 @@ type Event struct {
 	// Missing are the sequence numbers of the notification messages of an
 	// EventNotificationsLost.
 	Missing []uint32
+	// Republished is the number of data changes an EventLinkRecovered
+	// asked the server for again.
+	Republished int
+	// Transferred reports an EventLinkRecovered whose subscriptions moved
+	// to a new session.
+	Transferred bool
 	// Err is the error behind a failure.
 	Err error
 	// Message is the event as one line of text, as logged.
@@ -358,6 +376,14 @@ type PairStatus struct {
 	Items int
 	// Failovers counts the switches decided since Start.
 	Failovers int
+	// Recoveries counts link blips recovered without a new snapshot
+	// (EventLinkRecovered), Republished the data changes they asked the
+	// server for again.
+	Recoveries  int
+	Republished uint64
+	// Link are the active session's session and subscription parameters
+	// as its server revised them, and the longest blip they let recover.
+	Link LinkParams
 	// Policy is the failover Policy's own view.
 	Policy Status
 }

@@ -39,6 +39,7 @@ func (p *Pair) onTimer(now time.Time) {
 			continue
 		}
 		p.recoverGaps(s, now)
+		p.checkRecovered(s, now)
 		if !s.polling && !now.Before(s.nextPoll) {
 			s.nextPoll = now.Add(p.set.PollInterval)
 			if s.read(readPoll, 0) {

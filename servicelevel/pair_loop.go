@@ -39,8 +39,9 @@ type (
 	evPublish struct {
 		s            *session
 		sub          uint32
-		seq          uint32 // the NotificationMessage's sequence number
-		keepAlive    bool   // no notifications: seq is the next data message's
+		seq          uint32   // the NotificationMessage's sequence number
+		keepAlive    bool     // no notifications: seq is the next data message's
+		avail        []uint32 // the server's retransmission queue for sub
 		notes        []dataNote
 		status       ua.StatusCode
 		statusChange bool
@@ -165,6 +166,9 @@ func (p *Pair) nextWake() (time.Time, bool) {
 			if d, has := q.deadline(); has {
 				consider(d)
 			}
+		}
+		if s.recovering {
+			consider(s.recoverSince.Add(recoverBound))
 		}
 	}
 	if p.probeWait.id != 0 {

@@ -101,14 +101,15 @@ func TestPairDeliversInSequenceOrder(t *testing.T) {
 }
 
 // A data message that never arrives, and that the server cannot send again
-// (the test servers keep no retransmission queue, so Republish answers
+// (the test servers keep no retransmission queue here, so Republish answers
 // Bad_MessageNotAvailable), is reported once with its sequence numbers,
 // before the data that follows it, and delivery goes on: the session
 // survives the Republish fault and the held messages are handed on.
 func TestPairReportsAnUnrecoverableGap(t *testing.T) {
 	dropped := []uint32{5, 6}
 	r := newRig(t, rigOption{
-		levels: [2]byte{250, 240},
+		levels:  [2]byte{250, 240},
+		servers: []testcluster.Option{testcluster.WithRetransmitQueue(0)},
 		opts: []servicelevel.PairOption{
 			servicelevel.WithDroppedMessages(func(seq uint32) bool { return slices.Contains(dropped, seq) }),
 		},

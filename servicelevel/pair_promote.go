@@ -134,8 +134,30 @@ func (p *Pair) deliver(s *session, notes []dataNote) {
 			}
 			delete(s.fence, n.handle)
 		}
+		if s.recent != nil {
+			// Recovering from a blip: a server may send a sample again in
+			// a new message that also sits in the message it sent into
+			// the broken connection (node-opcua does), and Republish
+			// brings both.
+			if last := s.recent[n.handle]; last != nil && sameSample(n.dv, last) {
+				continue
+			}
+			s.recent[n.handle] = n.dv
+		}
 		p.out.data(Update{Kind: UpdateData, Epoch: p.epoch, Endpoint: s.ep, Handle: n.handle, Value: n.dv, Received: n.at})
 	}
+}
+
+// sameSample reports whether dv and last are the same sample: the same
+// source time (known), status and value.
+func sameSample(dv, last *ua.DataValue) bool {
+	if dv == nil || last == nil || dv.SourceTimestamp.IsZero() || !dv.SourceTimestamp.Equal(last.SourceTimestamp) || dv.Status != last.Status {
+		return false
+	}
+	if dv.Value == nil || last.Value == nil {
+		return dv.Value == last.Value
+	}
+	return reflect.DeepEqual(dv.Value.Value(), last.Value.Value())
 }
 
 // stale reports whether a data change that follows a snapshot repeats or

@@ -70,18 +70,17 @@ func (s *session) publisher() {
 			s.p.post(evSessionErr{s: s, err: fmt.Errorf("publish: %w", err)})
 			return
 		}
-		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, keepAlive: true}
+		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, keepAlive: true, avail: res.AvailableSequenceNumbers}
 		if nm := res.NotificationMessage; nm != nil {
 			ev.seq = nm.SequenceNumber
 			ev.keepAlive = len(nm.NotificationData) == 0
 			if drop := s.p.opt.dropMessage; drop != nil && !ev.keepAlive && res.SubscriptionID == s.dataSub && drop(ev.seq) {
 				continue
 			}
-			if !ev.keepAlive {
-				// Part 4: data messages are acknowledged, keep-alives are
-				// not. One that came early is the loop's to hold now.
-				s.ack(res.SubscriptionID, nm.SequenceNumber)
-			}
+			// Data messages are acknowledged by the loop once it has
+			// handed them on: a message acknowledged on arrival would be
+			// gone from the server's retransmission queue if the session
+			// died before the loop took it.
 			ev.notes, ev.status, ev.statusChange = notesOf(nm, at)
 		}
 		if !s.p.post(ev) {
@@ -121,6 +120,7 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		s.lastBeat = ev.at
 	case s.dataSub:
 		s.lastData = ev.at
+		s.dataSince = true
 	default:
 		return
 	}
@@ -129,6 +129,15 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		return
 	}
 	q := s.seqs[ev.sub]
+	raiseHorizon(q, ev.avail, now)
+	for _, n := range ev.avail {
+		if seqDiff(n, q.next) < 0 {
+			// Handed on, and its acknowledgement went out on a channel
+			// that broke: the server would keep it for ever.
+			s.ack(ev.sub, n)
+		}
+	}
+	from := q.next
 	switch {
 	case ev.keepAlive:
 		q.keepAlive(ev.seq, now)
@@ -140,7 +149,19 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		msgs, _ := q.data(ev.seq, ev.notes, now)
 		p.handOn(s, ev.sub, msgs, now)
 	}
+	s.ackHandedOn(ev.sub, from, q.next)
 	p.recoverGaps(s, now)
+	p.checkRecovered(s, now)
+}
+
+// ackHandedOn acknowledges the data messages of sub from from up to (not
+// including) to: the sequencer has handed them on, or given them up, and
+// the server may forget them. Part 4: data messages are acknowledged,
+// keep-alives (which use no number up) are not.
+func (s *session) ackHandedOn(sub, from, to uint32) {
+	for n := from; n != to; n = seqNext(n) {
+		s.ack(sub, n)
+	}
 }
 
 // handOn passes messages of subscription sub, in sequence-number order,
@@ -229,7 +250,6 @@ func (s *session) republish(sub uint32, seqs []uint32) bool {
 				default:
 					a.notes, _, _ = notesOf(res.NotificationMessage, time.Now())
 					a.ok = true
-					s.ack(sub, seq)
 				}
 			}
 			ev.answers = append(ev.answers, a)
@@ -251,6 +271,7 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 	var msgs [][]dataNote
 	var lost []uint32
 	var cause error
+	from := q.next
 	for _, a := range ev.answers {
 		out, gone := q.answered(a.seq, a.notes, a.ok, now)
 		msgs = append(msgs, out...)
@@ -258,8 +279,13 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 			lost = append(lost, a.seq)
 			cause = cmp.Or(cause, a.err)
 		}
+		if a.ok && ev.sub == s.dataSub {
+			s.republishedNotes += len(a.notes)
+			p.republished += uint64(len(a.notes))
+		}
 	}
 	q.asked(now)
+	s.ackHandedOn(ev.sub, from, q.next)
 	if len(lost) > 0 {
 		role := p.roleOf(s)
 		p.emit(Event{Kind: EventNotificationsLost, At: now, Endpoint: s.ep, Role: role, Subscription: ev.sub, Missing: lost, Err: cause,
@@ -268,6 +294,7 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 	}
 	p.handOn(s, ev.sub, msgs, now)
 	p.recoverGaps(s, now)
+	p.checkRecovered(s, now)
 }
 
 // subName names subscription sub of s in messages.

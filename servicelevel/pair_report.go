@@ -58,6 +58,9 @@ func (p *Pair) emit(e Event) {
 				Int("service_level", levelNumber(e.Level)).Int("peer_service_level", levelNumber(e.PeerLevel)).
 				Float64("duration_ms", float64(e.Duration.Microseconds())/1000)
 		}
+		if e.Kind == EventLinkRecovered {
+			le = le.Int("republished", e.Republished).Float64("after_ms", float64(e.Duration.Microseconds())/1000)
+		}
 		if e.Kind == EventNotificationsLost {
 			le = le.Uint32("subscription", e.Subscription).Str("missing", seqList(e.Missing))
 		}
@@ -78,13 +81,18 @@ func (p *Pair) setLastErr(err error) {
 func (p *Pair) publishStatus() {
 	ps := p.pol.Status()
 	st := PairStatus{
-		Active:    ps.Active,
-		ActiveURL: p.set.Endpoints[ps.Active],
-		Connected: ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
-		Switching: p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].state == SessionConnecting,
-		Items:     len(p.items),
-		Failovers: p.failovers,
-		Policy:    ps,
+		Active:      ps.Active,
+		ActiveURL:   p.set.Endpoints[ps.Active],
+		Connected:   ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
+		Switching:   p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].state == SessionConnecting,
+		Items:       len(p.items),
+		Failovers:   p.failovers,
+		Recoveries:  p.recoveries,
+		Republished: p.republished,
+		Policy:      ps,
+	}
+	if s := p.sess[ps.Active]; s != nil && s.state == SessionUp {
+		st.Link = s.link
 	}
 	if s := p.sess[ps.Active]; s != nil && s.sampled {
 		st.ActiveLevel = s.level

@@ -35,20 +35,24 @@ func send[T ua.Response](ctx context.Context, c *opcua.Client, req ua.Request) (
 	return res, err
 }
 
-func createSubscription(ctx context.Context, c *opcua.Client, interval time.Duration, keepAlive uint32) (uint32, error) {
-	// The lifetime lets the subscription outlive a minute without Publish
-	// requests (a slow consumer), and at least three keep-alive periods.
-	lifetime := uint32(max(3*int64(keepAlive), int64(time.Minute/max(interval, time.Millisecond))))
+// createSubscription creates a subscription publishing every interval,
+// with a keep-alive every keepAlive intervals, that outlives outlive
+// without Publish requests, and returns what the server granted.
+func createSubscription(ctx context.Context, c *opcua.Client, interval time.Duration, keepAlive uint32, outlive time.Duration) (uint32, SubscriptionParams, error) {
 	res, err := send[*ua.CreateSubscriptionResponse](ctx, c, &ua.CreateSubscriptionRequest{
 		RequestedPublishingInterval: msFloat(interval),
-		RequestedLifetimeCount:      lifetime,
+		RequestedLifetimeCount:      lifetimeCount(interval, keepAlive, outlive),
 		RequestedMaxKeepAliveCount:  keepAlive,
 		PublishingEnabled:           true,
 	})
 	if err != nil {
-		return 0, err
+		return 0, SubscriptionParams{}, err
 	}
-	return res.SubscriptionID, nil
+	return res.SubscriptionID, SubscriptionParams{
+		Interval:       time.Duration(res.RevisedPublishingInterval * float64(time.Millisecond)),
+		LifetimeCount:  res.RevisedLifetimeCount,
+		KeepAliveCount: res.RevisedMaxKeepAliveCount,
+	}, nil
 }
 
 func monitorRequest(node *ua.NodeID, handle uint32, samplingMS float64, queue uint32, mode ua.MonitoringMode) *ua.MonitoredItemCreateRequest {

@@ -2,6 +2,7 @@ package servicelevel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type session struct {
 	cancel      context.CancelFunc
 	dialTimeout time.Duration
 	polite      atomic.Bool // close the OPC UA session rather than just the socket
+	keep        atomic.Bool // leave the OPC UA session open on the server: a remnant takes it over
+	from        *remnant    // a session this one may take over; nil: none
+	exited      chan struct{}
 
 	// Set by run before it posts evConnected; read-only afterwards.
 	c         *opcua.Client
@@ -43,6 +47,10 @@ type session struct {
 	initial   *ua.DataValue // the first ServiceLevel read
 	ns        []string      // the server's NamespaceArray, for nsu= node IDs
 	upAt      time.Time
+	how       resumeKind // how the session came up
+	lostAt    time.Time  // when the session taken over lost its link
+	link      LinkParams // as the server revised them
+	items     *itemState // the data items; the worker's
 
 	mu      sync.Mutex
 	closing bool
@@ -76,6 +84,14 @@ type session struct {
 	seqs          map[uint32]*sequencer[[]dataNote] // by subscription ID
 	fence         map[uint32]*ua.DataValue
 	attempt       int
+	// A resumed session until its recovery is reported: since when, whether
+	// the data subscription answered on the new channel, and the data
+	// changes Republish recovered.
+	recovering       bool
+	recoverSince     time.Time
+	dataSince        bool
+	republishedNotes int
+	recent           map[uint32]*ua.DataValue // the last sample delivered per item, while recovering
 }
 
 func newSession(p *Pair, ep Endpoint, id uint64, dialTimeout time.Duration) *session {
@@ -83,8 +99,9 @@ func newSession(p *Pair, ep Endpoint, id uint64, dialTimeout time.Duration) *ses
 	return &session{
 		p: p, ep: ep, url: p.set.Endpoints[ep], id: id,
 		ctx: ctx, cancel: cancel, dialTimeout: dialTimeout,
-		kick:  make(chan struct{}, 1),
-		state: SessionConnecting,
+		kick:   make(chan struct{}, 1),
+		exited: make(chan struct{}),
+		state:  SessionConnecting,
 	}
 }
 
@@ -123,8 +140,13 @@ func (s *session) run() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	if s.c != nil {
+		if s.keep.Load() {
+			// Without a session the close ends only the channel.
+			_, _ = s.c.DetachSession(context.Background())
+		}
 		closeClient(s.c, s.polite.Load())
 	}
+	close(s.exited)
 }
 
 func (s *session) child(f func()) {
@@ -158,7 +180,7 @@ func (s *session) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Opt
 		opcua.Dialer(d), // first: a dialer of the user's own wins
 		opcua.SecurityMode(ua.MessageSecurityModeNone),
 		opcua.RequestTimeout(10 * time.Second),
-		opcua.SessionTimeout(30 * time.Second),
+		opcua.SessionTimeout(s.p.set.sessionTimeout()),
 		opcua.DialTimeout(s.dialTimeout),
 	}
 	opts = append(opts, o.clientOpts...)
@@ -171,10 +193,13 @@ func (s *session) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Opt
 	)
 }
 
-// connect dials the endpoint within the dial timeout, then creates the
-// health subscription (ServiceLevel and CurrentTime), the data
-// subscription (empty until items are wanted) and reads the level once,
-// within the connect timeout.
+// connect dials the endpoint within the dial timeout and sets the session
+// up within the connect timeout. A session that takes over a remnant
+// activates the remnant's session on a new channel, or failing that
+// transfers its subscriptions to a new session; any other creates the
+// health subscription (ServiceLevel and CurrentTime) and the data
+// subscription (empty until items are wanted). Either way it reads the
+// level once.
 func (s *session) connect() error {
 	dctx, dcancel := context.WithTimeout(s.ctx, s.dialTimeout)
 	defer dcancel()
@@ -187,48 +212,53 @@ func (s *session) connect() error {
 	}
 	d, release := s.dialer()
 	defer release()
-	c, err := opcua.NewClient(s.url, s.clientOptions(d, dial)...)
+	opts := s.clientOptions(d, dial)
+	c, err := opcua.NewClient(s.url, opts...)
 	if err != nil {
 		return fmt.Errorf("client options: %w", err)
 	}
-	err = c.Connect(dctx)
-	dcancel()
-	if err != nil {
-		closeClient(c, false)
-		return err
+	r := s.from
+	if r.usable(time.Now()) {
+		err = s.reattach(dctx, c, r)
+		switch {
+		case err == nil:
+		case errors.Is(err, errSessionGone):
+			s.p.log.Info().Str("endpoint", s.ep.String()).Err(err).Msg("a new session takes over")
+			closeClient(c, false)
+			if c, err = opcua.NewClient(s.url, opts...); err != nil {
+				return fmt.Errorf("client options: %w", err)
+			}
+		default:
+			closeClient(c, false)
+			return err
+		}
 	}
-	set := &s.p.set
-	ctx, cancel := context.WithTimeout(s.ctx, set.Failover.ConnectTimeout)
+	if s.how == resumeNone {
+		err = c.Connect(dctx)
+		dcancel()
+		if err != nil {
+			closeClient(c, false)
+			return err
+		}
+	}
+	dcancel()
+	ctx, cancel := context.WithTimeout(s.ctx, s.p.set.Failover.ConnectTimeout)
 	defer cancel()
 	fail := func(what string, err error) error {
 		closeClient(c, false)
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	// Keep-alive count 1: every cycle of the health subscription answers,
-	// with a CurrentTime change or a keep-alive, so that the gap check
-	// works even on a server that does not let CurrentTime be monitored.
-	s.healthSub, err = createSubscription(ctx, c, set.HeartbeatInterval, 1)
-	if err != nil {
-		return fail("create the health subscription", err)
+	if s.how == resumeNone && r != nil {
+		// The subscriptions outlive the session, for this.
+		s.transfer(ctx, c, r)
 	}
-	hb := msFloat(set.HeartbeatInterval)
-	res, err := createItems(ctx, c, s.healthSub, []*ua.MonitoredItemCreateRequest{
-		monitorRequest(nodeServiceLevel(), handleServiceLevel, hb, 1, ua.MonitoringModeReporting),
-		monitorRequest(nodeCurrentTime(), handleCurrentTime, hb, 1, ua.MonitoringModeReporting),
-	})
-	if err != nil {
-		return fail("monitor ServiceLevel and CurrentTime", err)
+	if s.how == resumeNone {
+		if err := s.subscribe(ctx, c); err != nil {
+			closeClient(c, false)
+			return err
+		}
 	}
-	_ = res // a rejected item shows as an unreadable level or as keep-alives
-	keepAlive := uint32(max(1, 5*time.Second/max(set.PublishingInterval, time.Millisecond)))
-	s.dataSub, err = createSubscription(ctx, c, set.PublishingInterval, keepAlive)
-	if err != nil {
-		return fail("create the data subscription", err)
-	}
-	// It answers at least once per keep-alive period (a keep-alive when
-	// nothing changed); three periods of silence mean it is gone.
-	s.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
-	rctx, rcancel := context.WithTimeout(s.ctx, set.ReadTimeout)
+	rctx, rcancel := context.WithTimeout(s.ctx, s.p.set.ReadTimeout)
 	dvs, err := readValues(rctx, c, []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()})
 	rcancel()
 	if err != nil {
@@ -240,5 +270,44 @@ func (s *session) connect() error {
 	}
 	s.c = c
 	s.upAt = time.Now()
+	return nil
+}
+
+// subscribe creates the health and data subscriptions of a new session,
+// and notes the link parameters the server granted.
+func (s *session) subscribe(ctx context.Context, c *opcua.Client) error {
+	set := &s.p.set
+	s.items = newItemState()
+	s.link = LinkParams{SessionTimeout: set.sessionTimeout()}
+	if cs := c.Session(); cs != nil && cs.RevisedTimeout() > 0 {
+		s.link.SessionTimeout = cs.RevisedTimeout()
+	}
+	outlive := s.link.SessionTimeout
+	var err error
+	// Keep-alive count 1: every cycle of the health subscription answers,
+	// with a CurrentTime change or a keep-alive, so that the gap check
+	// works even on a server that does not let CurrentTime be monitored.
+	s.healthSub, s.link.Health, err = createSubscription(ctx, c, set.HeartbeatInterval, 1, outlive)
+	if err != nil {
+		return fmt.Errorf("create the health subscription: %w", err)
+	}
+	hb := msFloat(set.HeartbeatInterval)
+	res, err := createItems(ctx, c, s.healthSub, []*ua.MonitoredItemCreateRequest{
+		monitorRequest(nodeServiceLevel(), handleServiceLevel, hb, 1, ua.MonitoringModeReporting),
+		monitorRequest(nodeCurrentTime(), handleCurrentTime, hb, 1, ua.MonitoringModeReporting),
+	})
+	if err != nil {
+		return fmt.Errorf("monitor ServiceLevel and CurrentTime: %w", err)
+	}
+	_ = res // a rejected item shows as an unreadable level or as keep-alives
+	keepAlive := uint32(max(1, 5*time.Second/max(set.PublishingInterval, time.Millisecond)))
+	s.dataSub, s.link.Data, err = createSubscription(ctx, c, set.PublishingInterval, keepAlive, outlive)
+	if err != nil {
+		return fmt.Errorf("create the data subscription: %w", err)
+	}
+	// It answers at least once per keep-alive period (a keep-alive when
+	// nothing changed); three periods of silence mean it is gone.
+	s.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
+	s.link.settle()
 	return nil
 }

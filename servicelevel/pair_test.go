@@ -161,8 +161,9 @@ func TestPairFreeze(t *testing.T) {
 }
 
 // sl-blip: one connection reset on a 250 primary with a 240 standby
-// reconnects to the primary and does not switch. Positive control: the
-// same Pair, the primary then killed, does switch.
+// keeps the session: it is activated on a new connection, the data goes
+// on without a snapshot and without a lost tick, and nothing switches.
+// Positive control: the same Pair, the primary then killed, does switch.
 func TestPairBlipDoesNotSwitch(t *testing.T) {
 	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
 	m := r.mark()
@@ -172,9 +173,9 @@ func TestPairBlipDoesNotSwitch(t *testing.T) {
 	r.waitEvent(m, "primary lost", func(e servicelevel.Event) bool {
 		return e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary
 	})
-	up := r.waitEvent(m, "primary back", activeUp(servicelevel.Primary))
-	if up.Cause != servicelevel.CauseReconnect {
-		t.Fatalf("primary back by %v", up.Cause)
+	rec := r.waitEvent(m, "primary recovered", kind(servicelevel.EventLinkRecovered))
+	if rec.Endpoint != servicelevel.Primary || rec.Transferred {
+		t.Fatalf("recovered: %+v", rec)
 	}
 	// Data flows again from the primary, for a while: long enough for a
 	// wrong switch to have shown (it would follow the first sample).
@@ -183,9 +184,14 @@ func TestPairBlipDoesNotSwitch(t *testing.T) {
 	if fo := r.eventsSince(m, servicelevel.EventFailover); len(fo) != 0 {
 		t.Fatalf("a blip switched: %s", fo[0].Message)
 	}
-	snaps := r.snapshots(r.updatesSince(m))
-	if len(snaps) != 1 || snaps[0].start.Endpoint != servicelevel.Primary || snaps[0].start.Cause != servicelevel.CauseReconnect {
+	if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
 		t.Fatalf("snapshots after the blip: %+v", snaps)
+	}
+	if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
+		t.Fatalf("%d counter ticks lost across the blip", lost)
+	}
+	if st := r.pair.Status(); st.Recoveries != 1 || st.Link.Recoverable < 30*time.Second {
+		t.Fatalf("status after the blip: %d recoveries, link %+v", st.Recoveries, st.Link)
 	}
 
 	// Control: the process dies instead.

@@ -58,11 +58,22 @@ type snapValue struct {
 	dv     *ua.DataValue
 }
 
+// itemState is what a session's data subscription holds: the items
+// created (by handle) and those the server rejected. A session that takes
+// another's subscriptions over takes its itemState too.
+type itemState struct {
+	have   map[uint32]*monItem
+	failed map[uint32]failedItem
+}
+
+func newItemState() *itemState {
+	return &itemState{have: map[uint32]*monItem{}, failed: map[uint32]failedItem{}}
+}
+
 // worker brings the session's data items to the latest desire, one desire
 // at a time, so that item changes on one session never interleave.
 func (s *session) worker() {
-	have := map[uint32]*monItem{}
-	failed := map[uint32]failedItem{}
+	have, failed := s.items.have, s.items.failed
 	for {
 		select {
 		case <-s.ctx.Done():

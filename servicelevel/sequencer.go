@@ -166,6 +166,12 @@ func (q *sequencer[T]) deadline() (time.Time, bool) {
 	return q.since.Add(q.wait), true
 }
 
+// settled reports that no number is missing: nothing is held, asked for
+// or known to have been sent and not arrived.
+func (q *sequencer[T]) settled() bool {
+	return !q.asking && len(q.held) == 0 && seqDiff(q.horizon, q.next) <= 0
+}
+
 // pending reports how many messages are held back by a gap.
 func (q *sequencer[T]) pending() int {
 	n := 0

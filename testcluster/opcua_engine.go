@@ -21,6 +21,7 @@ const (
 	maxSubscriptionLife    = time.Hour
 	defaultKeepAliveCount  = 10
 	publishEnvelopeReserve = 256
+	defaultRetransmitQueue = 1000
 )
 
 // uaEngine holds a server's sessions, subscriptions and monitored items.
@@ -46,8 +47,14 @@ const (
 //   - ModifySubscription, SetPublishingMode, SetMonitoringMode (Sampling
 //     queues without reporting), ModifyMonitoredItems and
 //     TransferSubscriptions (with the status change to the old session)
-//     are implemented; Republish answers Bad_MessageNotAvailable because
-//     there is no retransmission queue.
+//     are implemented.
+//   - Each subscription keeps the data messages it sent until the client
+//     acknowledges them (WithRetransmitQueue), lists them in every
+//     PublishResponse and TransferResult (AvailableSequenceNumbers) and
+//     sends them again on Republish; acknowledging one it does not hold
+//     gets Bad_SequenceNumberUnknown. With a session activated on a new
+//     channel after its old one broke, a client recovers what was sent
+//     into the broken channel.
 //
 // Sessions are in opcua_sessions.go, the subscription services in
 // opcua_subs.go, the publishing loop in opcua_publish.go, and monitored

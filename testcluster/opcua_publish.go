@@ -68,10 +68,16 @@ func (e *uaEngine) publish(c *uaConn, reqID uint32, r *ua.PublishRequest) ua.Res
 	}
 	results := make([]ua.StatusCode, len(r.SubscriptionAcknowledgements))
 	for i, a := range r.SubscriptionAcknowledgements {
-		// Nothing is kept for retransmission, so every known
-		// subscription's acknowledgement is simply accepted.
-		if a == nil || sess.subs[a.SubscriptionID] == nil {
+		var sub *uaSub
+		if a != nil {
+			sub = sess.subs[a.SubscriptionID]
+		}
+		if sub == nil {
 			results[i] = ua.StatusBadSubscriptionIDInvalid
+			continue
+		}
+		if e.s.pair.cfg.retransmit > 0 {
+			results[i] = ackLocked(sub, a.SequenceNumber)
 		}
 	}
 	switch {
@@ -229,7 +235,9 @@ func nextSeq(seq uint32) uint32 {
 
 // dataMessageLocked takes the queued values that fit one response.
 func (e *uaEngine) dataMessageLocked(sub *uaSub, pr *pubReq, now time.Time) pubOut {
-	budget := pr.conn.maxBody - publishEnvelopeReserve - 4*len(pr.results)
+	// The response also lists the retransmission queue, this message
+	// included.
+	budget := pr.conn.maxBody - publishEnvelopeReserve - 4*len(pr.results) - 4*(len(sub.sent)+1)
 	var notifs []*ua.MonitoredItemNotification
 	size := 0
 full:
@@ -251,18 +259,22 @@ full:
 	sub.seq = nextSeq(sub.seq)
 	e.notifications.Add(uint64(len(notifs)))
 	dcn := &ua.DataChangeNotification{MonitoredItems: notifs, DiagnosticInfos: []*ua.DiagnosticInfo{}}
+	nm := &ua.NotificationMessage{
+		SequenceNumber:   sub.seq,
+		PublishTime:      now,
+		NotificationData: []*ua.ExtensionObject{ua.NewExtensionObject(dcn)},
+	}
+	// Kept before it is sent: if the channel breaks under it, the client
+	// asks for it again on its next channel.
+	e.keepSentLocked(sub, nm)
 	return pubOut{conn: pr.conn, reqID: pr.reqID, resp: &ua.PublishResponse{
 		ResponseHeader:           respHeader(pr.req, ua.StatusOK),
 		SubscriptionID:           sub.id,
-		AvailableSequenceNumbers: []uint32{},
+		AvailableSequenceNumbers: sub.available(),
 		MoreNotifications:        sub.reportable(),
-		NotificationMessage: &ua.NotificationMessage{
-			SequenceNumber:   sub.seq,
-			PublishTime:      now,
-			NotificationData: []*ua.ExtensionObject{ua.NewExtensionObject(dcn)},
-		},
-		Results:         pr.results,
-		DiagnosticInfos: []*ua.DiagnosticInfo{},
+		NotificationMessage:      nm,
+		Results:                  pr.results,
+		DiagnosticInfos:          []*ua.DiagnosticInfo{},
 	}}
 }
 
@@ -271,7 +283,7 @@ func (e *uaEngine) keepAliveLocked(sub *uaSub, pr *pubReq, now time.Time) pubOut
 	return pubOut{conn: pr.conn, reqID: pr.reqID, resp: &ua.PublishResponse{
 		ResponseHeader:           respHeader(pr.req, ua.StatusOK),
 		SubscriptionID:           sub.id,
-		AvailableSequenceNumbers: []uint32{},
+		AvailableSequenceNumbers: sub.available(),
 		// A keep-alive carries the sequence number the next data message
 		// will have, and does not use it up.
 		NotificationMessage: &ua.NotificationMessage{

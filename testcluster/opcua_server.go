@@ -248,6 +248,18 @@ func (s *OPCUAServer) withProxy(f func(*FaultProxy) int) int {
 // returns how many connections it reset.
 func (s *OPCUAServer) ResetConns() int { return s.withProxy((*FaultProxy).ResetAll) }
 
+// ForgetSessions ends every session as its timeout would, then resets
+// every client connection: what a blip longer than the session timeout
+// leaves behind. With keepSubscriptions the sessions' subscriptions stay,
+// for a TransferSubscriptions, until their lifetime runs out, as Part 4
+// allows; without, they go with their sessions. It returns how many
+// sessions it ended.
+func (s *OPCUAServer) ForgetSessions(keepSubscriptions bool) int {
+	n := s.eng.forgetSessions(keepSubscriptions)
+	s.ResetConns()
+	return n
+}
+
 // DropConns closes every client connection normally (FIN); the server
 // stays up. It returns how many connections it closed.
 func (s *OPCUAServer) DropConns() int { return s.withProxy((*FaultProxy).DropAll) }

@@ -101,6 +101,23 @@ func (e *uaEngine) deleteSessionLocked(sess *uaSession) {
 	delete(e.sessions, sess.key)
 }
 
+// forgetSessions ends every session, keeping their subscriptions if
+// keepSubs (they expire by their lifetime unless transferred).
+func (e *uaEngine) forgetSessions(keepSubs bool) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := len(e.sessions)
+	for _, sess := range e.sessions {
+		if !keepSubs {
+			e.deleteSessionLocked(sess)
+			continue
+		}
+		sess.pubq = nil
+		delete(e.sessions, sess.key)
+	}
+	return n
+}
+
 // session returns the activated session a request belongs to.
 func (e *uaEngine) session(h *ua.RequestHeader) (*uaSession, ua.StatusCode) {
 	e.mu.Lock()

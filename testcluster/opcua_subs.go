@@ -25,6 +25,9 @@ type uaSub struct {
 	lifetimeCtr     uint32
 	late            bool // something was due and no Publish request was queued
 	deleted         bool
+	// sent are the data messages sent and not yet acknowledged, oldest
+	// first, at most the server's retransmit queue.
+	sent []*ua.NotificationMessage
 
 	wake   chan struct{}      // a Publish request arrived or parameters changed
 	flush  chan chan struct{} // publish what is queued now (graceful stop)
@@ -220,10 +223,50 @@ func (e *uaEngine) republish(r *ua.RepublishRequest) ua.Response {
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
-	if sess.subs[r.SubscriptionID] == nil {
+	sub := sess.subs[r.SubscriptionID]
+	if sub == nil {
 		return serviceFault(r, ua.StatusBadSubscriptionIDInvalid)
 	}
+	for _, nm := range sub.sent {
+		if nm.SequenceNumber == r.RetransmitSequenceNumber {
+			return &ua.RepublishResponse{ResponseHeader: respHeader(r, ua.StatusOK), NotificationMessage: nm}
+		}
+	}
 	return serviceFault(r, ua.StatusBadMessageNotAvailable)
+}
+
+// keepSentLocked keeps nm, a data message just sent, for Republish.
+func (e *uaEngine) keepSentLocked(sub *uaSub, nm *ua.NotificationMessage) {
+	limit := e.s.pair.cfg.retransmit
+	if limit == 0 {
+		return
+	}
+	if len(sub.sent) >= limit {
+		sub.sent[0] = nil
+		sub.sent = sub.sent[1:]
+	}
+	sub.sent = append(sub.sent, nm)
+}
+
+// ackLocked drops message seq of sub from the retransmission queue: Good,
+// or Bad_SequenceNumberUnknown if it is not there.
+func ackLocked(sub *uaSub, seq uint32) ua.StatusCode {
+	for i, nm := range sub.sent {
+		if nm.SequenceNumber == seq {
+			sub.sent = append(sub.sent[:i], sub.sent[i+1:]...)
+			return ua.StatusOK
+		}
+	}
+	return ua.StatusBadSequenceNumberUnknown
+}
+
+// available lists the sequence numbers sub holds for Republish.
+func (sub *uaSub) available() []uint32 {
+	seqs := make([]uint32, len(sub.sent))
+	for i, nm := range sub.sent {
+		seqs[i] = nm.SequenceNumber
+	}
+	return seqs
 }
 
 func (e *uaEngine) transferSubscriptions(c *uaConn, r *ua.TransferSubscriptionsRequest) ua.Response {
@@ -254,6 +297,7 @@ func (e *uaEngine) transfer(c *uaConn, r *ua.TransferSubscriptionsRequest) (ua.R
 			results[i].StatusCode = ua.StatusBadSubscriptionIDInvalid
 			continue
 		}
+		results[i].AvailableSequenceNumbers = sub.available()
 		if old := sub.sess; old != sess {
 			delete(old.subs, id)
 			sub.sess = sess

@@ -59,6 +59,7 @@ type opcuaConfig struct {
 	redundancy  ua.RedundancySupport
 	uris        [2]string
 	minPublish  time.Duration
+	retransmit  int
 }
 
 const (
@@ -89,6 +90,7 @@ func opcuaOptions(opts []Option) (opcuaConfig, error) {
 		redundancy:   ua.RedundancySupportWarm,
 		uris:         [2]string{"urn:apbridge:testcluster:opcua:A", "urn:apbridge:testcluster:opcua:B"},
 		minPublish:   10 * time.Millisecond,
+		retransmit:   defaultRetransmitQueue,
 	}
 	err := apply(&options{common: &cfg.commonConfig, opcua: &cfg}, opts)
 	return cfg, err
@@ -339,4 +341,13 @@ func WithApplicationURIs(a, b string) Option {
 // including 0, get it.
 func WithMinPublishingInterval(d time.Duration) Option {
 	return opcuaPeriod("WithMinPublishingInterval", "interval", d, func(c *opcuaConfig) { c.minPublish = d })
+}
+
+// WithRetransmitQueue sets how many sent data messages each subscription
+// keeps, until the client acknowledges them, for Republish (default 1000;
+// 0 keeps none, and Republish answers Bad_MessageNotAvailable, as a server
+// without a retransmission queue does). The oldest go first when it is
+// full.
+func WithRetransmitQueue(n int) Option {
+	return opcuaCount("WithRetransmitQueue", "messages", n, func(c *opcuaConfig) { c.retransmit = n })
 }

@@ -164,8 +164,45 @@ func (s *Source) healthOf(st servicelevel.PairStatus) bridge.Health {
 	default:
 		h.State = bridge.StateConnected
 		h.Writable = true
+		h.Detail = linkDetail(st.Link)
 	}
 	return h
+}
+
+// linkDetail describes what the active server granted for riding out a
+// link blip: the session timeout and subscription lifetimes as revised,
+// and the longest blip they let recover without loss.
+func linkDetail(lp servicelevel.LinkParams) string {
+	if lp.SessionTimeout == 0 {
+		return ""
+	}
+	return fmt.Sprintf("blips up to %v recoverable (session timeout %v, subscription lifetimes %v and %v, keep-alive counts %d and %d)",
+		lp.Recoverable, lp.SessionTimeout, lp.Health.Lifetime(), lp.Data.Lifetime(), lp.Health.KeepAliveCount, lp.Data.KeepAliveCount)
+}
+
+// Stats are the source's Pair's counters.
+type Stats struct {
+	// Failovers counts the switches to the other server.
+	Failovers int
+	// Recoveries counts link blips ridden out without a new session's
+	// snapshot; Republished the data changes they asked for again.
+	Recoveries  int
+	Republished uint64
+	// Link are the active session's parameters as its server revised
+	// them.
+	Link servicelevel.LinkParams
+}
+
+// Stats returns the counters; zero before Start.
+func (s *Source) Stats() Stats {
+	s.mu.Lock()
+	p := s.pair
+	s.mu.Unlock()
+	if p == nil {
+		return Stats{}
+	}
+	st := p.Status()
+	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link}
 }
 
 // Subscribe implements Source: the tags become data items of the Pair,

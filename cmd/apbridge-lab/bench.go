@@ -29,7 +29,10 @@ type benchConfig struct {
 	// tags is the number of tags of the sl-* scenarios; 0 means slTags.
 	tags int
 	// mode is the Pair's mode in the sl-* scenarios.
-	mode     servicelevel.Mode
+	mode servicelevel.Mode
+	// blip is how long sl-blip freezes the primary's link; 0 resets it
+	// instead.
+	blip     time.Duration
 	grace    time.Duration
 	duration time.Duration
 	rate     time.Duration
@@ -160,6 +163,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
 	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios on the embedded servers (1-20000; default 16)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
+	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
@@ -195,6 +199,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.rtt < 0 || cfg.rtt > 10*time.Second {
 		return fmt.Errorf("--rtt: %v is out of range (valid 0-10s)", cfg.rtt)
+	}
+	if cfg.blip < 0 || cfg.blip > 10*time.Minute {
+		return fmt.Errorf("--blip: %v is out of range (valid 0-10m)", cfg.blip)
 	}
 	if cfg.grace < 100*time.Millisecond || cfg.grace > 5*time.Minute {
 		return fmt.Errorf("--grace: %v is out of range (valid 100ms-5m)", cfg.grace)

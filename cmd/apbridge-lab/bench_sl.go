@@ -28,7 +28,8 @@ func slScenarios() []scenario {
 		{"sl-graceful-stop-poll", "the same with the poll-based client of the original ServiceLevel design: ServiceLevel read every 2 s, a new session per probe (baseline)", slRun(slGracefulStop, pollSubject)},
 		{"sl-hard-kill", "pair 250/240: the primary's process dies (no 0 first)", slRun(slHardKill, pairSubject)},
 		{"sl-freeze", "pair 250/240: the primary's link freezes (no error, no data)", slRun(slFreeze, pairSubject)},
-		{"sl-blip", "pair 250/240: the primary's connection is reset once, the server stays up (must not switch)", slRun(slBlip, pairSubject)},
+		{"sl-blip", "pair 250/240: the primary's connection is reset once, the server stays up (must not switch, must lose nothing)", slRun(slBlip, pairSubject)},
+		{"sl-long-blip", "pair 250/240: a blip longer than the session timeout: the primary's server forgets the session and its subscriptions, then the connection is reset (must not switch; the loss is counted)", slRun(slLongBlip, pairSubject)},
 		{"sl-connect-standby", "connect while the primary is the standby (90) and the backup 250; from the first sample", slRun(slConnectStandby, pairSubject)},
 		{"sl-healthy-pair", "pair 250/240 for --duration, --runs Pairs side by side (must not switch)", benchSLHealthy},
 	}
@@ -49,13 +50,15 @@ type slFault struct {
 	levels [2]byte
 	// hit injects the fault and returns a channel closed when the
 	// scenario's own script is over (the stopped server is down).
-	hit func(t slTarget) <-chan struct{}
+	hit func(t slTarget, cfg benchConfig) <-chan struct{}
 	// noSwitch: the scenario must not switch; measure the recovery on the
 	// primary instead.
 	noSwitch bool
 	// fromFirstSample measures from the subject's first ServiceLevel
 	// sample, and the fault is the connect itself.
 	fromFirstSample bool
+	// embeddedOnly: the fault needs testcluster's server.
+	embeddedOnly bool
 }
 
 func closed() <-chan struct{} {
@@ -65,13 +68,33 @@ func closed() <-chan struct{} {
 }
 
 var (
-	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(t slTarget) <-chan struct{} { return t.gracefulStop() }}
-	slHardKill     = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget) <-chan struct{} { t.kill(); return closed() }}
-	slFreeze       = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget) <-chan struct{} { t.freeze(); return closed() }}
-	slBlip         = slFault{levels: [2]byte{250, 240}, noSwitch: true,
-		hit: func(t slTarget) <-chan struct{} { t.resetConns(); return closed() }}
+	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { return t.gracefulStop() }}
+	slHardKill     = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.kill(); return closed() }}
+	slFreeze       = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.freeze(); return closed() }}
+	slBlip         = slFault{levels: [2]byte{250, 240}, noSwitch: true, hit: blipHit}
+	slLongBlip     = slFault{levels: [2]byte{250, 240}, noSwitch: true, embeddedOnly: true,
+		hit: func(t slTarget, _ benchConfig) <-chan struct{} {
+			t.(*embeddedTarget).p.A().ForgetSessions(false)
+			return closed()
+		}}
 	slConnectStandby = slFault{levels: [2]byte{90, 250}, fromFirstSample: true}
 )
+
+// blipHit resets the primary's connections, or with --blip freezes its
+// link that long and heals it; the channel closes when the link is back.
+func blipHit(t slTarget, cfg benchConfig) <-chan struct{} {
+	if cfg.blip == 0 {
+		t.resetConns()
+		return closed()
+	}
+	t.freeze()
+	done := make(chan struct{})
+	time.AfterFunc(cfg.blip, func() {
+		t.heal()
+		close(done)
+	})
+	return done
+}
 
 // slRecorder is the consumer: it checks the counters for lost and
 // repeated ticks, and notes when Good values arrive from each endpoint.
@@ -102,6 +125,13 @@ type slRecorder struct {
 	firstSample time.Time
 	switches    int
 	causes      map[string]int
+	// recovered is when the primary's link recovered after the mark
+	// (servicelevel.EventLinkRecovered); republished sums what the
+	// recoveries asked the server for again.
+	recovered   time.Time
+	recoveries  int
+	republished int
+	lostLinks   int // the primary's sessions lost after the mark
 	changed     chan struct{}
 	// counterValues counts the counter values each endpoint delivered.
 	counterValues [2]int
@@ -162,7 +192,7 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 		r.bad++
 	}
 	if r.counters[h] && !r.independent && dv != nil && dv.Value != nil {
-		if v, ok := dv.Value.Value().(int64); ok {
+		if v, ok := uaCounter(dv.Value.Value()); ok {
 			r.counterValues[ep]++
 			last, seen := r.last[h]
 			switch {
@@ -178,6 +208,18 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 		}
 	}
 	r.poke()
+}
+
+// uaCounter returns a counter's value: an Int64 on testcluster's
+// servers, an Int32 on node-opcua's.
+func uaCounter(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int32:
+		return int64(x), true
+	}
+	return 0, false
 }
 
 // refreshDone notes the end of a snapshot of ep: every tag's value is
@@ -198,6 +240,61 @@ func (r *slRecorder) failover(cause string) {
 	r.causes[cause]++
 	r.mu.Unlock()
 	r.poke()
+}
+
+func (r *slRecorder) linkLost() {
+	r.mu.Lock()
+	if !r.mark.IsZero() && time.Now().After(r.mark) {
+		r.lostLinks++
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+func (r *slRecorder) linkRecovered(republished int) {
+	now := time.Now()
+	r.mu.Lock()
+	if !r.mark.IsZero() && now.After(r.mark) && r.recovered.IsZero() {
+		r.recovered = now
+	}
+	r.recoveries++
+	r.republished += republished
+	r.mu.Unlock()
+	r.poke()
+}
+
+// waitBack waits until the primary carries the data again after the
+// mark: its link recovered, or a snapshot from a new session. A link that
+// is back (down closed) without having been lost (a freeze shorter than
+// the heartbeat gap) counts from when it was back, once a second has shown
+// that no loss follows.
+func (r *slRecorder) waitBack(ctx context.Context, down <-chan struct{}) (time.Time, error) {
+	var at, back time.Time
+	err := r.await(ctx, func() bool {
+		if back.IsZero() {
+			select {
+			case <-down:
+				back = time.Now()
+			default:
+			}
+		}
+		if !back.IsZero() && r.lostLinks == 0 && time.Since(back) > time.Second {
+			at = back
+			return true
+		}
+		at = r.recovered
+		if f := r.firstRefresh[servicelevel.Primary]; at.IsZero() || !f.IsZero() && f.Before(at) {
+			at = f
+		}
+		if at.IsZero() && r.switches > 0 {
+			at = time.Now() // a switch: the switches column says so
+		}
+		return !at.IsZero()
+	})
+	if err != nil {
+		return at, fmt.Errorf("the primary did not come back: %w", err)
+	}
+	return at, nil
 }
 
 func (r *slRecorder) sample() {
@@ -268,6 +365,12 @@ type slSubject func(ctx context.Context, t slTarget, cfg benchConfig, rec *slRec
 // per item so that no tick is lost to OPC UA's sampling in steady state.
 func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (func(), error) {
 	pc := servicelevel.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10), Mode: cfg.mode}
+	if cfg.server == serverNode {
+		// node-opcua samples its counter on a timer of its own: sampled
+		// at the counter's 100 ms, a tick is now and then missed in steady
+		// state, which no blip caused.
+		pc.SamplingIntervalMilliseconds = new(25)
+	}
 	sp, err := servicelevel.NewPair(pc,
 		servicelevel.WithLogger(cfg.log),
 		servicelevel.WithDataHandler(func(u servicelevel.Update) {
@@ -282,6 +385,10 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 			switch {
 			case e.Kind == servicelevel.EventFailover:
 				rec.failover(e.Cause.String())
+			case e.Kind == servicelevel.EventLinkRecovered:
+				rec.linkRecovered(e.Republished)
+			case e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary:
+				rec.linkLost()
 			case e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Endpoint == servicelevel.Primary:
 				rec.sample()
 			}
@@ -310,6 +417,9 @@ func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPai
 
 // benchSL runs one fault against one subject cfg.runs times.
 func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*result, error) {
+	if f.embeddedOnly && cfg.server == serverNode {
+		return nil, fmt.Errorf("this scenario runs on the embedded servers only (--server %s)", serverEmbedded)
+	}
 	t, err := startSLTarget(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -319,6 +429,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	causes := map[string]int{}
 	var outOfOrder, bad uint64
 	var recovers, refreshes []float64
+	recoveries, republished := 0, 0
 	for run := 1; run <= cfg.runs; run++ {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -345,8 +456,14 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 		for c, n := range o.causes {
 			causes[c] += n
 		}
-		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d, out of order %d, bad %d\n",
-			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup, o.outOfOrder, o.bad)
+		recoveries += o.recoveries
+		republished += o.republished
+		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d, out of order %d, bad %d, recovered %d, republished %d\n",
+			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup, o.outOfOrder, o.bad, o.recoveries, o.republished)
+	}
+	if f.noSwitch {
+		r.set("recoveries", recoveries)
+		r.set("republished", republished)
 	}
 	sw := total(causes)
 	r.set("switches", sw)
@@ -395,6 +512,8 @@ type slOutcome struct {
 	lost, dup       uint64
 	outOfOrder, bad uint64
 	causes          map[string]int
+	recoveries      int
+	republished     int
 }
 
 func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
@@ -405,6 +524,11 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 		return o, err
 	}
 	rec := t.recorder()
+	if f.noSwitch {
+		// One server all along: its counters say what was lost, on any
+		// server.
+		rec.independent = false
+	}
 	if f.fromFirstSample {
 		rec.setMark(time.Now()) // the connect is the fault
 	}
@@ -435,15 +559,18 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	}
 	down := closed()
 	if f.hit != nil {
-		down = f.hit(t)
+		down = f.hit(t, cfg)
 	}
 	// A switch ends with the first Good value from the backup; a blip
-	// with the primary's snapshot after its reconnect.
+	// with the primary's recovery, or its snapshot after a new session.
 	want := servicelevel.Backup
+	var at time.Time
 	if f.noSwitch {
 		want = servicelevel.Primary
+		at, err = rec.waitBack(rctx, down)
+	} else {
+		at, err = rec.waitGood(rctx, want, false)
 	}
-	at, err := rec.waitGood(rctx, want, f.noSwitch)
 	if err != nil {
 		return o, err
 	}
@@ -472,6 +599,7 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	}
 	o.outOfOrder, o.bad = rec.outOfOrder, rec.bad
 	o.causes = maps.Clone(rec.causes)
+	o.recoveries, o.republished = rec.recoveries, rec.republished
 	return o, nil
 }
 

@@ -29,6 +29,7 @@ type slTarget interface {
 	gracefulStop() <-chan struct{}
 	kill()       // A's process dies
 	freeze()     // A's link freezes
+	heal()       // A's link thaws
 	resetConns() // A's connections are reset, A stays up
 	close()
 }
@@ -88,6 +89,7 @@ func (t *embeddedTarget) gracefulStop() <-chan struct{} {
 
 func (t *embeddedTarget) kill()       { t.p.A().Kill() }
 func (t *embeddedTarget) freeze()     { t.p.A().Freeze() }
+func (t *embeddedTarget) heal()       { t.p.A().Heal() }
 func (t *embeddedTarget) resetConns() { t.p.A().ResetConns() }
 func (t *embeddedTarget) close()      { t.p.Close() }
 
@@ -166,6 +168,7 @@ func (t *nodeTarget) gracefulStop() <-chan struct{} {
 
 func (t *nodeTarget) kill()       { t.srv[0].Kill() }
 func (t *nodeTarget) freeze()     { t.proxies[0].Freeze() }
+func (t *nodeTarget) heal()       { t.proxies[0].Heal() }
 func (t *nodeTarget) resetConns() { t.proxies[0].ResetAll() }
 
 func (t *nodeTarget) close() {

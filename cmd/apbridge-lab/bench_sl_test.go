@@ -27,6 +27,7 @@ func TestSLScenariosRun(t *testing.T) {
 		{"sl-hard-kill", 1, "connect retries exhausted x1"},
 		{"sl-freeze", 1, "connect retries exhausted x1"},
 		{"sl-blip", 0, ""},
+		{"sl-long-blip", 0, ""},
 		{"sl-connect-standby", 1, "connect-time preference x1"},
 		{"sl-healthy-pair", 0, ""},
 		{"sl-graceful-stop-poll", 1, ""}, // its cause depends on the poll's phase
@@ -74,8 +75,13 @@ func TestSLScenariosRun(t *testing.T) {
 	if m := got["sl-graceful-stop"]; m != nil && m["refresh_ms_p50"] == nil {
 		t.Errorf("sl-graceful-stop: no refresh time")
 	}
-	if m := got["sl-blip"]; m != nil && m["recover_ms_p50"] == nil {
-		t.Errorf("sl-blip: no recovery time")
+	if m := got["sl-blip"]; m != nil && (m["recover_ms_p50"] == nil || m["lost"] != 0.0 || m["recoveries"] != 1.0 || m["republished"] == nil) {
+		t.Errorf("sl-blip: want a recovery time, 0 lost, 1 recovery and a republished count: %v", m)
+	}
+	// The control: the same fault with the session gone costs a snapshot
+	// (no recovery), and counts what it lost.
+	if m := got["sl-long-blip"]; m != nil && (m["recoveries"] != 0.0 || m["lost"] == nil) {
+		t.Errorf("sl-long-blip: want no recovery and a lost count: %v", m)
 	}
 }
 
@@ -129,7 +135,10 @@ func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 // node-opcua, an OPC UA server the project did not write, once each.
 func TestNodeScenariosRun(t *testing.T) {
 	nodeopcua.Require(t)
-	got := benchJSON(t, 3*time.Minute, "--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "ua-connect")
+	got := benchJSON(t, 3*time.Minute, "--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "sl-blip", "ua-connect")
+	if b := got["sl-blip"]; b == nil || b["switches"] != 0.0 || b["lost"] != 0.0 || b["recoveries"] != 1.0 {
+		t.Errorf("sl-blip on node-opcua: %v", b)
+	}
 	sl := got["sl-graceful-stop"]
 	if sl == nil || sl["server"] != "node" || sl["switches"] != 1.0 || sl["bad_samples"] != 0.0 || sl["out_of_order"] != 0.0 {
 		t.Errorf("sl-graceful-stop on node-opcua: %v", sl)
