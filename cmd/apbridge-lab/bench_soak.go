@@ -65,7 +65,7 @@ type soakRig struct {
 	relay    *soakChild
 	consumer *apconn.Conn
 	check    *soakCheck
-	kind     atomic.Value // string: the fault under way
+	where    atomic.Value // soakWhere: the fault under way
 	counters []string     // subjects of the counter tags
 	dir      string
 
@@ -80,29 +80,29 @@ type soakRig struct {
 }
 
 type soakWindow struct {
-	at   time.Time
-	kind string
+	at    time.Time
+	where soakWhere
 }
 
-func (r *soakRig) setKind(k string) {
-	r.kind.Store(k)
+func (r *soakRig) setWhere(w soakWhere) {
+	r.where.Store(w)
 	r.mu.Lock()
-	r.windows = append(r.windows, soakWindow{time.Now(), k})
+	r.windows = append(r.windows, soakWindow{time.Now(), w})
 	r.mu.Unlock()
 }
 
-// kindAt is the fault that was under way at t.
-func (r *soakRig) kindAt(t time.Time) string {
+// whereAt is the fault that was under way at t.
+func (r *soakRig) whereAt(t time.Time) soakWhere {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := soakSteady
-	for _, w := range r.windows {
-		if w.at.After(t) {
+	w := soakWhere{kind: soakSteady}
+	for _, win := range r.windows {
+		if win.at.After(t) {
 			break
 		}
-		k = w.kind
+		w = win.where
 	}
-	return k
+	return w
 }
 
 func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
@@ -112,7 +112,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	fmt.Fprintf(cfg.progress, "  soak: %d cycles, sink %s, seed %d (replay with --seed %d)\n", cfg.cycles, cfg.sink, seed, seed)
 	r := &soakRig{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(seed), 0x50a4)), check: newSoakCheck()}
-	r.kind.Store(soakSteady)
+	r.where.Store(soakWhere{kind: soakSteady})
 	defer r.close()
 	if err := r.start(ctx); err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 		fmt.Fprintf(cfg.progress, "  cycle %d: %s\n", cycle, strings.Join(names, ", "))
 		for _, i := range order {
 			f := faults[i]
-			r.setKind(f.name)
+			r.setWhere(soakWhere{f.name, cycle})
 			r.check.fault(f.name)
 			err := f.run(r, ctx)
 			if err == nil {
@@ -149,7 +149,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 				return nil, fmt.Errorf("cycle %d, %s (replay: --seed %d --cycles %d): %w", cycle, f.name, seed, cycle, err)
 			}
 			counts[f.name]++
-			r.setKind(soakSteady)
+			r.setWhere(soakWhere{soakSteady, cycle})
 		}
 	}
 	end, err := r.relay.settledStats(ctx, start.Goroutines)
@@ -247,7 +247,7 @@ func (r *soakRig) update(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	r.check.record(r.kind.Load().(string), m.Subject, isCounter(u.Tag), u.Seq, u.Value, time.Now())
+	r.check.record(r.where.Load().(soakWhere), m.Subject, isCounter(u.Tag), u.Seq, u.Value, time.Now())
 	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" && m.Header.Get(bridge.HeaderRefresh) == "true" {
 		r.mu.Lock()
 		if r.refreshIDs == nil {

@@ -153,7 +153,7 @@ func (r *soakRig) auditStream(ctx context.Context) (soakTotals, error) {
 			if err != nil {
 				continue
 			}
-			check.record(r.kindAt(u.SourceTime), m.Subject(), isCounter(u.Tag), u.Seq, u.Value, u.SourceTime)
+			check.record(r.whereAt(u.SourceTime), m.Subject(), isCounter(u.Tag), u.Seq, u.Value, u.SourceTime)
 		}
 		read += uint64(n)
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,12 +27,19 @@ type soakCheck struct {
 
 // soakTag is what was seen of one tag.
 type soakTag struct {
-	seen    []uint64          // bit n: sequence number n arrived
-	max     uint64            // the highest sequence number seen
-	missing map[uint64]string // numbers skipped over -> the kind they went missing under
-	lastAt  time.Time         // when its last update arrived
-	lastVal int64             // a counter's highest value
+	seen    []uint64             // bit n: sequence number n arrived
+	max     uint64               // the highest sequence number seen
+	missing map[uint64]soakWhere // numbers skipped over -> where they went missing
+	lastAt  time.Time            // when its last update arrived
+	lastVal int64                // a counter's highest value
 	hasVal  bool
+}
+
+// soakWhere is the fault under way: its kind and its cycle (0 before the
+// first).
+type soakWhere struct {
+	kind  string
+	cycle int
 }
 
 // soakKind is what one fault kind cost.
@@ -86,9 +93,9 @@ func isCounter(tag string) bool {
 }
 
 // record takes one update of the tag at key (its subject) with sequence
-// number seq and, for a counter, its value, seen at now while a fault of
-// kind k was under way.
-func (c *soakCheck) record(k, key string, counter bool, seq uint64, value any, now time.Time) {
+// number seq and, for a counter, its value, seen at now while the fault w
+// was under way.
+func (c *soakCheck) record(w soakWhere, key string, counter bool, seq uint64, value any, now time.Time) {
 	if seq == 0 {
 		return
 	}
@@ -96,10 +103,10 @@ func (c *soakCheck) record(k, key string, counter bool, seq uint64, value any, n
 	defer c.mu.Unlock()
 	t := c.tags[key]
 	if t == nil {
-		t = &soakTag{missing: map[uint64]string{}}
+		t = &soakTag{missing: map[uint64]soakWhere{}}
 		c.tags[key] = t
 	}
-	kc := c.kind(k)
+	kc := c.kind(w.kind)
 	word, bit := seq/64, uint64(1)<<(seq%64)
 	for uint64(len(t.seen)) <= word {
 		t.seen = append(t.seen, 0)
@@ -115,7 +122,7 @@ func (c *soakCheck) record(k, key string, counter bool, seq uint64, value any, n
 		delete(t.missing, seq)
 	default:
 		for s := t.max + 1; s < seq; s++ {
-			t.missing[s] = k
+			t.missing[s] = w
 		}
 		t.max = seq
 	}
@@ -205,12 +212,12 @@ func (c *soakCheck) totals() soakTotals {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		for seq, k := range c.tags[name].missing {
-			kc := out.Kinds[k]
+		for seq, w := range c.tags[name].missing {
+			kc := out.Kinds[w.kind]
 			kc.Lost++
-			out.Kinds[k] = kc
+			out.Kinds[w.kind] = kc
 			if len(out.LostExamples) < 5 {
-				out.LostExamples = append(out.LostExamples, name+" #"+strconv.FormatUint(seq, 10)+" ("+k+")")
+				out.LostExamples = append(out.LostExamples, fmt.Sprintf("%s #%d (%s, cycle %d)", name, seq, w.kind, w.cycle))
 			}
 		}
 	}

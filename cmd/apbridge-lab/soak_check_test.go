@@ -42,7 +42,7 @@ func TestSoakCheck(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			chk := newSoakCheck()
 			for _, u := range c.updates {
-				chk.record(u.kind, "soak.line1.Counter0", true, u.seq, u.val, t0.Add(time.Duration(u.at)*time.Millisecond))
+				chk.record(soakWhere{u.kind, 1}, "soak.line1.Counter0", true, u.seq, u.val, t0.Add(time.Duration(u.at)*time.Millisecond))
 			}
 			got := chk.totals()
 			for k, w := range c.want {
@@ -63,8 +63,8 @@ func TestSoakCheck(t *testing.T) {
 func TestSoakCheckNonCounter(t *testing.T) {
 	chk := newSoakCheck()
 	t0 := time.Now()
-	chk.record("a", "soak.line1.Bool0", false, 1, true, t0)
-	chk.record("a", "soak.line1.Bool0", false, 3, false, t0.Add(time.Hour))
+	chk.record(soakWhere{"a", 2}, "soak.line1.Bool0", false, 1, true, t0)
+	chk.record(soakWhere{"a", 2}, "soak.line1.Bool0", false, 3, false, t0.Add(time.Hour))
 	got := chk.totals().Kinds["a"]
 	if got.Lost != 1 || got.MaxGap != 0 || got.Skipped != 0 {
 		t.Fatalf("got %+v, want 1 lost, no gap, nothing skipped", got)
@@ -73,7 +73,7 @@ func TestSoakCheckNonCounter(t *testing.T) {
 		t.Fatal("a non-counter counted as a counter's update")
 	}
 	// The control: a counter is seen.
-	chk.record("a", "soak.line1.Counter0", true, 1, int64(1), t0)
+	chk.record(soakWhere{"a", 2}, "soak.line1.Counter0", true, 1, int64(1), t0)
 	if !chk.seenSince([]string{"soak.line1.Counter0"}, t0) {
 		t.Fatal("a counter's update not seen")
 	}
@@ -83,12 +83,12 @@ func TestSoakCheckNonCounter(t *testing.T) {
 func TestSoakCheckExcuse(t *testing.T) {
 	chk := newSoakCheck()
 	t0 := time.Now()
-	chk.record("a", "k", true, 1, int64(1), t0)
-	chk.record("a", "k", true, 4, int64(4), t0)
+	chk.record(soakWhere{"a", 2}, "k", true, 1, int64(1), t0)
+	chk.record(soakWhere{"a", 2}, "k", true, 4, int64(4), t0)
 	if n := chk.excuse(func(_ string, seq uint64) bool { return seq == 2 }); n != 1 {
 		t.Fatalf("excused %d, want 1", n)
 	}
-	if got := chk.totals(); got.Lost != 1 || got.LostExamples[0] != "k #3 (a)" {
+	if got := chk.totals(); got.Lost != 1 || got.LostExamples[0] != "k #3 (a, cycle 2)" {
 		t.Fatalf("got %+v, want #3 lost", got)
 	}
 }
