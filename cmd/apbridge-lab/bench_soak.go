@@ -130,6 +130,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	faults := soakFaults()
 	counts := map[string]int{}
+	gaps := map[string][]float64{} // each fault's longest counter silence, by kind
 	for cycle := 1; cycle <= cfg.cycles; cycle++ {
 		order := r.rng.Perm(len(faults))
 		var names []string
@@ -141,6 +142,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 			f := faults[i]
 			r.setWhere(soakWhere{f.name, cycle})
 			r.check.fault(f.name)
+			r.check.takeGap()
 			err := f.run(r, ctx)
 			if err == nil {
 				err = r.waitWhole(ctx, f.name)
@@ -149,6 +151,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 				return nil, fmt.Errorf("cycle %d, %s (replay: --seed %d --cycles %d): %w", cycle, f.name, seed, cycle, err)
 			}
 			counts[f.name]++
+			gaps[f.name] = append(gaps[f.name], ms(r.check.takeGap()))
 			r.setWhere(soakWhere{soakSteady, cycle})
 		}
 	}
@@ -156,7 +159,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.report(ctx, seed, counts, start, end)
+	return r.report(ctx, seed, counts, gaps, start, end)
 }
 
 // start brings everything up and starts the relay process.

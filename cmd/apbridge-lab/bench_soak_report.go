@@ -16,7 +16,7 @@ import (
 
 // report waits for what is in flight, audits the stream with the
 // JetStream sink, and builds the soak's result.
-func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int, start, end soakRelayStats) (*result, error) {
+func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int, gaps map[string][]float64, start, end soakRelayStats) (*result, error) {
 	// Stop the relay (it flushes what it has), then let what is in flight
 	// arrive: until nothing new for 500 ms.
 	r.relay.stop()
@@ -39,12 +39,18 @@ func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int,
 	res.set("faults", counts)
 	res.set("updates", last)
 	res.set("tags", len(r.pair.Tags())+soakGalaxyTags)
-	gaps := map[string]float64{}
+	maxGaps := map[string]float64{}
 	for k, kc := range live.Kinds {
-		gaps[k] = ms(kc.MaxGap)
-		res.MaxGap = max(res.MaxGap, gaps[k])
+		maxGaps[k] = ms(kc.MaxGap)
+		res.MaxGap = max(res.MaxGap, maxGaps[k])
 	}
-	res.set("max_gap_ms_by_fault", gaps)
+	res.set("max_gap_ms_by_fault", maxGaps)
+	p50, p99 := map[string]float64{}, map[string]float64{}
+	for k, g := range gaps {
+		p50[k], p99[k] = percentile(g, 50), percentile(g, 99)
+	}
+	res.set("gap_ms_p50_by_fault", p50)
+	res.set("gap_ms_p99_by_fault", p99)
 	res.set("source_values_skipped", live.Skipped)
 	if r.cfg.sink == soakSinkJetStream {
 		stream, err := r.auditStream(ctx)

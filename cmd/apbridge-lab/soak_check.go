@@ -23,6 +23,7 @@ type soakCheck struct {
 	mu     sync.Mutex
 	tags   map[string]*soakTag
 	byKind map[string]*soakKind
+	gap    time.Duration // the longest silence of a counter since takeGap
 }
 
 // soakTag is what was seen of one tag.
@@ -132,6 +133,7 @@ func (c *soakCheck) record(w soakWhere, key string, counter bool, seq uint64, va
 	}
 	if !t.lastAt.IsZero() {
 		kc.MaxGap = max(kc.MaxGap, now.Sub(t.lastAt))
+		c.gap = max(c.gap, now.Sub(t.lastAt))
 	}
 	t.lastAt = now
 	v, ok := value.(int64)
@@ -144,6 +146,16 @@ func (c *soakCheck) record(w soakWhere, key string, counter bool, seq uint64, va
 	if !t.hasVal || v > t.lastVal {
 		t.lastVal, t.hasVal = v, true
 	}
+}
+
+// takeGap returns the longest silence of a counter since the last call,
+// and starts over: one fault's gap.
+func (c *soakCheck) takeGap() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.gap
+	c.gap = 0
+	return g
 }
 
 // seenSince reports whether every tag of want (keys) has had an update
