@@ -96,10 +96,25 @@ func byFault(t soakTotals) map[string]soakKind {
 
 // auditStream reads the whole stream, in stream order, and checks every
 // stored update as the subscriber checks what it receives; a problem is
-// charged to the fault under way at the update's source time.
+// charged to the fault under way at the update's source time. A cluster
+// that has just had a node restarted may answer "no responders" or time
+// out for a moment: the audit starts over until its deadline.
 func (r *soakRig) auditStream(ctx context.Context) (soakTotals, error) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	for {
+		t, err := r.auditStreamOnce(actx)
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return t, err
+		}
+		fmt.Fprintf(r.cfg.progress, "  stream audit: %v; reading again\n", err)
+		if serr := ctxtime.Sleep(actx, 500*time.Millisecond); serr != nil {
+			return soakTotals{}, fmt.Errorf("stream audit: %w (last error: %v)", serr, err)
+		}
+	}
+}
+
+func (r *soakRig) auditStreamOnce(actx context.Context) (soakTotals, error) {
 	nc, err := nats.Connect(r.cl.URLs()[0], append(r.cl.ClientOptions(), nats.Name("soak-audit"))...)
 	if err != nil {
 		return soakTotals{}, err
