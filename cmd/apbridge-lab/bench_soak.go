@@ -72,11 +72,13 @@ type soakRig struct {
 	// windows are when each fault began, for the stream audit.
 	mu      sync.Mutex
 	windows []soakWindow
-	// refreshIDs are the message IDs of the refresh updates the subscriber
-	// saw with the JetStream sink, by subject and sequence number: a
-	// refresh repeats a tag's current value, which the stream already
-	// holds under the same ID and so stores once.
-	refreshIDs map[string]map[uint64]string
+	// With the JetStream sink: every message ID the subscriber saw, by
+	// subject, and the updates that repeated one (subject -> sequence
+	// number -> ID). An update identical to one already sent (a refresh
+	// repeating a tag's value after a switch) has the same ID, so the
+	// stream stores it once.
+	msgIDs  map[string]map[string]bool
+	repeats map[string]map[uint64]string
 }
 
 type soakWindow struct {
@@ -105,7 +107,7 @@ func (r *soakRig) whereAt(t time.Time) soakWhere {
 	return w
 }
 
-func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
+func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 	seed := cfg.seed
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000_000
@@ -114,7 +116,14 @@ func benchSoak(ctx context.Context, cfg benchConfig) (*result, error) {
 	r := &soakRig{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(seed), 0x50a4)), check: newSoakCheck()}
 	r.where.Store(soakWhere{kind: soakSteady})
 	defer r.close()
-	if err := r.start(ctx); err != nil {
+	defer func() {
+		if r.dir != "" && err != nil {
+			// Keep the relay's log and config for the replay.
+			fmt.Fprintf(cfg.progress, "  the relay's log and config are kept in %s\n", r.dir)
+			r.dir = ""
+		}
+	}()
+	if err = r.start(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.waitWhole(ctx, "start"); err != nil {
@@ -208,7 +217,7 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 	if err := r.consumer.Flush(ctx); err != nil {
 		return err
 	}
-	r.relay, err = startSoakChild(ctx, path, cfg.verbose)
+	r.relay, err = startSoakChild(ctx, path, filepath.Join(r.dir, "relay.log"), cfg.verbose)
 	return err
 }
 
@@ -251,15 +260,23 @@ func (r *soakRig) update(m *nats.Msg) {
 		return
 	}
 	r.check.record(r.where.Load().(soakWhere), m.Subject, isCounter(u.Tag), u.Seq, u.Value, time.Now())
-	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" && m.Header.Get(bridge.HeaderRefresh) == "true" {
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
 		r.mu.Lock()
-		if r.refreshIDs == nil {
-			r.refreshIDs = map[string]map[uint64]string{}
+		if r.msgIDs == nil {
+			r.msgIDs, r.repeats = map[string]map[string]bool{}, map[string]map[uint64]string{}
 		}
-		if r.refreshIDs[m.Subject] == nil {
-			r.refreshIDs[m.Subject] = map[uint64]string{}
+		ids := r.msgIDs[m.Subject]
+		if ids == nil {
+			ids = map[string]bool{}
+			r.msgIDs[m.Subject] = ids
 		}
-		r.refreshIDs[m.Subject][u.Seq] = id
+		if ids[id] {
+			if r.repeats[m.Subject] == nil {
+				r.repeats[m.Subject] = map[uint64]string{}
+			}
+			r.repeats[m.Subject][u.Seq] = id
+		}
+		ids[id] = true
 		r.mu.Unlock()
 	}
 }
@@ -292,25 +309,30 @@ func (r *soakRig) close() {
 
 // soakChild is the relay process and its stats line protocol.
 type soakChild struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
-	mu   sync.Mutex
-	done chan struct{}
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	log *os.File // its log, closed once it has ended
+	mu  sync.Mutex
 }
 
-func startSoakChild(ctx context.Context, config string, verbose bool) (*soakChild, error) {
+// startSoakChild starts the relay process on config. Its log (info level)
+// goes to logPath, and with verbose to stderr too.
+func startSoakChild(ctx context.Context, config, logPath string, verbose bool) (*soakChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"soak-relay", "--config", config}
-	if verbose {
-		args = append(args, "-v")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
 	}
-	cmd := exec.Command(exe, args...)
+	cmd := exec.Command(exe, "soak-relay", "--config", config, "-v")
 	cmd.Env = append(os.Environ(), labChildEnv+"=1")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = logFile
+	if verbose {
+		cmd.Stderr = io.MultiWriter(logFile, os.Stderr)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -320,9 +342,10 @@ func startSoakChild(ctx context.Context, config string, verbose bool) (*soakChil
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
+		logFile.Close()
 		return nil, err
 	}
-	c := &soakChild{cmd: cmd, in: in, out: bufio.NewScanner(out), done: make(chan struct{})}
+	c := &soakChild{cmd: cmd, in: in, out: bufio.NewScanner(out), log: logFile}
 	c.out.Buffer(make([]byte, 1<<20), 1<<24)
 	ready := make(chan bool, 1)
 	go func() { ready <- c.out.Scan() && c.out.Text() == "ready" }()
@@ -389,4 +412,5 @@ func (c *soakChild) stop() {
 		c.cmd.Process.Kill()
 		<-wait
 	}
+	c.log.Close()
 }

@@ -59,7 +59,7 @@ func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int,
 		}
 		res.Lost, res.Duplicated = stream.Lost, stream.Duplicated
 		res.set("reordered", stream.Reordered)
-		res.set("refresh_repeats_stored_once", stream.Repeats)
+		res.set("repeats_stored_once", stream.Repeats)
 		res.set("stream_by_fault", byFault(stream))
 		res.set("live_lost", live.Lost)
 		res.set("live_duplicated", live.Duplicated)
@@ -146,11 +146,11 @@ func (r *soakRig) auditStreamOnce(actx context.Context) (soakTotals, error) {
 	if err != nil {
 		return soakTotals{}, err
 	}
-	// The IDs of the refresh updates the subscriber saw, and which of them
-	// the stream holds.
+	// The IDs of the repeated updates the subscriber saw, and which of
+	// them the stream holds.
 	r.mu.Lock()
 	stored := map[string]bool{}
-	for _, bySeq := range r.refreshIDs {
+	for _, bySeq := range r.repeats {
 		for _, id := range bySeq {
 			stored[id] = false
 		}
@@ -184,15 +184,15 @@ func (r *soakRig) auditStreamOnce(actx context.Context) (soakTotals, error) {
 			return soakTotals{}, fmt.Errorf("stream %s: read %d of %d messages, then nothing more", soakStream, read, total)
 		}
 	}
-	// A refresh that repeated an update the stream holds is stored once:
-	// its sequence number is missing from the stream, its update is not.
+	// An update that repeated one the stream holds is stored once: its
+	// sequence number is missing from the stream, its update is not.
 	r.mu.Lock()
 	repeats := check.excuse(func(key string, seq uint64) bool {
-		id, ok := r.refreshIDs[key][seq]
+		id, ok := r.repeats[key][seq]
 		return ok && stored[id]
 	})
 	r.mu.Unlock()
-	fmt.Fprintf(r.cfg.progress, "  stream %s audited: %d messages; %d refresh repeats of stored updates stored once\n", soakStream, read, repeats)
+	fmt.Fprintf(r.cfg.progress, "  stream %s audited: %d messages; %d repeats of stored updates stored once\n", soakStream, read, repeats)
 	t := check.totals()
 	t.Repeats = repeats
 	return t, nil
