@@ -42,8 +42,13 @@ type benchConfig struct {
 	childProfile string
 	// childMemLimit, if set, is the GOMEMLIMIT of those processes.
 	childMemLimit string
-	log           zerolog.Logger
-	progress      io.Writer
+	// cycles, sink and seed are the soak's (bench_soak.go).
+	cycles   int
+	sink     string
+	seed     int64
+	verbose  bool
+	log      zerolog.Logger
+	progress io.Writer
 }
 
 // memLimitForm is what the Go runtime accepts in GOMEMLIMIT.
@@ -149,6 +154,7 @@ func scenarios() []scenario {
 	all = append(all, jsScenarios()...)
 	all = append(all, mxScenarios()...)
 	all = append(all, fleetScenarios()...)
+	all = append(all, soakScenarios()...)
 	return all
 }
 
@@ -170,6 +176,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.storm, "storm", 110*time.Second, "how long the storm scenario's source does not answer")
 	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile of the relay process in relay-throughput's last flat-out run")
 	fs.StringVar(&cfg.childMemLimit, "relay-memlimit", "", "GOMEMLIMIT of the publishing processes of relay-throughput, e.g. 40MiB (default: inherited)")
+	fs.IntVar(&cfg.cycles, "cycles", 3, "soak: cycles, each applying every fault kind once in a seeded random order (1-100000)")
+	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")
+	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	fs.Usage = func() {
@@ -212,6 +221,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.childMemLimit != "" && !memLimitForm.MatchString(cfg.childMemLimit) {
 		return fmt.Errorf("--relay-memlimit: %q is not a GOMEMLIMIT (valid: a byte count with an optional B, KiB, MiB, GiB or TiB suffix, or off)", cfg.childMemLimit)
 	}
+	if cfg.cycles < 1 || cfg.cycles > 100000 {
+		return fmt.Errorf("--cycles: %d is out of range (valid 1-100000)", cfg.cycles)
+	}
+	if cfg.sink != soakSinkCore && cfg.sink != soakSinkJetStream {
+		return fmt.Errorf("--sink: %q is not valid (valid: %s, %s)", cfg.sink, soakSinkCore, soakSinkJetStream)
+	}
+	if cfg.seed < 0 {
+		return fmt.Errorf("--seed: %d is out of range (valid 0 or more)", cfg.seed)
+	}
 	if *list {
 		for _, s := range scenarios() {
 			fmt.Fprintf(stdout, "%-22s %s\n", s.name, s.desc)
@@ -219,6 +237,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	}
 	cfg.log = zerolog.Nop()
+	cfg.verbose = *verbose
 	if *verbose {
 		cfg.log = cli.NewLogger(stderr, true, zerolog.DebugLevel)
 	}

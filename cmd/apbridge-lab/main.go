@@ -26,6 +26,8 @@ func commands() []cli.Command {
 		{Name: "bench", Summary: "run failover benchmarks on the embedded cluster", Run: runBench},
 		// A process the relay-throughput benchmark starts.
 		{Name: "relay-child", Summary: "the relay process relay-throughput measures", Run: runRelayChild, Hidden: true},
+		// The relay process of the soak.
+		{Name: "soak-relay", Summary: "the relay process the soak measures", Run: runSoakRelay, Hidden: true},
 	}
 }
 

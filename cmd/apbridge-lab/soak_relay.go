@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/relay"
+	"github.com/rs/zerolog"
+)
+
+// soakRelayStats is what the soak's relay process reports when asked:
+// its own memory and goroutines, measured after a GC, and where its
+// connections are, so that the soak can aim its faults and wait for the
+// relay to be whole again.
+type soakRelayStats struct {
+	Goroutines  int                  `json:"goroutines"`
+	RSSMiB      float64              `json:"rss_mib"`
+	HeapMiB     float64              `json:"heap_mib"`
+	NATSActive  string               `json:"nats_active"`  // server ID, "" if none
+	NATSPassive string               `json:"nats_passive"` // server ID, "" if none
+	Sources     []bridge.SourceStats `json:"sources"`
+	Ready       bool                 `json:"ready"`
+	Why         []string             `json:"why,omitempty"`
+}
+
+// runSoakRelay is the relay process of the soak scenario: `apbridge run`
+// as a site runs it (relay.Load, relay.Start), alone in its process so
+// that its memory and goroutines are its own. It prints "ready" once
+// started, then answers each "stats" line on stdin with one JSON line
+// (after a GC) and ends on "stop" or at the end of its input. It is not a
+// user command.
+func runSoakRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("soak-relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the relay's config file")
+	verbose := fs.Bool("v", false, "log to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c, err := relay.Load(*path)
+	if err != nil {
+		return err
+	}
+	log := zerolog.Nop()
+	if *verbose {
+		log = zerolog.New(stderr).With().Timestamp().Logger().Level(zerolog.InfoLevel)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	rl, err := relay.Start(sctx, c, relay.WithLogger(log))
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	fmt.Fprintln(stdout, "ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch strings.TrimSpace(in.Text()) {
+		case "stats", "state":
+			b, err := json.Marshal(relayStats(rl, in.Text() == "stats"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, string(b))
+		case "stop":
+			dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			return rl.Shutdown(dctx)
+		}
+	}
+	return in.Err()
+}
+
+// relayStats reports the relay; with memory, after a GC and with the freed
+// memory given back, so that the figures compare between calls.
+func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
+	st := soakRelayStats{Goroutines: runtime.NumGoroutine(), Sources: rl.Bridge().Stats()}
+	if memory {
+		runtime.GC()
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		st.RSSMiB, st.HeapMiB = currentRSS(), float64(ms.HeapInuse)/(1<<20)
+		st.Goroutines = runtime.NumGoroutine()
+	}
+	if a, ok := rl.Conn().ActiveServer(); ok {
+		st.NATSActive = a.ID
+	}
+	if p, ok := rl.Conn().PassiveServer(); ok {
+		st.NATSPassive = p.ID
+	}
+	st.Ready, st.Why = rl.Ready()
+	return st
+}
+
+// currentRSS reads the process's resident set (VmRSS) in MiB.
+func currentRSS() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
