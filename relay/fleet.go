@@ -92,6 +92,9 @@ func (f *fleetPart) valid(source string) (uint64, bool) {
 func (f *fleetPart) lease(name string, first bridge.Source, build SourceFactory) *leasedSource {
 	ls := &leasedSource{name: name, build: build, spare: first, f: f,
 		log: f.log.With().Str("source", name).Logger()}
+	if rb, ok := first.(bridge.ReplyBounder); ok {
+		ls.replyBound = rb.SubscribeReplyBound()
+	}
 	f.leased[name] = ls
 	return ls
 }
@@ -168,10 +171,18 @@ type leasedSource struct {
 	inner  bridge.Source
 	spare  bridge.Source // built at start, used by the first gain
 	closed bool
-	wg     sync.WaitGroup
+	// replyBound is what the instances answer as bridge.ReplyBounder (0
+	// if they do not): the bridge reads it once, when the source is added.
+	replyBound time.Duration
+	wg         sync.WaitGroup
 }
 
 func (s *leasedSource) Name() string { return s.name }
+
+// SubscribeReplyBound implements bridge.ReplyBounder with the instances'
+// bound, so that a gateway source's subscribe is given its command timeout
+// in a fleet too.
+func (s *leasedSource) SubscribeReplyBound() time.Duration { return s.replyBound }
 
 // Start only records the handler: the instance starts when the lease is
 // won.
