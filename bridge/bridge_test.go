@@ -580,3 +580,37 @@ func TestWriteLogged(t *testing.T) {
 		}
 	}
 }
+
+// linkSource reports link recoveries as a source that rides out blips does.
+type linkSource struct {
+	*testcluster.SimSource
+	recovered, republished uint64
+}
+
+func (s linkSource) LinkRecoveries() (uint64, uint64) { return s.recovered, s.republished }
+
+// A LinkReporter's counts reach the source's stats (and so the status
+// reply and the metrics); a source without them reports 0.
+func TestLinkRecoveriesInStats(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "apbridge.links"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.AddSource(linkSource{testcluster.NewSimSource("blips"), 3, 41}, tagsN(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddSource(testcluster.NewSimSource("plain"), tagsN(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range b.Stats() {
+		want := [2]uint64{}
+		if s.Name == "blips" {
+			want = [2]uint64{3, 41}
+		}
+		if got := [2]uint64{s.LinkRecoveries, s.Republished}; got != want {
+			t.Errorf("source %s: recoveries and republished %v, want %v", s.Name, got, want)
+		}
+	}
+}

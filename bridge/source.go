@@ -48,6 +48,19 @@ type Source interface {
 	Close() error
 }
 
+// LinkReporter is implemented by a source that can ride out a broken link
+// without a new session (an OPC UA session activated on a new secure
+// channel, a gateway's event stream resumed after its last event): what
+// the server produced meanwhile is asked for again instead of lost. The
+// bridge adds the counts to the source's stats, so that a recovered blip
+// is told apart from a new session (a refresh).
+type LinkReporter interface {
+	// LinkRecoveries returns how many lost links were ridden out on the
+	// same session, and how many notifications were asked for again in
+	// them (0 when the source cannot count them).
+	LinkRecoveries() (recovered, republished uint64)
+}
+
 // ReplyBounder is implemented by a source that knows how long its
 // Subscribe can take when the server is slow but alive (a gateway's
 // command deadline). The source's guard then presumes a reply lost no

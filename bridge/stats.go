@@ -26,6 +26,11 @@ type SourceStats struct {
 	Writes            uint64      `json:"writes"`
 	WriteErrors       uint64      `json:"writeErrors"`
 	Refreshes         uint64      `json:"refreshes"`
+	// LinkRecoveries and Republished are a LinkReporter's counts: lost
+	// links ridden out on the same session, and the notifications asked
+	// for again in them.
+	LinkRecoveries uint64 `json:"linkRecoveries"`
+	Republished    uint64 `json:"republished"`
 }
 
 // FailedTag is a tag the source could not subscribe, and why.
@@ -80,6 +85,9 @@ func (b *Bridge) Stats() []SourceStats {
 		s.Unsupported = c.unsupported.Load()
 		s.SubscribeRequests, s.SubscribeFailures, s.LostReplies = c.subscribeRequests.Load(), c.subscribeFailures.Load(), c.lostReplies.Load()
 		s.Writes, s.WriteErrors, s.Refreshes = c.writes.Load(), c.writeErrors.Load(), c.refreshes.Load()
+		if lr, ok := r.src.(LinkReporter); ok {
+			s.LinkRecoveries, s.Republished = lr.LinkRecoveries()
+		}
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -273,6 +273,20 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 	}
 }
 
+var (
+	_ bridge.LinkReporter = (*leasedSource)(nil)
+	_ bridge.ReplyBounder = (*leasedSource)(nil)
+)
+
+// LinkRecoveries implements bridge.LinkReporter with the running
+// instance's counts (none while the lease is not held).
+func (s *leasedSource) LinkRecoveries() (recovered, republished uint64) {
+	if lr, ok := s.current().(bridge.LinkReporter); ok {
+		return lr.LinkRecoveries()
+	}
+	return 0, 0
+}
+
 func (s *leasedSource) current() bridge.Source {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -219,6 +219,16 @@ func (s *Source) Stats() Stats {
 	return s.stats
 }
 
+var _ bridge.LinkReporter = (*Source)(nil)
+
+// LinkRecoveries implements bridge.LinkReporter: event streams resumed
+// after a break with the session kept. The gateway replays what the stream
+// missed; the source does not count those events apart, so republished is
+// 0.
+func (s *Source) LinkRecoveries() (recovered, republished uint64) {
+	return s.Stats().Resumes, 0
+}
+
 // Close implements bridge.Source: it ends the sessions and waits for the
 // source's goroutines. It is idempotent.
 func (s *Source) Close() error {

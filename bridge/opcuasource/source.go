@@ -205,6 +205,16 @@ func (s *Source) Stats() Stats {
 	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link}
 }
 
+var _ bridge.LinkReporter = (*Source)(nil)
+
+// LinkRecoveries implements bridge.LinkReporter: link blips ridden out on
+// the same session (or by a transfer of its subscriptions), and the data
+// changes asked for again (Republish) in them.
+func (s *Source) LinkRecoveries() (recovered, republished uint64) {
+	st := s.Stats()
+	return uint64(st.Recoveries), uint64(st.Republished)
+}
+
 // Subscribe implements Source: the tags become data items of the Pair,
 // keyed by their handle, and survive its failovers.
 func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {

@@ -66,6 +66,10 @@ var (
 		"Write-back requests, and those that failed.", []string{"source", "result"}, nil)
 	mRefreshes = prometheus.NewDesc("apbridge_source_refreshes_total",
 		"Snapshot refreshes of a source (after it connected or switched servers).", []string{"source"}, nil)
+	mLinkRecoveries = prometheus.NewDesc("apbridge_source_link_recoveries_total",
+		"Lost links a source rode out on the same session (an OPC UA session activated on a new channel, a gateway event stream resumed), without a refresh.", []string{"source"}, nil)
+	mRepublished = prometheus.NewDesc("apbridge_source_republished_total",
+		"Notifications a source asked its server for again after a lost link (OPC UA Republish).", []string{"source"}, nil)
 	mJSAcked = prometheus.NewDesc("apbridge_jetstream_acked_total",
 		"Updates the stream acknowledged; kind=duplicate for those it already had.", []string{"kind"}, nil)
 	mJSRepublished = prometheus.NewDesc("apbridge_jetstream_republished_total",
@@ -85,7 +89,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
-		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes,
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes, mLinkRecoveries, mRepublished,
 		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
@@ -136,6 +140,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mWrites, float64(s.Writes-s.WriteErrors), s.Name, "ok")
 		counter(mWrites, float64(s.WriteErrors), s.Name, "error")
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
+		counter(mLinkRecoveries, float64(s.LinkRecoveries), s.Name)
+		counter(mRepublished, float64(s.Republished), s.Name)
 	}
 	if js := rl.JetStream(); js != nil {
 		st := js.Stats()
