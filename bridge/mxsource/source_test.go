@@ -49,6 +49,8 @@ func TestCapabilityGate(t *testing.T) {
 		g.SetCapabilities(caps)
 	}})
 	e.flowing(t, 2)
+	// flowing looks at the first tags only; the advises go one by one.
+	testutil.WaitFor(t, "every tag Good", 10*time.Second, func() bool { return e.sourceStats().Good == 20 })
 	st := e.gw[0].Stats()
 	if st.CommandsByKind["SubscribeBulk"] != 0 || st.CommandsByKind["AddItemBulk"] != 1 || st.CommandsByKind["AdviseSupervisory"] != 20 {
 		t.Fatalf("commands %v: want AddItemBulk once and AdviseSupervisory per item, no SubscribeBulk", st.CommandsByKind)
