@@ -109,9 +109,16 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	// made of it, have reached the handlers.
 	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
 
+	p.tellPolicyServing(s, now)
+}
+
+// tellPolicyServing tells the Policy that s carries the data, and the
+// levels s and the standby last reported. It reports false when that made
+// the Policy move on (s is no longer the one serving).
+func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
 	p.feed(p.pol.SessionUp(now))
 	if s.dead || p.serving != s {
-		return
+		return false
 	}
 	if s.sampled {
 		p.feed(p.pol.ActiveLevel(now, s.level))
@@ -119,6 +126,7 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	if o := p.sess[s.ep.Other()]; o != nil && o.state == SessionUp && o.sampled && !o.dead {
 		p.feed(p.pol.StandbyLevel(now, o.level))
 	}
+	return true
 }
 
 // deliver hands data notifications of the serving session to the output,

@@ -219,17 +219,9 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	s.recoverSince = now
 	s.recent = map[uint32]*ua.DataValue{}
 	p.pushDesires()
-	p.feed(p.pol.SessionUp(now))
-	if s.dead || p.serving != s {
-		return
+	if p.tellPolicyServing(s, now) {
+		p.checkRecovered(s, now)
 	}
-	if s.sampled {
-		p.feed(p.pol.ActiveLevel(now, s.level))
-	}
-	if o := p.sess[s.ep.Other()]; o != nil && o.state == SessionUp && o.sampled && !o.dead {
-		p.feed(p.pol.StandbyLevel(now, o.level))
-	}
-	p.checkRecovered(s, now)
 }
 
 // recoverBound is how long after a resume the recovery is reported at the

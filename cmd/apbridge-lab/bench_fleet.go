@@ -430,6 +430,36 @@ func runFleet(ctx context.Context, cfg benchConfig, once func(context.Context, *
 	return t, nil
 }
 
+// ownedAgain adds to t the time from t0 until one of by owned each of
+// pairs, and returns the longest.
+func (b *fleetBench) ownedAgain(pairs []string, t0 time.Time, by []string, t *fleetTotals) (time.Duration, error) {
+	var worst time.Duration
+	for _, p := range pairs {
+		at, ok := b.smp.firstOwnedBy(p, t0, by)
+		if !ok {
+			return 0, fmt.Errorf("%s: not owned again by any of %v", p, by)
+		}
+		d := at.Sub(t0)
+		worst = max(worst, d)
+		t.times = append(t.times, ms(d))
+	}
+	return worst, nil
+}
+
+// settleAndAudit lets what is in flight be stored, audits the stream and
+// adds the audit to t.
+func (b *fleetBench) settleAndAudit(ctx context.Context, t *fleetTotals) (testcluster.StreamAudit, int, error) {
+	if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
+		return testcluster.StreamAudit{}, 0, err
+	}
+	a, unserved, err := b.audit(ctx)
+	if err != nil {
+		return a, 0, err
+	}
+	t.addAudit(a, unserved)
+	return a, unserved, nil
+}
+
 func benchFleetFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 	t, err := runFleet(ctx, cfg, func(ctx context.Context, b *fleetBench, t *fleetTotals, run int) error {
 		if err := b.startFleet(ctx, 3); err != nil {
@@ -450,29 +480,19 @@ func benchFleetFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 			return err
 		}
 		survivors := b.live()
-		var worst time.Duration
-		for _, p := range pairs {
-			at, ok := b.smp.firstOwnedBy(p, t0, survivors)
-			if !ok {
-				return fmt.Errorf("%s: no survivor owned it", p)
-			}
-			d := at.Sub(t0)
-			worst = max(worst, d)
-			t.times = append(t.times, ms(d))
+		worst, err := b.ownedAgain(pairs, t0, survivors, t)
+		if err != nil {
+			return err
 		}
 		end := time.Now()
 		for _, p := range b.plant.order {
 			_, dual := b.smp.spans(p, t0, end)
 			t.dual = max(t.dual, dual)
 		}
-		if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-		a, unserved, err := b.audit(ctx)
+		a, unserved, err := b.settleAndAudit(ctx, t)
 		if err != nil {
 			return err
 		}
-		t.addAudit(a, unserved)
 		fmt.Fprintf(cfg.progress, "  run %d: %s had %d pairs; last taken over after %.0f ms; stream: %d expected, %d stored, lost %d, duplicated %d; %d updates produced while no relay ran the pair\n",
 			run, victim, len(pairs), ms(worst), a.Expected, a.Stored, a.Lost, a.Duplicated, unserved)
 		return nil
@@ -521,14 +541,10 @@ func benchFleetRebalance(ctx context.Context, cfg benchConfig) (*result, error) 
 		t.unownedMax = max(t.unownedMax, unowned)
 		t.dual = max(t.dual, dual)
 		t.times = append(t.times, ms(end.Sub(t0)))
-		if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-		a, unserved, err := b.audit(ctx)
+		a, _, err := b.settleAndAudit(ctx, t)
 		if err != nil {
 			return err
 		}
-		t.addAudit(a, unserved)
 		fmt.Fprintf(cfg.progress, "  run %d: %d pairs moved to r4 in %.0f ms; longest unowned %.0f ms; stream: %d expected, lost %d, duplicated %d\n",
 			run, moved, ms(end.Sub(t0)), ms(unowned), a.Expected, a.Lost, a.Duplicated)
 		return nil
@@ -569,28 +585,18 @@ func benchFleetHandover(ctx context.Context, cfg benchConfig) (*result, error) {
 			return err
 		}
 		end := time.Now()
-		var worst time.Duration
-		for _, p := range pairs {
-			at, ok := b.smp.firstOwnedBy(p, t0, survivors)
-			if !ok {
-				return fmt.Errorf("%s: not owned again", p)
-			}
-			d := at.Sub(t0)
-			worst = max(worst, d)
-			t.times = append(t.times, ms(d))
+		worst, err := b.ownedAgain(pairs, t0, survivors, t)
+		if err != nil {
+			return err
 		}
 		for _, p := range b.plant.order {
 			u, dual := b.smp.spans(p, t0, end)
 			t.unownedMax, t.dual = max(t.unownedMax, u), max(t.dual, dual)
 		}
-		if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
-			return err
-		}
-		a, unserved, err := b.audit(ctx)
+		a, unserved, err := b.settleAndAudit(ctx, t)
 		if err != nil {
 			return err
 		}
-		t.addAudit(a, unserved)
 		fmt.Fprintf(cfg.progress, "  run %d: %s handed over %d pairs, the last owned again after %.0f ms; stream: %d expected, lost %d, duplicated %d; unserved %d\n",
 			run, victim, len(pairs), ms(worst), a.Expected, a.Lost, a.Duplicated, unserved)
 		return nil

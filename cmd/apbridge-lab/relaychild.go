@@ -192,13 +192,20 @@ func writeHeapProfile(path string) error {
 // peakRSS reads the process's own peak resident set (VmHWM) in MiB. The
 // parent's rusage is no good for this: the child is started with vfork,
 // and its maximum then includes the parent's memory before the exec.
-func peakRSS() float64 {
+func peakRSS() float64 { return procStatusMiB("VmHWM:") }
+
+// currentRSS reads the process's resident set (VmRSS) in MiB.
+func currentRSS() float64 { return procStatusMiB("VmRSS:") }
+
+// procStatusMiB reads a kB field of /proc/self/status in MiB (0 where
+// there is no /proc).
+func procStatusMiB(field string) float64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
 			kb, _ := strconv.ParseFloat(f[1], 64)
 			return kb / 1024
 		}

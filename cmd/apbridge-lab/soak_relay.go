@@ -10,7 +10,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 
@@ -102,19 +101,4 @@ func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
 	}
 	st.Ready, st.Why = rl.Ready()
 	return st
-}
-
-// currentRSS reads the process's resident set (VmRSS) in MiB.
-func currentRSS() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
