@@ -42,7 +42,10 @@ type rig struct {
 	mu      sync.Mutex
 	events  []servicelevel.Event
 	updates []servicelevel.Update
-	changed chan struct{}
+	// statuses are the Pair's status as each event's handler read it
+	// (what a source reports as its health).
+	statuses []servicelevel.PairStatus
+	changed  chan struct{}
 }
 
 type rigOption struct {
@@ -164,8 +167,10 @@ func (r *rig) onUpdate(u servicelevel.Update) {
 }
 
 func (r *rig) onEvent(e servicelevel.Event) {
+	st := r.pair.Status()
 	r.mu.Lock()
 	r.events = append(r.events, e)
+	r.statuses = append(r.statuses, st)
 	r.mu.Unlock()
 	r.poke()
 }

@@ -69,6 +69,13 @@ func (p *Pair) emit(e Event) {
 		}
 		le.Msg(e.Message)
 	}
+	// The handler reads Status when the event reaches it, on the output
+	// goroutine, which can run before the loop publishes the status at the
+	// end of its turn: publish it now, so that the event never arrives
+	// with the status from before it. Otherwise a level change that is the
+	// turn's last event leaves a handler's view stale until the next event
+	// (a relay reported a healthy server as Degraded for minutes).
+	p.publishStatus()
 	p.out.event(e)
 }
 

@@ -3,6 +3,7 @@ package servicelevel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -327,5 +328,43 @@ func TestPairWriteGate(t *testing.T) {
 	r.pair.Close()
 	if _, err := r.pair.Write(ctx, 100, 1.0); !errors.Is(err, servicelevel.ErrClosed) {
 		t.Fatalf("write after Close: %v", err)
+	}
+}
+
+// An event's handler reads the status as of the event, never from before
+// it: a source derives its health from the status when an event arrives,
+// and a level change that was the last event of a while would otherwise
+// leave that health stale (a Healthy server reported Degraded). The
+// active's level goes Degraded and back 30 times, each time once its
+// change has been reported. (Without the fix about one run in four
+// catches the race.)
+func TestPairStatusCurrentInEventHandler(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	m := r.mark()
+	for i := range 30 {
+		lvl := byte(150)
+		if i%2 == 1 {
+			lvl = 250
+		}
+		r.servers.A().SetLevel(lvl)
+		r.waitEvent(m, fmt.Sprintf("change %d to %d", i, lvl), func(e servicelevel.Event) bool {
+			return e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Level == servicelevel.LevelOf(lvl)
+		})
+		m = r.mark()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	changes := 0
+	for i, e := range r.events {
+		if e.Kind != servicelevel.EventLevelChanged || e.Role != servicelevel.RoleActive {
+			continue
+		}
+		changes++
+		if got := r.statuses[i].ActiveLevel; got != e.Level {
+			t.Errorf("event %d (%s): the handler read ActiveLevel %v, want %v", i, e.Message, got, e.Level)
+		}
+	}
+	if changes < 30 {
+		t.Fatalf("%d active level changes reported, want at least 30", changes)
 	}
 }
