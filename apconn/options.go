@@ -124,7 +124,9 @@ func WithConfirmInterval(d time.Duration) Option {
 }
 
 // WithLiveness sets how often an idle link is checked and how long a PING
-// may go unanswered before the link counts as dead. A dead active is
+// may go unanswered before the link counts as dead. A link that keeps
+// delivering other bytes meanwhile is busy, not dead: it counts as dead
+// only after four timeouts without the PONG. A dead active is
 // replaced by the passive; a dead passive is re-homed. nats.go alone notices
 // a frozen link only after minutes. Defaults 1 s and 2 s; the timeout must
 // be at least 10 ms and the interval at least 10 ms.
