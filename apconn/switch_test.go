@@ -647,14 +647,14 @@ func TestOrderKeptForSubscriberOnNewBroker(t *testing.T) {
 	// Let the bursts reach the subscriber before the switch, so the old
 	// broker's route is busy when the cutover happens (the positive
 	// control: traffic flows before the switch, too).
-	if err := obs.WaitReceived(ctx, 2000); err != nil {
+	if err := obs.WaitReceived(ctx, 1000); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SwitchToPassive(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after := obs.ReportUpTo(math.MaxUint64).Received
-	if err := obs.WaitReceived(ctx, after+2000); err != nil {
+	if err := obs.WaitReceived(ctx, after+1000); err != nil {
 		t.Fatal(err)
 	}
 	total := stop()
