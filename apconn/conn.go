@@ -556,8 +556,13 @@ type Stats struct {
 	PublishRejected      uint64 // ErrPublishBufferFull returns
 	ReplayOverflow       uint64 // confirmed-pending publishes dropped for space
 	DuplicatesSuppressed uint64 // copies dropped during a subscription overlap
-	SlowConsumers        uint64
-	Pending              int // publishes not yet confirmed or still held
+	// UnorderedCutovers counts ordered switches that went ahead without
+	// proof that the old broker had passed on every earlier publish (it
+	// did not answer within the prove timeout): a subscriber may have
+	// seen old messages after new ones.
+	UnorderedCutovers uint64
+	SlowConsumers     uint64
+	Pending           int // publishes not yet confirmed or still held
 }
 
 type counters struct {
@@ -569,6 +574,7 @@ type counters struct {
 	replayed        atomic.Uint64
 	publishRejected atomic.Uint64
 	suppressed      atomic.Uint64
+	unordered       atomic.Uint64
 	slowConsumer    atomic.Uint64
 	byCauseMu       sync.Mutex
 	byCause         map[string]uint64
@@ -595,6 +601,7 @@ func (c *Conn) Stats() Stats {
 		Replayed:             c.stats.replayed.Load(),
 		PublishRejected:      c.stats.publishRejected.Load(),
 		DuplicatesSuppressed: c.stats.suppressed.Load(),
+		UnorderedCutovers:    c.stats.unordered.Load(),
 		SlowConsumers:        c.stats.slowConsumer.Load(),
 		SwitchesByCause:      map[string]uint64{},
 	}

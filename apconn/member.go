@@ -304,23 +304,62 @@ func (c *Conn) onProbe(msg *nats.Msg) {
 	}
 }
 
-// flushMember sends a PING on m and waits for the PONG, bounded by the
-// liveness timeout. It reports whether the link answered.
+// flushMember sends a PING on m and waits for the PONG. It reports whether
+// the link answered: it gives up when a liveness timeout passes with
+// neither the PONG nor any other byte from the broker, and in any case
+// after maxBusyFactor timeouts.
+//
+// The PONG queues behind every message the broker sends the client first.
+// On a loaded machine a backlog of them held it past the timeout while the
+// link was plainly delivering, and the Conn replaced a live active; a
+// frozen link carries nothing, and is still found within one timeout.
 func (c *Conn) flushMember(ctx context.Context, m *member) error {
 	// A PING on a connection that is not connected waits in nats.go's
 	// pending buffer for a reconnect: it would only ever time out.
 	if st := m.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("apconn: %s is %v", m.server().Name, st)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.livenessTimeout)
+	timeout := c.opts.livenessTimeout
+	fctx, cancel := context.WithTimeout(ctx, maxBusyFactor*timeout)
 	defer cancel()
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t := time.NewTicker(timeout)
+		defer t.Stop()
+		last := m.nc.Stats().InBytes
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			in := m.nc.Stats().InBytes
+			if in == last {
+				cancel()
+				return
+			}
+			last = in
+		}
+	}()
 	start := time.Now()
-	err := m.nc.FlushWithContext(ctx)
+	err := m.nc.FlushWithContext(fctx)
+	close(done)
+	<-watched
 	if err == nil {
 		m.rtt.add(time.Since(start))
+		return nil
+	}
+	if ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return fmt.Errorf("apconn: %s: no PONG within %v: %w", m.server().Name, time.Since(start).Round(time.Millisecond), context.DeadlineExceeded)
 	}
 	return err
 }
+
+// maxBusyFactor bounds, in liveness timeouts, how long a link that keeps
+// delivering may leave a PING unanswered before it counts as dead.
+const maxBusyFactor = 4
 
 // rttWindow keeps the smallest of the last few round trips: a PING queued
 // behind a burst of publishes or a GC pause measures the queue, not the

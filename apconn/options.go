@@ -124,7 +124,9 @@ func WithConfirmInterval(d time.Duration) Option {
 }
 
 // WithLiveness sets how often an idle link is checked and how long a PING
-// may go unanswered before the link counts as dead. A dead active is
+// may go unanswered before the link counts as dead. A link that keeps
+// delivering other bytes meanwhile is busy, not dead: it counts as dead
+// only after four timeouts without the PONG. A dead active is
 // replaced by the passive; a dead passive is re-homed. nats.go alone notices
 // a frozen link only after minutes. Defaults 1 s and 2 s; the timeout must
 // be at least 10 ms and the interval at least 10 ms.
@@ -189,10 +191,12 @@ func WithOverlap(overlap, tail time.Duration) Option {
 // where the round trip to the old broker is long.
 //
 // By default a switch holds new publishes (Publish still returns at once)
-// until the old active has confirmed every publish sent to it, so that no
-// subscriber anywhere sees a publisher's messages out of order. That costs
-// subscribers one round trip to the old broker of silence at each switch
-// (see docs/apconn.md).
+// until the old active has confirmed every publish sent to it and a probe
+// sent after them has come through the old broker's route to the new one,
+// so that subscribers on the Conn and on either broker see a publisher's
+// messages in order. That costs subscribers about one round trip of
+// silence at each switch (see docs/apconn.md, which also says what holds
+// for subscribers on other brokers).
 func WithFastCutover() Option {
 	return func(o *options) error {
 		o.fastCutover = true

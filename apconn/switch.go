@@ -338,19 +338,17 @@ func (c *Conn) promote(ctx context.Context, p *member, why Cause, triggered time
 				return
 			}
 		}
-		// An ordered cutover holds publishes and asks old to confirm what it
-		// was sent; started now, it shares the subscriptions' round trip.
+		// An ordered cutover holds publishes and waits until old's broker
+		// has passed on what old sent it; started now, that shares the
+		// subscriptions' round trip.
 		var barrier chan struct{}
-		startBarrier := func() {
+		if !c.opts.fastCutover {
 			c.pub.hold()
 			barrier = make(chan struct{})
 			go func() {
 				defer close(barrier)
-				c.confirm(ctx, old)
+				c.orderedCutover(ctx, old, p)
 			}()
-		}
-		if !c.opts.fastCutover {
-			startBarrier()
 		}
 		for _, s := range subs {
 			s.cutShort()
@@ -442,6 +440,57 @@ func (c *Conn) proveInterest(ctx context.Context, p, old *member) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// orderedCutover waits, with publishes held, until a publish sent through
+// p can no longer overtake one sent through old at a subscriber on old's or
+// p's broker.
+//
+// old's PONG proves that its broker processed every earlier publish, which
+// orders them for subscribers on that broker, and confirms them in the
+// ledger. It does not prove that the broker's route to p's broker carried
+// them: the broker writes to each route from another goroutine, and on a
+// loaded machine a route fell more than two thousand messages behind a
+// client with a 10 ms round trip. So a probe published on old after the last publish
+// is awaited on p: old's broker processes its client's messages in order,
+// the route carries them in order, and p's broker queues what the route
+// brings for its own subscribers before it passes the probe on to p.
+// Subscribers on a third broker get old's messages over another route, and
+// for them the order rests on timing (see docs/apconn.md).
+func (c *Conn) orderedCutover(ctx context.Context, old, p *member) {
+	tok, arrived := c.expectProbe()
+	defer c.forgetProbe(tok)
+	err := old.nc.Publish(p.probeSubj, []byte(tok))
+	if err == nil {
+		// Only for the ledger: the probe is what orders the cutover.
+		if cerr := c.confirm(ctx, old); cerr != nil {
+			c.log.Debug().Err(cerr).Str("server", old.server().Name).Msg("old active did not confirm at the cutover")
+		}
+		err = c.awaitRoute(ctx, old, p, arrived)
+	}
+	if err != nil && ctx.Err() == nil {
+		c.stats.unordered.Add(1)
+		c.log.Warn().Err(err).Str("from", old.server().Name).Str("to", p.server().Name).
+			Msg("cutover went ahead without proof that the old broker passed everything on; subscribers may see old messages after new ones")
+	}
+}
+
+// awaitRoute waits for the probe orderedCutover sent on old to reach p,
+// until the prove timeout or until old's link is found down.
+func (c *Conn) awaitRoute(ctx context.Context, old, p *member, arrived <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.proveTimeout)
+	defer cancel()
+	c.mu.Lock()
+	lost := old.lost
+	c.mu.Unlock()
+	select {
+	case <-arrived:
+		return nil
+	case <-lost:
+		return fmt.Errorf("apconn: %s was lost during the cutover", old.server().Name)
+	case <-ctx.Done():
+		return fmt.Errorf("apconn: no probe from %s over its route to %s: %w", old.server().Name, p.server().Name, ctx.Err())
 	}
 }
 

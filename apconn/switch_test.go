@@ -3,6 +3,7 @@ package apconn_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -539,14 +540,17 @@ func switchTimes(t *testing.T, ctx context.Context, c *apconn.Conn, ev *events, 
 
 // TestOrderKeptAcrossSwitches publishes in bursts, as fast as Publish
 // returns, while the connection switches back and forth, and checks that a
-// subscriber on the connection and one outside it on the third broker see
-// every message once and in order.
+// subscriber on the connection and one outside it, on the broker that
+// starts as the third, see every message once and in order.
 //
-// A broker confirms a publish once it has processed it, not once its routes
-// have forwarded it, so for a subscriber on a third broker the order rests
-// on the client's round trip to the brokers outlasting the routes' delay.
-// The cluster here puts 10 ms of round trip between clients and brokers, as
-// a real network would, and the outside subscriber bypasses it.
+// On a 3-node cluster the three switches put the outside subscriber on
+// each side in turn: on a third broker (the first switch), on the new
+// active's broker (the second: the cutover waits for the old broker's
+// route to it) and on the old active's broker (the third). On a third
+// broker the order rests on the client's round trip to the brokers
+// outlasting the old broker's route; the cluster here puts 10 ms of round
+// trip between clients and brokers, as a real network would, and the
+// outside subscriber bypasses it.
 func TestOrderKeptAcrossSwitches(t *testing.T) {
 	cl := testutil.StartCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
 	ev := newEvents()
@@ -561,16 +565,38 @@ func TestOrderKeptAcrossSwitches(t *testing.T) {
 	defer cancel()
 	c.Flush(ctx)
 
-	// Bursts of 200 back-to-back publishes, numbered across bursts.
+	stop := bursts(t, c, subj)
+	switchTimes(t, ctx, c, ev, 3)
+	total := stop()
+	if err := inner.WaitReceived(ctx, total); err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.WaitReceived(ctx, total); err != nil {
+		t.Fatal(err)
+	}
+	for who, tr := range map[string]*testcluster.Traffic{"on the connection": inner, "outside": outer} {
+		r := tr.ReportUpTo(total)
+		if r.Lost != 0 || r.OutOfOrder != 0 || r.Duplicated != 0 {
+			t.Errorf("subscriber %s: %+v (copies of %v)", who, r, tr.DuplicateSeqs(5))
+		}
+	}
+	t.Logf("%d messages through 3 switches; %d copies suppressed; stats %+v", total, c.Stats().DuplicatesSuppressed, c.Stats())
+}
+
+// bursts publishes on subj through c in bursts of 200 back-to-back
+// messages, numbered across bursts, until the returned function is called;
+// that function returns how many were published.
+func bursts(t *testing.T, c *apconn.Conn, subj string) (stop func() uint64) {
+	t.Helper()
 	var seq uint64
-	stop := make(chan struct{})
+	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		buf := make([]byte, testcluster.PayloadSize)
 		for {
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			default:
 			}
@@ -585,23 +611,59 @@ func TestOrderKeptAcrossSwitches(t *testing.T) {
 			time.Sleep(time.Millisecond) // pace the bursts, not a wait for a condition
 		}
 	}()
-	switchTimes(t, ctx, c, ev, 3)
-	close(stop)
-	<-done
-	total := seq
-	if err := inner.WaitReceived(ctx, total); err != nil {
+	return func() uint64 {
+		close(quit)
+		<-done
+		return seq
+	}
+}
+
+// TestOrderKeptForSubscriberOnNewBroker switches a burst publisher to the
+// passive with no client round trip to hide behind, and checks the order a
+// subscriber on the passive's broker sees. The old broker's last messages
+// reach that broker over a route, the first new ones straight from the
+// client: the old broker confirming what it was sent does not prove its
+// route has delivered it, so the cutover must wait for the route.
+func TestOrderKeptForSubscriberOnNewBroker(t *testing.T) {
+	cl := testutil.StartCluster(t)
+	ev := newEvents()
+	c := connect(t, cl, ev)
+	const subj = "order.newbroker"
+	ext, err := nats.Connect(passiveNode(t, cl, c).DirectURL())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outer.WaitReceived(ctx, total); err != nil {
+	t.Cleanup(ext.Close)
+	obs := testcluster.NewTraffic(c, subj, time.Millisecond)
+	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { obs.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
-	for who, tr := range map[string]*testcluster.Traffic{"on the connection": inner, "outside": outer} {
-		r := tr.ReportUpTo(total)
-		if r.Lost != 0 || r.OutOfOrder != 0 || r.Duplicated != 0 {
-			t.Errorf("subscriber %s: %+v (copies of %v)", who, r, tr.DuplicateSeqs(5))
-		}
+	if err := ext.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d messages through 3 switches; %d copies suppressed; stats %+v", total, c.Stats().DuplicatesSuppressed, c.Stats())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stop := bursts(t, c, subj)
+	// Let the bursts reach the subscriber before the switch, so the old
+	// broker's route is busy when the cutover happens (the positive
+	// control: traffic flows before the switch, too).
+	if err := obs.WaitReceived(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SwitchToPassive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := obs.ReportUpTo(math.MaxUint64).Received
+	if err := obs.WaitReceived(ctx, after+1000); err != nil {
+		t.Fatal(err)
+	}
+	total := stop()
+	if err := obs.WaitReceived(ctx, total); err != nil {
+		t.Fatal(err)
+	}
+	if r := obs.ReportUpTo(total); r.Lost != 0 || r.OutOfOrder != 0 || r.Duplicated != 0 {
+		t.Fatalf("subscriber on the new active's broker: %+v", r)
+	}
 }
 
 // TestFastCutoverKeepsSteadyOrder: with WithFastCutover a steady publisher
