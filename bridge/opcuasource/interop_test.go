@@ -421,14 +421,7 @@ func TestPairFaultsInterop(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := p.AddItems(ctx, []servicelevel.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
+			startOnCounter(t, p)
 			count := func(e servicelevel.Endpoint) int {
 				mu.Lock()
 				defer mu.Unlock()
@@ -557,14 +550,7 @@ func TestPairBlipInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := p.AddItems(ctx, []servicelevel.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startOnCounter(t, p)
 	count := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -590,4 +576,18 @@ func TestPairBlipInterop(t *testing.T) {
 		}
 	}
 	t.Logf("%d ticks in order; %s; link as node-opcua granted it: %+v", len(values), recovered[0].Message, p.Status().Link)
+}
+
+// startOnCounter adds the interop server's counter to p, as handle 1, and
+// starts p.
+func startOnCounter(t *testing.T, p *servicelevel.Pair) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.AddItems(ctx, []servicelevel.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
