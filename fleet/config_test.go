@@ -8,8 +8,6 @@ import (
 	"github.com/apbridge/apbridge/fleet"
 )
 
-func stringsContains(s, sub string) bool { return strings.Contains(s, sub) }
-
 func TestConfigValidate(t *testing.T) {
 	bad := fleet.Config{Bucket: "a.b", LeaseTTL: 1500 * time.Millisecond, RelayID: "", Replicas: 7, Dwell: -1,
 		Pairs: []string{"ok", "no.dots", "ok"}}

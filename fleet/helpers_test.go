@@ -73,6 +73,17 @@ func cfg(id string, ps []string) fleet.Config {
 	return fleet.Config{Bucket: "leases", LeaseTTL: ttl, RelayID: id, Pairs: ps, Dwell: 200 * time.Millisecond, Overlap: 100 * time.Millisecond}
 }
 
+// dial connects a plain client to url; cleanup closes it.
+func dial(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // join connects to urls and joins; cleanup closes both.
 func join(t *testing.T, urls []string, c fleet.Config) *recorder {
 	t.Helper()

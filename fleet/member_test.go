@@ -3,13 +3,13 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -199,11 +199,7 @@ func TestSameIDRefused(t *testing.T) {
 	cl := startJS(t)
 	ps := pairs(2)
 	join(t, cl.URLs(), cfg("a", ps))
-	nc, err := nats.Connect(cl.URLs()[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dial(t, cl.URLs()[1])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := fleet.Join(ctx, nc, cfg("a", ps))
@@ -220,23 +216,19 @@ func TestSameIDRefused(t *testing.T) {
 // names them.
 func TestBucketMismatch(t *testing.T) {
 	cl := startJS(t)
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dial(t, cl.URLs()[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(nc)
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "leases", TTL: 10 * time.Second, Replicas: 1}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fleet.Join(ctx, nc, cfg("a", pairs(1)))
+	_, err := fleet.Join(ctx, nc, cfg("a", pairs(1)))
 	if err == nil {
 		t.Fatal("joined a bucket with the wrong settings")
 	}
 	for _, want := range []string{"TTL 10s", "leaseTTL is 1s", "1 replicas", "replicas is 3", "limit markers"} {
-		if !contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
@@ -253,17 +245,11 @@ func TestBucketMismatch(t *testing.T) {
 // A cluster without JetStream is refused with an error that says so.
 func TestNoJetStream(t *testing.T) {
 	cl := testutil.StartCluster(t)
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := dial(t, cl.URLs()[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = fleet.Join(ctx, nc, cfg("a", pairs(1)))
-	if err == nil || !contains(err.Error(), "no JetStream") {
+	_, err := fleet.Join(ctx, nc, cfg("a", pairs(1)))
+	if err == nil || !strings.Contains(err.Error(), "no JetStream") {
 		t.Fatalf("join without JetStream: %v, want an error that names JetStream", err)
 	}
 }
-
-func contains(s, sub string) bool { return stringsContains(s, sub) }
