@@ -112,12 +112,17 @@ func (r *soakRig) opcuaActive() (active, other *testcluster.OPCUAServer, err err
 	if err != nil {
 		return nil, nil, err
 	}
+	return r.opcuaAt(h.Endpoint)
+}
+
+// opcuaAt returns the server at endpoint and the other.
+func (r *soakRig) opcuaAt(endpoint string) (at, other *testcluster.OPCUAServer, err error) {
 	for i, s := range r.pair.Servers() {
-		if s.Endpoint() == h.Endpoint {
+		if s.Endpoint() == endpoint {
 			return s, r.pair.Server(1 - i), nil
 		}
 	}
-	return nil, nil, fmt.Errorf("the relay reads line1 from %q, neither server", h.Endpoint)
+	return nil, nil, fmt.Errorf("the relay reads line1 from %q, neither server", endpoint)
 }
 
 // waitOPCUAOn waits until the relay reads line1 from s.
@@ -245,15 +250,19 @@ func (r *soakRig) waitWhole(ctx context.Context, what string) error {
 			why = "not ready: " + strings.Join(st.Why, "; ")
 			return false, nil
 		}
+		var line1 string
 		for _, s := range st.Sources {
 			if s.Health.State != bridge.StateConnected {
 				why = fmt.Sprintf("source %s %s (%s)", s.Name, s.Health.State, s.Health.Detail)
 				return false, nil
 			}
+			if s.Name == "line1" {
+				line1 = s.Health.Endpoint
+			}
 		}
 		// The OPC UA standby's session is live when the server answers it
 		// (its ServiceLevel subscription) between two looks.
-		_, other, err := r.opcuaActive()
+		_, other, err := r.opcuaAt(line1)
 		if err != nil {
 			return false, err
 		}

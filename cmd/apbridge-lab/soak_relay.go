@@ -84,15 +84,14 @@ func runSoakRelay(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // relayStats reports the relay; with memory, after a GC and with the freed
 // memory given back, so that the figures compare between calls.
 func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
-	st := soakRelayStats{Goroutines: runtime.NumGoroutine(), Sources: rl.Bridge().Stats()}
+	var st soakRelayStats
 	if memory {
-		runtime.GC()
-		debug.FreeOSMemory()
+		debug.FreeOSMemory() // a GC, and what it freed given back
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		st.RSSMiB, st.HeapMiB = currentRSS(), float64(ms.HeapInuse)/(1<<20)
-		st.Goroutines = runtime.NumGoroutine()
 	}
+	st.Goroutines, st.Sources = runtime.NumGoroutine(), rl.Bridge().Stats()
 	if a, ok := rl.Conn().ActiveServer(); ok {
 		st.NATSActive = a.ID
 	}
