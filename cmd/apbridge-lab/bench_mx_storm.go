@@ -192,12 +192,26 @@ func mxStormCommands(ctx context.Context, cfg benchConfig, cl *testcluster.NATSC
 	if err != nil {
 		return err
 	}
-	r.set("commands_per_subscribe", mxSubscribeCommands(bulk))
+	// Per session: a session reopened (a heartbeat missed on a loaded
+	// machine) needs its own subscribe of every tag; a second subscribe on
+	// one session would still show as 2.
+	r.set("commands_per_subscribe", perSession(mxSubscribeCommands(bulk), bulk))
+	r.set("sessions_opened", bulk.CommandsByKind["Register"])
 	r.set("supervisory_bulk", bulk.SupervisoryBulk)
-	r.set("commands_per_subscribe_fallback", mxSubscribeCommands(fallback))
+	r.set("commands_per_subscribe_fallback", perSession(mxSubscribeCommands(fallback), fallback))
 	r.set("supervisory_bulk_to_old_gateway", fallback.SupervisoryBulk)
 	r.set("subscribe_bulk_to_old_gateway", fallback.CommandsByKind["SubscribeBulk"])
 	r.set("max_pending_fallback", fallback.MaxPending)
 	r.set("tags", len(tags))
 	return nil
+}
+
+// perSession divides n by the sessions the gateway registered: a whole
+// number when it divides evenly, a fraction otherwise.
+func perSession(n uint64, st testcluster.MxGatewayStats) any {
+	sessions := max(st.CommandsByKind["Register"], 1)
+	if n%sessions == 0 {
+		return n / sessions
+	}
+	return float64(n) / float64(sessions)
 }
