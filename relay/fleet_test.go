@@ -48,9 +48,41 @@ func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*testcluster
 
 // seen records who published each source's updates.
 type seen struct {
-	mu  sync.Mutex
-	by  map[string]map[string]int // source -> relay -> count
-	bad []string
+	mu      sync.Mutex
+	by      map[string]map[string]int // source -> relay -> count
+	bad     []string
+	markers int
+}
+
+// settleSubject is outside every source's subjects: markers on it arrive
+// on the recording subscription in order with the updates.
+const settleSubject = "apbridge._settle"
+
+// settle makes sure that every update published before it was called has
+// been recorded, then resets. A closed relay drained its connection, so
+// its server had processed every update it sent; a marker published
+// through each node after that reaches the subscriber behind those updates
+// (one route per node pair, in order).
+func (s *seen) settle(t *testing.T, cl *testcluster.NATSCluster) {
+	t.Helper()
+	s.mu.Lock()
+	want := s.markers + len(cl.Nodes())
+	s.mu.Unlock()
+	for _, n := range cl.Nodes() {
+		nc, err := nats.Connect(n.URL(), nats.DontRandomize(), nats.IgnoreDiscoveredServers())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.Publish(settleSubject, nil)
+		nc.Flush()
+		nc.Close()
+	}
+	testutil.WaitFor(t, "the settle markers", 10*time.Second, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.markers >= want
+	})
+	s.reset()
 }
 
 func (s *seen) reset() {
@@ -63,6 +95,10 @@ func (s *seen) add(m *nats.Msg) {
 	src := strings.Split(m.Subject, ".")[1]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if m.Subject == settleSubject {
+		s.markers++
+		return
+	}
 	if m.Header.Get(relay.HeaderLease) == "" {
 		s.bad = append(s.bad, m.Subject+": no "+relay.HeaderLease)
 	}
@@ -118,6 +154,24 @@ func TestFleetRelaysDivideSources(t *testing.T) {
 	testutil.WaitFor(t, "both relays to own sources", 10*time.Second, func() bool {
 		return len(a.Fleet().Owned()) > 0 && len(b.Fleet().Owned()) > 0 && len(a.Fleet().Owned())+len(b.Fleet().Owned()) == 4
 	})
+	// A pair handed from ra to rb stays valid on ra for the overlap:
+	// wait until every source has one publisher, then until what ra sent
+	// before has arrived.
+	testutil.WaitFor(t, "one valid owner per source", 10*time.Second, func() bool {
+		for _, s := range srcs {
+			_, va := a.Fleet().Valid(s.Name())
+			_, vb := b.Fleet().Valid(s.Name())
+			if va == vb {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range []*relay.Relay{a, b} {
+		if err := r.Conn().Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	owner := map[string]string{}
 	for _, p := range a.Fleet().Owned() {
 		owner[p] = "ra"
@@ -125,7 +179,7 @@ func TestFleetRelaysDivideSources(t *testing.T) {
 	for _, p := range b.Fleet().Owned() {
 		owner[p] = "rb"
 	}
-	rec.reset()
+	rec.settle(t, cl)
 	testutil.WaitFor(t, "updates of every source", 10*time.Second, func() bool { return len(rec.publishers()) == 4 })
 	for src, rs := range rec.publishers() {
 		if len(rs) != 1 || rs[0] != owner[src] {
@@ -140,7 +194,7 @@ func TestFleetRelaysDivideSources(t *testing.T) {
 		t.Logf("close ra: %v", err)
 	}
 	testutil.WaitFor(t, "rb to own every source", 5*time.Second, func() bool { return len(b.Fleet().Owned()) == 4 })
-	rec.reset()
+	rec.settle(t, cl)
 	testutil.WaitFor(t, "updates of every source from rb", 10*time.Second, func() bool {
 		p := rec.publishers()
 		return len(p) == 4
