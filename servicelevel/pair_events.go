@@ -200,7 +200,9 @@ const (
 	UpdateRefreshValue
 	// UpdateRefreshEnd closes the snapshot: every item has been given.
 	// Consumers reconcile here (an item they hold that was not in the
-	// snapshot is gone).
+	// snapshot is gone). A refresh start followed by another refresh
+	// start, with no end between, was cut short (the new server was lost
+	// mid-snapshot): reconcile at the later snapshot's end only.
 	UpdateRefreshEnd
 )
 

@@ -67,9 +67,17 @@ type (
 		s           *session
 		version     uint64
 		status      map[uint32]ua.StatusCode
-		snapshot    []snapValue
-		snapshotted bool
+		snapshotted bool // every snapshot part has been posted
 		err         error
+	}
+	// evSnapshotPart is one batch of a snapshot: the values of the
+	// desire's items from start on, read as soon as the batch was in
+	// place.
+	evSnapshotPart struct {
+		s       *session
+		version uint64
+		start   int
+		values  []snapValue
 	}
 	evAddItems struct {
 		items []Item
@@ -200,6 +208,8 @@ func (p *Pair) handle(ev event) {
 		p.onRead(ev, now)
 	case evReconciled:
 		p.onReconciled(ev, now)
+	case evSnapshotPart:
+		p.onSnapshotPart(ev, now)
 	case evAddItems:
 		p.onAddItems(ev)
 	case evRemoveItems:

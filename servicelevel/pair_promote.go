@@ -3,14 +3,22 @@ package servicelevel
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/gopcua/opcua/ua"
 )
 
 // activate starts the promotion of s: its items are created (or switched
-// to Reporting) and read; onReconciled completes it.
+// to Reporting) and read, batch by batch; onSnapshotPart hands the data
+// path over with the first batch and onReconciled completes it.
 func (p *Pair) activate(s *session, now time.Time) {
+	if o := p.activating; o != nil && o != s {
+		// The Policy moved on while o was being promoted: o's snapshot,
+		// begun or not, is superseded by s's.
+		o.activating, o.refreshing, o.refreshPending = false, false, nil
+		o.buffered, o.firstValueAt = nil, time.Time{}
+	}
 	s.activating = true
 	s.activateAt = now
 	p.activating = s
@@ -46,6 +54,69 @@ func (p *Pair) pushDesires() {
 	}
 }
 
+// onSnapshotPart relays one batch of a promotion's snapshot. The first
+// batch takes the data path over: the snapshot opens, and the session that
+// served stops delivering (a server that is leaving would only send
+// Bad_OutOfService now). Batches finish in any order and are relayed in
+// the items' order. Data changes of the new session wait until the
+// snapshot is whole, so that each item's value from the snapshot comes
+// first.
+func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
+	s := ev.s
+	if s.dead || !s.activating || ev.version < s.activationVer {
+		return // superseded: a newer desire reads every item again
+	}
+	if !s.refreshing {
+		p.cutOver(s, now)
+	}
+	if s.refreshVer != ev.version {
+		// A newer desire (items added meanwhile) reads every item again:
+		// its values go on in the same snapshot, from its first item.
+		s.refreshVer, s.refreshNext, s.refreshPending = ev.version, 0, nil
+	}
+	if ev.start != s.refreshNext {
+		if s.refreshPending == nil {
+			s.refreshPending = map[int]evSnapshotPart{}
+		}
+		s.refreshPending[ev.start] = ev
+		return
+	}
+	for {
+		for _, v := range ev.values {
+			p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
+			s.fence[v.handle] = v.dv
+		}
+		s.refreshNext += len(ev.values)
+		next, ok := s.refreshPending[s.refreshNext]
+		if !ok {
+			return
+		}
+		delete(s.refreshPending, s.refreshNext)
+		ev = next
+	}
+}
+
+// cutOver opens s's snapshot and stops the data of the session it
+// replaces.
+func (p *Pair) cutOver(s *session, now time.Time) {
+	if h := p.hold; h != nil {
+		p.releaseHold(h.s != s, now)
+	}
+	p.epoch++
+	s.refreshing, s.refreshVer, s.refreshNext, s.refreshPending = true, 0, 0, nil
+	total := len(p.items)
+	s.fence = make(map[uint32]*ua.DataValue, total)
+	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: s.activateCause, Items: total, Received: now})
+	if old := p.serving; old != nil && old != s {
+		old.serving = false
+		old.fence = nil
+		p.serving = nil
+	}
+	if s.firstValueAt.IsZero() {
+		s.firstValueAt = now
+	}
+}
+
 func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 	s := ev.s
 	if s.dead {
@@ -57,33 +128,23 @@ func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 	}
 	p.answerWaiters(s, ev)
 	if s.activating && ev.snapshotted && ev.version >= s.activationVer {
+		if !s.refreshing {
+			p.cutOver(s, now) // no items: an empty snapshot
+		}
 		p.promoted(s, ev, now)
 	}
 }
 
-// promoted completes a promotion: the snapshot is delivered, then the
-// data notifications that arrived meanwhile, then the old active is
+// promoted completes a promotion: the snapshot closes, the data
+// notifications that arrived meanwhile follow, then the old active is
 // released and the Policy learns that the new active is up.
 func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
-	if h := p.hold; h != nil {
-		p.releaseHold(h.s != s, now)
-	}
-	p.epoch++
 	cause := s.activateCause
-	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: len(ev.snapshot), Received: now})
-	s.fence = make(map[uint32]*ua.DataValue, len(ev.snapshot))
-	var failed []snapValue
-	for _, v := range ev.snapshot {
-		p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
-		s.fence[v.handle] = v.dv
-		if ev.status[v.handle] != ua.StatusOK {
-			failed = append(failed, v)
-		}
-	}
-	p.out.data(Update{Kind: UpdateRefreshEnd, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: len(ev.snapshot), Received: now})
+	items := s.refreshNext
+	p.out.data(Update{Kind: UpdateRefreshEnd, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: items, Received: now})
 
 	old := p.serving
-	s.activating, s.activateOnUp = false, false
+	s.activating, s.activateOnUp, s.refreshing, s.refreshPending = false, false, false, nil
 	s.serving = true
 	p.activating = nil
 	p.serving = s
@@ -97,13 +158,22 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	p.pushDesires() // releases the old active's items
 
 	took := now.Sub(p.switchAt)
+	first := s.firstValueAt.Sub(p.switchAt)
+	s.firstValueAt = time.Time{}
 	p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Cause: cause, Duration: took,
-		Message: fmt.Sprintf("%s carries the data (%s): %d items, snapshot %d, %v after the %s decision",
-			s.ep, levelText(s.level, s.levelProblem), len(ev.snapshot), p.epoch, took.Round(time.Microsecond), cause)})
-	for _, v := range failed {
-		code := ev.status[v.handle]
-		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: v.handle, Err: code,
-			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", v.handle, p.nodeOf(v.handle), s.ep, code)})
+		Message: fmt.Sprintf("%s carries the data (%s): %d items, snapshot %d, first values %v and the whole snapshot %v after the %s decision",
+			s.ep, levelText(s.level, s.levelProblem), items, p.epoch, first.Round(time.Microsecond), took.Round(time.Microsecond), cause)})
+	failed := make([]uint32, 0)
+	for h, code := range ev.status {
+		if code != ua.StatusOK {
+			failed = append(failed, h)
+		}
+	}
+	slices.Sort(failed)
+	for _, h := range failed {
+		code := ev.status[h]
+		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: h, Err: code,
+			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", h, p.nodeOf(h), s.ep, code)})
 	}
 	// Start returns once the first snapshot, and what the first samples
 	// made of it, have reached the handlers.

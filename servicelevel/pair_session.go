@@ -81,9 +81,17 @@ type session struct {
 	wantVer       uint64 // version of the last desire sent
 	serving       bool
 	buffered      []dataNote
-	seqs          map[uint32]*sequencer[[]dataNote] // by subscription ID
-	fence         map[uint32]*ua.DataValue
-	attempt       int
+	// A promotion's snapshot once its first batch is in: the desire
+	// version being relayed, the index of the next item to relay, the
+	// batches that finished ahead of it, and when the first value went.
+	refreshing     bool
+	refreshVer     uint64
+	refreshNext    int
+	refreshPending map[int]evSnapshotPart
+	firstValueAt   time.Time
+	seqs           map[uint32]*sequencer[[]dataNote] // by subscription ID
+	fence          map[uint32]*ua.DataValue
+	attempt        int
 	// A resumed session until its recovery is reported: since when, whether
 	// the data subscription answered on the new channel, and the data
 	// changes Republish recovered.

@@ -121,23 +121,64 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 	}
 
-	// New items are created in the wanted mode.
-	var create []itemSpec
-	for _, it := range d.items {
-		if _, ok := have[it.handle]; ok {
-			continue
+	// The wanted items go in batches, in the desire's order, up to
+	// batchesInFlight at once. Each batch is brought to the wanted mode
+	// (created, or switched) and, for a snapshot, read and posted at once:
+	// a promotion's first values reach consumers after one batch, not
+	// after every item, so the switch does not grow with the tag count.
+	var mu sync.Mutex // guards have and failed while batches run at once
+	first := s.p.set.BatchSize
+	if d.snapshot {
+		// The first batch is small and goes alone: the first values
+		// flow after one short round trip, not after a full batch that
+		// shares the server with three others.
+		first = min(first, firstSnapshotBatch)
+	}
+	err := inBatches(len(d.items), first, s.p.set.BatchSize, func(start, end int) error {
+		part, err := s.reconcileBatch(ctx, d, d.items[start:end], have, failed, &mu)
+		if err != nil {
+			return err
 		}
+		if d.snapshot && !s.p.post(evSnapshotPart{s: s, version: d.version, start: start, values: part}) {
+			return ErrClosed
+		}
+		return nil
+	})
+	for h := range wanted {
+		if f, ok := failed[h]; ok {
+			res.status[h] = f.status
+		} else {
+			res.status[h] = ua.StatusOK
+		}
+	}
+	if err != nil {
+		res.err = err
+		return res
+	}
+	res.snapshotted = d.snapshot
+	return res
+}
+
+// reconcileBatch creates the items of batch that the session lacks and
+// switches those in another mode, then, for a snapshot, reads the current
+// value of each: a rejected item carries its rejection.
+func (s *session) reconcileBatch(ctx context.Context, d *desire, batch []itemSpec, have map[uint32]*monItem, failed map[uint32]failedItem, mu *sync.Mutex) ([]snapValue, error) {
+	var create []itemSpec
+	var reqs []*ua.MonitoredItemCreateRequest
+	var switching []uint32
+	mu.Lock()
+	for _, it := range batch {
 		if _, ok := failed[it.handle]; ok {
 			continue
 		}
-		create = append(create, it)
-	}
-	// A node ID by namespace URI that this server lacks fails here, for
-	// this server only. Each item's request is built once, with the node
-	// as this server numbers it.
-	resolved := create[:0]
-	var reqs []*ua.MonitoredItemCreateRequest
-	for _, it := range create {
+		if m, ok := have[it.handle]; ok {
+			if m.mode != d.mode {
+				switching = append(switching, m.id)
+			}
+			continue
+		}
+		// A node ID by namespace URI that this server lacks fails here,
+		// for this server only.
 		node, err := it.resolve(s.ns)
 		if err != nil {
 			s.p.log.Warn().Str("member", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
@@ -145,21 +186,19 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
 			continue
 		}
-		resolved = append(resolved, it)
+		create = append(create, it)
 		reqs = append(reqs, itemRequest(node, it, d.mode))
 	}
-	create = resolved
-	var mu sync.Mutex // guards have and failed while batches run at once
-	if err := inBatches(len(create), s.p.set.BatchSize, func(start, end int) error {
-		chunk := create[start:end]
-		results, err := createItems(ctx, s.c, s.dataSub, reqs[start:end])
+	mu.Unlock()
+
+	if len(reqs) > 0 {
+		results, err := createItems(ctx, s.c, s.dataSub, reqs)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("create monitored items: %w", err)
 		}
 		mu.Lock()
-		defer mu.Unlock()
 		for i, r := range results {
-			it := chunk[i]
+			it := create[i]
 			code := ua.StatusBadInternalError
 			if r != nil {
 				code = r.StatusCode
@@ -170,81 +209,61 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 			}
 			have[it.handle] = &monItem{id: r.MonitoredItemID, mode: d.mode, spec: it}
 		}
-		return nil
-	}); err != nil {
-		res.err = fmt.Errorf("create monitored items: %w", err)
-		return res
+		mu.Unlock()
 	}
-
-	// Items in the other mode switch (a promotion or demotion in Hot mode).
-	var switching []uint32
-	for _, m := range have {
-		if m.mode != d.mode {
-			switching = append(switching, m.id)
+	if len(switching) > 0 {
+		slices.Sort(switching)
+		if _, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
+			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching,
+		}); err != nil {
+			return nil, fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
 		}
-	}
-	slices.Sort(switching)
-	if err := inBatches(len(switching), s.p.set.BatchSize, func(start, end int) error {
-		_, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
-			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching[start:end],
-		})
-		return err
-	}); err != nil {
-		res.err = fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
-		return res
-	}
-	for _, m := range have {
-		m.mode = d.mode
-	}
-
-	for h := range wanted {
-		if f, ok := failed[h]; ok {
-			res.status[h] = f.status
-		} else {
-			res.status[h] = ua.StatusOK
+		mu.Lock()
+		for _, it := range batch {
+			if m, ok := have[it.handle]; ok {
+				m.mode = d.mode
+			}
 		}
+		mu.Unlock()
 	}
 	if !d.snapshot {
-		return res
+		return nil, nil
 	}
-	// The snapshot: the current value of every wanted item, in handle
-	// order; a rejected item carries its rejection.
-	res.snapshot = make([]snapValue, 0, len(d.items))
+
+	part := make([]snapValue, 0, len(batch))
 	var nodes []*ua.NodeID
 	var idx []int
-	for _, it := range d.items {
+	mu.Lock()
+	for _, it := range batch {
 		if f, ok := failed[it.handle]; ok {
 			dv := &ua.DataValue{Status: f.status, ServerTimestamp: time.Now()}
 			dv.UpdateMask()
-			res.snapshot = append(res.snapshot, snapValue{handle: it.handle, dv: dv})
+			part = append(part, snapValue{handle: it.handle, dv: dv})
 			continue
 		}
 		node, err := it.resolve(s.ns)
 		if err != nil {
-			continue // failed above, or the item is on another server's numbering
+			continue // failed above
 		}
-		idx = append(idx, len(res.snapshot))
+		idx = append(idx, len(part))
 		nodes = append(nodes, node)
-		res.snapshot = append(res.snapshot, snapValue{handle: it.handle})
+		part = append(part, snapValue{handle: it.handle})
 	}
-	if err := inBatches(len(nodes), s.p.set.BatchSize, func(start, end int) error {
-		dvs, err := readValues(ctx, s.c, nodes[start:end])
-		if err != nil {
-			return err
-		}
-		for i, dv := range dvs {
-			if dv == nil {
-				dv = &ua.DataValue{Status: ua.StatusBadNoData}
-			}
-			res.snapshot[idx[start+i]].dv = dv // each batch its own indices
-		}
-		return nil
-	}); err != nil {
-		res.err = fmt.Errorf("read the snapshot: %w", err)
-		return res
+	mu.Unlock()
+	if len(nodes) == 0 {
+		return part, nil
 	}
-	res.snapshotted = true
-	return res
+	dvs, err := readValues(ctx, s.c, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot: %w", err)
+	}
+	for i, dv := range dvs {
+		if dv == nil {
+			dv = &ua.DataValue{Status: ua.StatusBadNoData}
+		}
+		part[idx[i]].dv = dv
+	}
+	return part, nil
 }
 
 // batchesInFlight bounds the requests a promotion has out at once: enough
@@ -252,12 +271,22 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 // limits on concurrent requests are not reached.
 const batchesInFlight = 4
 
+// firstSnapshotBatch is the size of a snapshot's first batch.
+const firstSnapshotBatch = 50
+
 // inBatches calls f for each batch [start, end) of n elements, up to
-// batchesInFlight at once, and returns the first error.
-func inBatches(n, size int, f func(start, end int) error) error {
+// batchesInFlight at once, and returns the first error. The first batch
+// has first elements and runs alone; the others have size.
+func inBatches(n, first, size int, f func(start, end int) error) error {
+	if first < size && n > first {
+		if err := f(0, first); err != nil {
+			return err
+		}
+		return inBatches(n-first, size, size, func(start, end int) error { return f(first+start, first+end) })
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	var first error
+	var firstErr error
 	sem := make(chan struct{}, batchesInFlight)
 	for start := 0; start < n; start += size {
 		end := min(start+size, n)
@@ -268,13 +297,13 @@ func inBatches(n, size int, f func(start, end int) error) error {
 			defer func() { <-sem }()
 			if err := f(start, end); err != nil {
 				mu.Lock()
-				if first == nil {
-					first = err
+				if firstErr == nil {
+					firstErr = err
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	return first
+	return firstErr
 }

@@ -73,6 +73,7 @@ type uaEngine struct {
 	wg sync.WaitGroup // subscription goroutines
 
 	notifications atomic.Uint64
+	itemsCreated  atomic.Uint64
 	publishes     atomic.Uint64
 	keepAlives    atomic.Uint64
 	sendErrors    atomic.Uint64
@@ -126,6 +127,7 @@ type OPCUAStats struct {
 	KeepAlives      uint64 // keep-alive PublishResponses sent
 	Overflows       uint64 // samples discarded because an item's queue was full
 	SendErrors      uint64 // PublishResponses that failed to send
+	ItemsCreated    uint64 // monitored items created since the start, deleted ones included
 }
 
 func (e *uaEngine) stats() OPCUAStats {
@@ -148,5 +150,6 @@ func (e *uaEngine) stats() OPCUAStats {
 	st.KeepAlives = e.keepAlives.Load()
 	st.Overflows = e.overflows.Load()
 	st.SendErrors = e.sendErrors.Load()
+	st.ItemsCreated = e.itemsCreated.Load()
 	return st
 }

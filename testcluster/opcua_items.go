@@ -105,6 +105,9 @@ func (e *uaEngine) createMonitoredItems(c *uaConn, r *ua.CreateMonitoredItemsReq
 	results := make([]*ua.MonitoredItemCreateResult, len(r.ItemsToCreate))
 	for i, ic := range r.ItemsToCreate {
 		results[i] = e.createItemLocked(sub, ic, r.TimestampsToReturn, now)
+		if results[i].StatusCode == ua.StatusOK {
+			e.itemsCreated.Add(1)
+		}
 	}
 	return &ua.CreateMonitoredItemsResponse{ResponseHeader: respHeader(r, ua.StatusOK), Results: results, DiagnosticInfos: []*ua.DiagnosticInfo{}}
 }
