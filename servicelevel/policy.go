@@ -312,6 +312,18 @@ func (p *Policy) LinkLost(now time.Time) Decision {
 		return p.finish(now, p.askProbe(now, CauseLostLinkDegraded))
 	}
 	p.probe = 0
+	if p.fast() {
+		// With a Healthy standby to fall back on, the first reconnect
+		// goes at once: a link that broke (a reset, a killed server's
+		// closed socket) is either back now or refuses now, and waiting
+		// the fast retry interval first only adds to either. The retry
+		// count and the intervals between later attempts are unchanged;
+		// without the fast timing (no Healthy standby, or the
+		// ServiceLevel failover off) the connectivity failover keeps its
+		// reconnect delay.
+		p.observeRetry(now, CauseLinkLost)
+		return p.finish(now, p.connect(CauseReconnect))
+	}
 	p.wait(now, CauseLinkLost)
 	return p.finish(now, Decision{})
 }
