@@ -39,10 +39,7 @@ func startSLTarget(ctx context.Context, cfg benchConfig) (slTarget, error) {
 		if cfg.rtt > 0 {
 			return nil, fmt.Errorf("--rtt is not available with --server %s", serverNode)
 		}
-		if cfg.tags > 0 {
-			return nil, fmt.Errorf("--tags is not available with --server %s (its server has one counter)", serverNode)
-		}
-		return &nodeTarget{}, nil
+		return &nodeTarget{tags: cfg.tags}, nil
 	}
 	p, err := startSLCluster(ctx, cfg)
 	if err != nil {
@@ -95,10 +92,12 @@ func (t *embeddedTarget) close()      { t.p.Close() }
 
 // nodeTarget is two node-opcua servers (interop/node-opcua), each behind a
 // fault proxy, started anew for every run: a counter ticking every 100 ms
-// on each, Bad_OutOfService below level 200 (Warm redundancy). The two
-// count independently, so lost and duplicated ticks are not counted; the
-// switch time, the gap, out-of-order and Bad samples are.
+// on each, Bad_OutOfService below level 200 (Warm redundancy), and with
+// --tags that many more variables (a quarter counting every second). The
+// two count independently, so lost and duplicated ticks are not counted;
+// the switch time, the gap, out-of-order and Bad samples are.
 type nodeTarget struct {
+	tags    int
 	srv     [2]*nodeopcua.Server
 	proxies [2]*testcluster.FaultProxy
 }
@@ -111,7 +110,11 @@ func (t *nodeTarget) endpoints() []string {
 }
 
 func (t *nodeTarget) items() []servicelevel.Item {
-	return []servicelevel.Item{{Handle: 0, NodeID: nodeCounter}}
+	items := []servicelevel.Item{{Handle: 0, NodeID: nodeCounter}}
+	for i := range t.tags {
+		items = append(items, servicelevel.Item{Handle: uint32(i + 1), NodeID: fmt.Sprintf("nsu=urn:apbridge:interop;s=T%d", i)})
+	}
+	return items
 }
 
 func (t *nodeTarget) recorder() *slRecorder {
@@ -126,7 +129,7 @@ func (t *nodeTarget) reset(ctx context.Context, levels [2]byte) error {
 	errs := make(chan error, 2)
 	for i := range 2 {
 		go func() {
-			s, err := nodeopcua.Start(ctx, nodeopcua.Config{ServiceLevel: int(levels[i]), CounterMs: 100})
+			s, err := nodeopcua.Start(ctx, nodeopcua.Config{ServiceLevel: int(levels[i]), CounterMs: 100, Tags: t.tags})
 			if err == nil {
 				t.srv[i] = s
 			}

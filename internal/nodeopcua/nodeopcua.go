@@ -37,6 +37,11 @@ type Config struct {
 	Users        map[string]string `json:"users,omitempty"`
 	NoAnonymous  bool              `json:"-"`
 	CounterMs    int               `json:"counterMs,omitempty"`
+	// Tags adds Int32 variables s=T0, s=T1, ... for plant-scale runs:
+	// every fourth counts up every TagMs (default 1000), the others hold
+	// their index.
+	Tags  int `json:"tags,omitempty"`
+	TagMs int `json:"tagMs,omitempty"`
 	// PKI is the server's certificate store (created when missing).
 	PKI string `json:"pki,omitempty"`
 	// Namespaces are registered in order; the tags are in the last.

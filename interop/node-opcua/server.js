@@ -10,8 +10,13 @@
 //   level N     set ServiceLevel (i=2267) to N
 //   stop        shut down (as a graceful stop: ServiceLevel 0 first, then close)
 // The address space: ns=<counter ns>;s=Counter (Int32, +1 every counterMs),
-// ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String). The counter
-// is Bad_OutOfService while ServiceLevel is below 200 (Warm redundancy). Its
+// ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String), and "tags"
+// more Int32 variables ns=..;s=T0, T1, ... for plant-scale runs: every
+// fourth counts up every tagMs, the others hold their index. They are
+// exception-based (MinimumSamplingInterval 0: no sampling timer per item,
+// so ten thousand of them cost the server little). The counter and the
+// tags are Bad_OutOfService while ServiceLevel is below 200 (Warm
+// redundancy). Their
 // namespace is the last one of "namespaces" (default urn:apbridge:interop),
 // so that two servers can number it differently.
 "use strict";
@@ -41,6 +46,8 @@ const cfg = Object.assign(
     pki: path.join(__dirname, "pki"),
     namespaces: ["urn:apbridge:interop"],
     trustClients: true,
+    tags: 0,
+    tagMs: 1000,
   },
   JSON.parse(process.argv[2] || "{}"),
 );
@@ -132,6 +139,38 @@ async function main() {
     counterTime = new Date();
   }, cfg.counterMs).unref();
 
+  // Plant-scale tags: set from the source, so that monitored items follow
+  // value changes instead of sampling ten thousand getters.
+  const tags = [];
+  const setTag = (t, now) =>
+    t.node.setValueFromSource(
+      new Variant({ dataType: DataType.Int32, value: t.v }),
+      level < 200 ? StatusCodes.BadOutOfService : StatusCodes.Good,
+      now,
+    );
+  for (let i = 0; i < cfg.tags; i++) {
+    const node = ns.addVariable({
+      componentOf: folder,
+      nodeId: `s=T${i}`,
+      browseName: `T${i}`,
+      dataType: "Int32",
+      minimumSamplingInterval: 0,
+    });
+    const t = { node, v: i % 4 === 0 ? 0 : i, counts: i % 4 === 0 };
+    setTag(t, new Date());
+    tags.push(t);
+  }
+  const counting = tags.filter((t) => t.counts);
+  if (counting.length > 0) {
+    setInterval(() => {
+      const now = new Date();
+      for (const t of counting) {
+        t.v++;
+        setTag(t, now);
+      }
+    }, cfg.tagMs).unref();
+  }
+
   const sl = addressSpace.findNode("i=2267");
   sl.bindVariable({ get: () => new Variant({ dataType: DataType.Byte, value: level }) }, true);
 
@@ -145,10 +184,12 @@ async function main() {
     if (cmd === "level") {
       level = Number(arg);
       counterTime = new Date(); // the status changes: a new sample
+      tags.forEach((t) => setTag(t, counterTime));
       process.stdout.write(`OK level ${level}\n`);
     } else if (cmd === "stop") {
       level = 0;
       counterTime = new Date();
+      tags.forEach((t) => setTag(t, counterTime));
       await server.shutdown(Number(arg || 0));
       process.stdout.write("STOPPED\n");
       process.exit(0);
