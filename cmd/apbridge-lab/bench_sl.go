@@ -370,6 +370,14 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 		// at the counter's 100 ms, a tick is now and then missed in steady
 		// state, which no blip caused.
 		pc.SamplingIntervalMilliseconds = new(25)
+		if cfg.tags > 1000 {
+			// node-opcua serves one request at a time: creating or
+			// reading thousands of items stalls its answers, the
+			// health subscription's and the ServiceLevel reads' too,
+			// for longer than the defaults allow (600 ms, 500 ms).
+			pc.HeartbeatTimeoutMilliseconds = new(3000)
+			pc.ReadTimeoutMilliseconds = new(3000)
+		}
 	}
 	sp, err := servicelevel.NewPair(pc,
 		servicelevel.WithLogger(cfg.log),
@@ -575,6 +583,14 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 		return o, err
 	}
 	o.dur = at.Sub(start)
+	if !f.noSwitch {
+		// The refresh that the switch began ends when consumers are
+		// whole again (refresh_ms): at thousands of tags that can come
+		// after the settle time below.
+		if err := rec.await(rctx, func() bool { return !rec.refreshEnd[want].IsZero() }); err != nil {
+			return o, fmt.Errorf("the %s's snapshot did not end: %w", want, err)
+		}
+	}
 	// Let the scenario play out (the stopped server goes down), then a
 	// little longer: what happens after the switch counts too.
 	select {
