@@ -151,15 +151,23 @@ func TestPairOptionsValidate(t *testing.T) {
 }
 
 // stale drops what a snapshot already gave (the same sample again) and
-// what predates it; a newer sample, or a status change of the same one,
-// passes.
+// what predates it; a newer sample, or a status change of the same one
+// taken after the snapshot, passes.
 func TestStaleAfterSnapshot(t *testing.T) {
 	dv := func(v any, st ua.StatusCode, src time.Time) *ua.DataValue {
 		d := &ua.DataValue{Value: ua.MustVariant(v), Status: st, SourceTimestamp: src}
 		d.UpdateMask()
 		return d
 	}
+	withServer := func(d *ua.DataValue, at time.Time) *ua.DataValue {
+		d.ServerTimestamp = at
+		d.UpdateMask()
+		return d
+	}
 	snap := dv(int64(7), ua.StatusOK, t0)
+	// Read 50 ms after the server sampled the tick: the same tick's Bad
+	// sample a Hot standby queued before its level rose predates it.
+	snapRead := withServer(dv(int64(7), ua.StatusOK, t0), t0.Add(50*time.Millisecond))
 	noTS := dv(int64(7), ua.StatusOK, time.Time{})
 	for _, tc := range []struct {
 		name string
@@ -171,6 +179,8 @@ func TestStaleAfterSnapshot(t *testing.T) {
 		{"older sample", dv(int64(6), ua.StatusOK, t0.Add(-100*time.Millisecond)), snap, true},
 		{"newer sample", dv(int64(8), ua.StatusOK, t0.Add(100*time.Millisecond)), snap, false},
 		{"status change of the same sample", dv(int64(7), ua.StatusBadOutOfService, t0), snap, false},
+		{"status change taken before the snapshot's read", withServer(dv(int64(7), ua.StatusBadOutOfService, t0), t0.Add(10*time.Millisecond)), snapRead, true},
+		{"status change taken after the snapshot's read", withServer(dv(int64(7), ua.StatusBadOutOfService, t0), t0.Add(60*time.Millisecond)), snapRead, false},
 		{"no source timestamp, same value and status", dv(int64(7), ua.StatusOK, time.Time{}), noTS, true},
 		{"no source timestamp, new value", dv(int64(8), ua.StatusOK, time.Time{}), noTS, false},
 		{"no source timestamp, new status", dv(int64(7), ua.StatusBadOutOfService, time.Time{}), noTS, false},

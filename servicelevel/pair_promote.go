@@ -247,7 +247,18 @@ func stale(dv, f *ua.DataValue) bool {
 		if dv.SourceTimestamp.Before(f.SourceTimestamp) {
 			return true
 		}
-		return dv.SourceTimestamp.Equal(f.SourceTimestamp) && dv.Status == f.Status
+		if !dv.SourceTimestamp.Equal(f.SourceTimestamp) {
+			return false
+		}
+		if dv.Status == f.Status {
+			return true
+		}
+		// The same tick in another status: a status change, unless the
+		// server took it before it answered the snapshot's read. A Hot
+		// standby's queue holds the tick's Bad_OutOfService sample from
+		// before its level rose; released by the promotion, it must not
+		// follow the Good value the snapshot already gave.
+		return !dv.ServerTimestamp.IsZero() && !f.ServerTimestamp.IsZero() && dv.ServerTimestamp.Before(f.ServerTimestamp)
 	}
 	if dv.Status != f.Status {
 		return false
