@@ -20,7 +20,7 @@ func TestSoakShort(t *testing.T) {
 	}
 	t.Logf("soak: %v", got)
 	faults, _ := got["faults"].(map[string]any)
-	for _, f := range soakFaults() {
+	for _, f := range soakFaults(false) {
 		if faults[f.name] != float64(1) {
 			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
 		}

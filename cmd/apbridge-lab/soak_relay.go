@@ -31,6 +31,8 @@ type soakRelayStats struct {
 	Sources     []bridge.SourceStats `json:"sources"`
 	Ready       bool                 `json:"ready"`
 	Why         []string             `json:"why,omitempty"`
+	// Owned are the sources whose lease a fleet relay holds.
+	Owned []string `json:"owned,omitempty"`
 }
 
 // runSoakRelay is the relay process of the soak scenario: `apbridge run`
@@ -99,5 +101,8 @@ func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
 		st.NATSPassive = p.ID
 	}
 	st.Ready, st.Why = rl.Ready()
+	if m := rl.Fleet(); m != nil {
+		st.Owned = m.Owned()
+	}
 	return st
 }

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/testcluster"
+	"github.com/nats-io/nats.go"
+)
+
+// The fleet's check is by identity, on the stream. A relay numbers its
+// updates per process, so the numbers of two relays that publish a source
+// one after the other do not follow each other. What does, whatever relay
+// published it, is a counter tag's value: the simulated servers count
+// every counter up by one per tick, so a counter's values in the stream
+// must run without a hole, once each, in order. The message ID (the
+// update's identity, the same at every relay) lets the stream keep one
+// copy of an update two relays published.
+//
+// A hole is then told apart by who published around it:
+//   - the same relay process on both sides (relay ID and lease token):
+//     the relay's sequence numbers say whether it had the values. As many
+//     numbers as are missing between the two are lost (the relay had them);
+//     the rest the source never delivered (source_values_skipped).
+//   - another owner after a relay kill: the values produced before the
+//     kill are lost (the dead relay had them, or its session's next
+//     notification would have carried them); those produced from the kill
+//     until the new owner's first update are unserved: no relay ran a
+//     session to the servers, and a new session is sent each tag's current
+//     value, not its history.
+//   - another owner without a kill: lost, charged to the fault under way.
+//
+// A value's production time is interpolated between the two stored
+// values around the hole (a counter ticks evenly).
+
+// soakIDKind is what the identity check charged to one fault kind.
+type soakIDKind struct {
+	Lost uint64 `json:"lost"`
+	// LostPublished are the lost values the subscriber saw published by
+	// the relay that published the value before the hole: published, not
+	// stored. The others that relay never published.
+	LostPublished uint64 `json:"lost_published"`
+	Duplicated    uint64 `json:"duplicated"`
+	Reordered     uint64 `json:"reordered"`
+	Skipped       uint64 `json:"source_values_skipped"`
+	Unserved      uint64 `json:"unserved"`
+}
+
+// soakIdentity is the result of the identity check.
+type soakIdentity struct {
+	Kinds                                      map[string]*soakIDKind
+	Lost, LostPublished, Duplicated, Reordered uint64
+	Skipped, Unserved                          uint64
+	Stored, Counted                            uint64 // messages read; counter values checked
+	LostExamples                               []string
+}
+
+func (a *soakIdentity) kind(k string) *soakIDKind {
+	kc := a.Kinds[k]
+	if kc == nil {
+		kc = &soakIDKind{}
+		a.Kinds[k] = kc
+	}
+	return kc
+}
+
+// soakIDEntry is one stored counter value.
+type soakIDEntry struct {
+	value int64
+	owner soakOwner
+	seq   uint64
+	at    time.Time // source time
+}
+
+// soakAuditCtx is what the identity check knows of the run: the fault
+// under way at a time, the relay kills, and whether an owner published a
+// counter value.
+type soakAuditCtx struct {
+	whereAt   func(time.Time) soakWhere
+	kills     []soakKill
+	published func(subject string, o soakOwner, v int64) bool
+}
+
+// auditIdentity checks the stored messages, in stream order.
+func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
+	whereAt := c.whereAt
+	a := soakIdentity{Kinds: map[string]*soakIDKind{}}
+	ids := map[string]bool{}
+	type tagState struct {
+		max     int64
+		values  map[int64]bool
+		entries []soakIDEntry
+	}
+	tags := map[string]*tagState{}
+	for _, m := range msgs {
+		a.Stored++
+		u, err := bridge.DecodeJSON(m.Data)
+		if err != nil {
+			continue
+		}
+		if m.MsgID != "" {
+			if ids[m.MsgID] {
+				a.kind(whereAt(u.SourceTime).kind).Duplicated++
+				continue
+			}
+			ids[m.MsgID] = true
+		}
+		v, ok := u.Value.(int64)
+		if !isCounter(u.Tag) || !ok || u.Status != bridge.StatusGood {
+			continue
+		}
+		t := tags[m.Subject]
+		if t == nil {
+			t = &tagState{values: map[int64]bool{}}
+			tags[m.Subject] = t
+		}
+		switch {
+		case t.values[v]:
+			// The same value under another ID: stored twice.
+			a.kind(whereAt(u.SourceTime).kind).Duplicated++
+			continue
+		case len(t.entries) > 0 && v < t.max:
+			a.kind(whereAt(u.SourceTime).kind).Reordered++
+		}
+		t.max = max(t.max, v)
+		t.values[v] = true
+		token, _ := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
+		t.entries = append(t.entries, soakIDEntry{v, soakOwner{m.Header.Get(relay.HeaderRelay), token}, u.Seq, u.SourceTime})
+		a.Counted++
+	}
+	for _, subject := range slices.Sorted(maps.Keys(tags)) {
+		es := tags[subject].entries
+		slices.SortFunc(es, func(x, y soakIDEntry) int { return cmp.Compare(x.value, y.value) })
+		for i := 1; i < len(es); i++ {
+			a.hole(subject, es[i-1], es[i], c)
+		}
+	}
+	for _, kc := range a.Kinds {
+		a.Lost += kc.Lost
+		a.LostPublished += kc.LostPublished
+		a.Duplicated += kc.Duplicated
+		a.Reordered += kc.Reordered
+		a.Skipped += kc.Skipped
+		a.Unserved += kc.Unserved
+	}
+	return a
+}
+
+// hole charges the values missing between the stored values x and y of
+// subject.
+func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
+	whereAt, kills := c.whereAt, c.kills
+	missing := y.value - x.value - 1
+	if missing <= 0 {
+		return
+	}
+	at := func(v int64) time.Time {
+		return x.at.Add(time.Duration(float64(y.at.Sub(x.at)) * float64(v-x.value) / float64(y.value-x.value)))
+	}
+	lose := func(v int64, w soakWhere) {
+		kc := a.kind(w.kind)
+		kc.Lost++
+		if c.published != nil && c.published(subject, x.owner, v) {
+			kc.LostPublished++
+		}
+		if len(a.LostExamples) < 5 {
+			a.LostExamples = append(a.LostExamples, fmt.Sprintf("%s value %d (%s, cycle %d)", subject, v, w.kind, w.cycle))
+		}
+	}
+	if x.owner == y.owner {
+		var had int64
+		if y.seq > x.seq {
+			had = int64(y.seq - x.seq - 1)
+		}
+		w := whereAt(at(x.value + 1))
+		for v := x.value + 1; v < y.value; v++ {
+			if v-x.value <= had {
+				lose(v, w)
+			} else {
+				a.kind(w.kind).Skipped++
+			}
+		}
+		return
+	}
+	source := soakSubjectSource(subject)
+	for _, k := range kills {
+		// The kill of the relay that published x, between x (give or take
+		// the kill's own instant) and y.
+		if k.relay != x.owner.relay || !slices.Contains(k.sources, source) || !x.at.Before(k.at.Add(time.Second)) || !k.at.Before(y.at) {
+			continue
+		}
+		for v := x.value + 1; v < y.value; v++ {
+			if at(v).Before(k.at) {
+				lose(v, k.where)
+			} else {
+				a.kind(k.where.kind).Unserved++
+			}
+		}
+		return
+	}
+	for v := x.value + 1; v < y.value; v++ {
+		lose(v, whereAt(at(v)))
+	}
+}
+
+// soakSubjectSource is the source of the subject soak.<source>.<tag>.
+func soakSubjectSource(subject string) string {
+	rest, _ := strings.CutPrefix(subject, "soak.")
+	src, _, _ := strings.Cut(rest, ".")
+	return src
+}
+
+// reportFleet audits the stream by identity and adds the fleet's figures
+// to res: the check's, the takeovers', and each relay process's memory
+// and goroutines.
+func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
+	actx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	nc, err := nats.Connect(r.cl.URLs()[0], append(r.cl.ClientOptions(), nats.Name("soak-audit"), nats.MaxReconnects(-1))...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := r.cl.WaitStreamCurrent(actx, soakStream); err != nil {
+		return err
+	}
+	msgs, err := testcluster.ReadStream(actx, nc, soakStream)
+	if err != nil {
+		return fmt.Errorf("stream audit: %w", err)
+	}
+	r.mu.Lock()
+	kills := slices.Clone(r.kills)
+	r.mu.Unlock()
+	a := auditIdentity(msgs, soakAuditCtx{r.whereAt, kills, r.owners.wasPublished})
+	fmt.Fprintf(r.cfg.progress, "  stream %s audited by identity: %d messages, %d counter values\n", soakStream, a.Stored, a.Counted)
+	res.Lost, res.Duplicated = a.Lost, a.Duplicated
+	res.set("updates", a.Stored)
+	res.set("counter_values_checked", a.Counted)
+	res.set("lost_published", a.LostPublished)
+	res.set("reordered", a.Reordered)
+	res.set("source_values_skipped", a.Skipped)
+	res.set("unserved", a.Unserved)
+	byKind := map[string]soakIDKind{}
+	for k, kc := range a.Kinds {
+		byKind[k] = *kc
+	}
+	res.set("stream_by_fault", byKind)
+	if len(a.LostExamples) > 0 {
+		res.set("lost_examples", a.LostExamples)
+	}
+	tos, err := r.owners.takeovers(kills)
+	if err != nil {
+		return err
+	}
+	var times []float64
+	var dual, back float64
+	for _, t := range tos {
+		times = append(times, t.Ms)
+		dual, back = max(dual, t.DualMs), max(back, t.BackMs)
+		fmt.Fprintf(r.cfg.progress, "  cycle %d: %s of %s taken over by %s after %.0f ms (both published %.0f ms; back with an overlap of %.0f ms)\n",
+			t.Cycle, t.Source, t.Before, t.After, t.Ms, t.DualMs, t.BackMs)
+	}
+	if len(times) > 0 {
+		res.set("takeover_ms_p50", percentile(times, 50))
+		res.set("takeover_ms_p99", percentile(times, 99))
+		res.set("takeover_ms_max", slices.Max(times))
+	}
+	res.set("dual_owner_ms", dual)
+	res.set("handback_overlap_ms_max", back)
+	res.set("lease_ttl_ms", ms(soakLeaseTTL))
+	res.set("takeovers", tos)
+	r.reportRelays(res)
+	return nil
+}
+
+// soakRelayFigures are one relay's memory and goroutines over its last
+// process's life (from its start, or its restart after its last kill, to
+// the end).
+type soakRelayFigures struct {
+	ID              string  `json:"id"`
+	Kills           int     `json:"kills"`
+	RSSStartMiB     float64 `json:"rss_start_mib"`
+	RSSEndMiB       float64 `json:"rss_end_mib"`
+	GoroutinesStart int     `json:"goroutines_start"`
+	GoroutinesEnd   int     `json:"goroutines_end"`
+}
+
+// reportRelays adds each relay's figures, and as rss_* and goroutines_*
+// those of the relay that grew most (over its last process's life).
+func (r *soakRig) reportRelays(res *result) {
+	var figs []soakRelayFigures
+	var rssOf, gorOf *soakRelay
+	for _, rel := range r.relays {
+		figs = append(figs, soakRelayFigures{rel.id, rel.kills, round3(rel.start.RSSMiB), round3(rel.end.RSSMiB), rel.start.Goroutines, rel.end.Goroutines})
+		if rssOf == nil || rel.end.RSSMiB-rel.start.RSSMiB > rssOf.end.RSSMiB-rssOf.start.RSSMiB {
+			rssOf = rel
+		}
+		if gorOf == nil || rel.end.Goroutines-rel.start.Goroutines > gorOf.end.Goroutines-gorOf.start.Goroutines {
+			gorOf = rel
+		}
+	}
+	res.set("relay_figures", figs)
+	res.set("rss_start_mib", round3(rssOf.start.RSSMiB))
+	res.set("rss_end_mib", round3(rssOf.end.RSSMiB))
+	res.set("goroutines_start", gorOf.start.Goroutines)
+	res.set("goroutines_end", gorOf.end.Goroutines)
+	res.set("rss_growth_mib_max", round3(rssOf.end.RSSMiB-rssOf.start.RSSMiB))
+	res.set("goroutines_growth_max", gorOf.end.Goroutines-gorOf.start.Goroutines)
+}
