@@ -36,10 +36,13 @@ import (
 //     until the new owner's first update are unserved: no relay ran a
 //     session to the servers, and a new session is sent each tag's current
 //     value, not its history.
-//   - another owner without a kill: lost, charged to the fault under way.
+//   - another owner without a kill: lost.
 //
-// A value's production time is interpolated between the two stored
-// values around the hole (a counter ticks evenly).
+// A hole is charged to the fault under way when it showed (the source
+// time of the value after it), as the sequence check charges a missing
+// number; a kill's, to the kill. The production time of a value in a
+// kill's hole is interpolated between the stored values around it (a
+// counter ticks evenly).
 
 // soakIDKind is what the identity check charged to one fault kind.
 type soakIDKind struct {
@@ -180,7 +183,7 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 		if y.seq > x.seq {
 			had = int64(y.seq - x.seq - 1)
 		}
-		w := whereAt(at(x.value + 1))
+		w := whereAt(y.at)
 		for v := x.value + 1; v < y.value; v++ {
 			if v-x.value <= had {
 				lose(v, w)
@@ -206,8 +209,9 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 		}
 		return
 	}
+	w := whereAt(y.at)
 	for v := x.value + 1; v < y.value; v++ {
-		lose(v, whereAt(at(v)))
+		lose(v, w)
 	}
 }
 
@@ -291,6 +295,16 @@ type soakRelayFigures struct {
 	RSSEndMiB       float64 `json:"rss_end_mib"`
 	GoroutinesStart int     `json:"goroutines_start"`
 	GoroutinesEnd   int     `json:"goroutines_end"`
+	// Its last process's lease counts: won, lost (taken, expired or
+	// handed over) and renewals that failed without losing the lease. A
+	// lease lost other than by a handover is a fault of its own.
+	LeasesWon     uint64 `json:"leases_won"`
+	LeasesLost    uint64 `json:"leases_lost"`
+	Handovers     uint64 `json:"handovers"`
+	RenewFailures uint64 `json:"renew_failures"`
+	// Fenced are updates it dropped while it could not vouch for a lease:
+	// in the stream check they look like values the source skipped.
+	Fenced uint64 `json:"fenced"`
 }
 
 // reportRelays adds each relay's figures, and as rss_* and goroutines_*
@@ -299,7 +313,13 @@ func (r *soakRig) reportRelays(res *result) {
 	var figs []soakRelayFigures
 	var rssOf, gorOf *soakRelay
 	for _, rel := range r.relays {
-		figs = append(figs, soakRelayFigures{rel.id, rel.kills, round3(rel.start.RSSMiB), round3(rel.end.RSSMiB), rel.start.Goroutines, rel.end.Goroutines})
+		f := soakRelayFigures{ID: rel.id, Kills: rel.kills, RSSStartMiB: round3(rel.start.RSSMiB), RSSEndMiB: round3(rel.end.RSSMiB),
+			GoroutinesStart: rel.start.Goroutines, GoroutinesEnd: rel.end.Goroutines}
+		if fs := rel.end.Fleet; fs != nil {
+			f.LeasesWon, f.LeasesLost, f.Handovers, f.RenewFailures = fs.Gained, fs.Lost, fs.Handovers, fs.RenewFailures
+			f.Fenced = rel.end.Fenced
+		}
+		figs = append(figs, f)
 		if rssOf == nil || rel.end.RSSMiB-rel.start.RSSMiB > rssOf.end.RSSMiB-rssOf.start.RSSMiB {
 			rssOf = rel
 		}
