@@ -63,7 +63,7 @@ type soakIdentity struct {
 	Lost, LostPublished, Duplicated, Reordered uint64
 	Skipped, Unserved                          uint64
 	Stored, Counted                            uint64 // messages read; counter values checked
-	LostExamples                               []string
+	LostExamples, DuplicatedExamples           []string
 }
 
 func (a *soakIdentity) kind(k string) *soakIDKind {
@@ -96,11 +96,26 @@ type soakAuditCtx struct {
 func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 	whereAt := c.whereAt
 	a := soakIdentity{Kinds: map[string]*soakIDKind{}}
-	ids := map[string]bool{}
+	ids := map[string]string{} // -> the first one's description
+	// A counter value is there in whatever status it was stored: a server
+	// going out of service sends its last values as Bad_OutOfService, and
+	// the relay carries them as they are. The same value in another status
+	// is another update (the standby's Good one after a switch); in the
+	// same status under another ID, a copy.
+	type valueStatus struct {
+		v      int64
+		status bridge.StatusCode
+	}
 	type tagState struct {
 		max     int64
-		values  map[int64]bool
+		values  map[valueStatus]string // -> the first one's description
 		entries []soakIDEntry
+	}
+	dup := func(w soakWhere, what string) {
+		a.kind(w.kind).Duplicated++
+		if len(a.DuplicatedExamples) < 5 {
+			a.DuplicatedExamples = append(a.DuplicatedExamples, fmt.Sprintf("%s (%s, cycle %d)", what, w.kind, w.cycle))
+		}
 	}
 	tags := map[string]*tagState{}
 	for _, m := range msgs {
@@ -109,39 +124,43 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 		if err != nil {
 			continue
 		}
+		token, _ := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
+		owner := soakOwner{m.Header.Get(relay.HeaderRelay), token}
+		desc := fmt.Sprintf("%s #%d by %s/%d: %v %v at %s", m.Subject, m.Seq, owner.relay, owner.token, u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano))
 		if m.MsgID != "" {
-			if ids[m.MsgID] {
-				a.kind(whereAt(u.SourceTime).kind).Duplicated++
+			if first, ok := ids[m.MsgID]; ok {
+				dup(whereAt(u.SourceTime), desc+"; its ID first in "+first)
 				continue
 			}
-			ids[m.MsgID] = true
+			ids[m.MsgID] = desc
 		}
 		v, ok := u.Value.(int64)
-		if !isCounter(u.Tag) || !ok || u.Status != bridge.StatusGood {
+		if !isCounter(u.Tag) || !ok {
 			continue
 		}
 		t := tags[m.Subject]
 		if t == nil {
-			t = &tagState{values: map[int64]bool{}}
+			t = &tagState{values: map[valueStatus]string{}}
 			tags[m.Subject] = t
 		}
-		switch {
-		case t.values[v]:
-			// The same value under another ID: stored twice.
-			a.kind(whereAt(u.SourceTime).kind).Duplicated++
+		vs := valueStatus{v, u.Status}
+		if first, ok := t.values[vs]; ok {
+			dup(whereAt(u.SourceTime), desc+"; the value first in "+first)
 			continue
-		case len(t.entries) > 0 && v < t.max:
+		}
+		if len(t.entries) > 0 && v < t.max {
 			a.kind(whereAt(u.SourceTime).kind).Reordered++
 		}
 		t.max = max(t.max, v)
-		t.values[v] = true
-		token, _ := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
-		t.entries = append(t.entries, soakIDEntry{v, soakOwner{m.Header.Get(relay.HeaderRelay), token}, u.Seq, u.SourceTime})
+		t.values[vs] = desc
+		t.entries = append(t.entries, soakIDEntry{v, owner, u.Seq, u.SourceTime})
 		a.Counted++
 	}
 	for _, subject := range slices.Sorted(maps.Keys(tags)) {
 		es := tags[subject].entries
-		slices.SortFunc(es, func(x, y soakIDEntry) int { return cmp.Compare(x.value, y.value) })
+		slices.SortFunc(es, func(x, y soakIDEntry) int {
+			return cmp.Or(cmp.Compare(x.value, y.value), x.at.Compare(y.at))
+		})
 		for i := 1; i < len(es); i++ {
 			a.hole(subject, es[i-1], es[i], c)
 		}
@@ -259,6 +278,9 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	res.set("stream_by_fault", byKind)
 	if len(a.LostExamples) > 0 {
 		res.set("lost_examples", a.LostExamples)
+	}
+	if len(a.DuplicatedExamples) > 0 {
+		res.set("duplicated_examples", a.DuplicatedExamples)
 	}
 	tos, err := r.owners.takeovers(kills)
 	if err != nil {

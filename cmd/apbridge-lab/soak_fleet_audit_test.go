@@ -134,3 +134,24 @@ func TestSoakOwnersTakeovers(t *testing.T) {
 		t.Fatal("a takeover that never happened was not reported")
 	}
 }
+
+// A value the relay carried as the server sent it, Bad_OutOfService from a
+// server going out of service, is in the stream: no hole. The same value
+// in Good from the standby afterwards is another update, not a copy.
+func TestAuditIdentityStatus(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	msgs := soakStoredMsgs(t, t0, []soakStored{{1, "r1", 5, 1, 0, ""}, {2, "r1", 5, 2, 100, ""}, {2, "r1", 5, 3, 150, ""}, {3, "r1", 5, 4, 200, ""}})
+	u, err := bridge.DecodeJSON(msgs[1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Status = 0x808D0000 // Bad_OutOfService
+	if msgs[1].Data, err = bridge.AppendJSON(nil, &u); err != nil {
+		t.Fatal(err)
+	}
+	msgs[1].MsgID = bridge.MessageID("line1", &u)
+	got := auditIdentity(msgs, soakAuditCtx{whereAt: func(time.Time) soakWhere { return soakWhere{"f", 1} }})
+	if got.Lost != 0 || got.Skipped != 0 || got.Duplicated != 0 || got.Counted != 4 {
+		t.Fatalf("got %+v, want 4 values checked and no problem", got)
+	}
+}
