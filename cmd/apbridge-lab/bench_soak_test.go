@@ -59,7 +59,7 @@ func TestSoakFleetShort(t *testing.T) {
 			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
 		}
 	}
-	for _, field := range []string{"duplicated", "reordered", "dual_owner_ms"} {
+	for _, field := range []string{"duplicated", "reordered", "dual_owner_ms", "takeovers_unseen"} {
 		if got[field] != float64(0) {
 			t.Errorf("%s = %v, want 0", field, got[field])
 		}

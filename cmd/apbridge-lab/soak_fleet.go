@@ -263,18 +263,20 @@ type soakTakeover struct {
 
 // takeovers pairs each kill's sources with the owner changes the
 // subscriber saw: the first change away from the dead relay after the
-// kill (the takeover) and the first change back to its ID after that.
-func (w *soakOwners) takeovers(kills []soakKill) ([]soakTakeover, error) {
+// kill (the takeover) and the first change back to its ID after that. A
+// source no other relay was seen to publish after the kill is in unseen:
+// a finding, reported with the figures rather than instead of them.
+func (w *soakOwners) takeovers(kills []soakKill) (out []soakTakeover, unseen []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var out []soakTakeover
 	for _, k := range kills {
 		for _, s := range k.sources {
 			i := slices.IndexFunc(w.changes, func(c soakOwnerChange) bool {
 				return c.source == s && c.from.relay == k.relay && c.to.relay != k.relay && c.at.After(k.at)
 			})
 			if i < 0 {
-				return nil, fmt.Errorf("cycle %d: %s of the killed relay %s: no update of another relay seen after the kill", k.where.cycle, s, k.relay)
+				unseen = append(unseen, fmt.Sprintf("cycle %d: %s of the killed relay %s", k.where.cycle, s, k.relay))
+				continue
 			}
 			c := w.changes[i]
 			t := soakTakeover{Source: s, Before: k.relay, After: c.to.relay, Ms: ms(c.at.Sub(k.at)), DualMs: ms(c.dual()), Cycle: k.where.cycle}
@@ -286,5 +288,5 @@ func (w *soakOwners) takeovers(kills []soakKill) ([]soakTakeover, error) {
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out, unseen
 }

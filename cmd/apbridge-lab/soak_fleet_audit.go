@@ -282,9 +282,10 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	if len(a.DuplicatedExamples) > 0 {
 		res.set("duplicated_examples", a.DuplicatedExamples)
 	}
-	tos, err := r.owners.takeovers(kills)
-	if err != nil {
-		return err
+	tos, unseen := r.owners.takeovers(kills)
+	res.set("takeovers_unseen", len(unseen))
+	if len(unseen) > 0 {
+		res.set("takeovers_unseen_examples", unseen[:min(len(unseen), 5)])
 	}
 	var times []float64
 	var dual, back float64
