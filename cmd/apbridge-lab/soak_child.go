@@ -27,6 +27,25 @@ type soakRelay struct {
 	start, end soakRelayStats
 	kills      int
 	restarted  bool // measure start once it is whole again
+	// prior sums the lease counts and fenced drops of its processes that
+	// were killed, as last reported: they die with the process.
+	prior soakFleetCounts
+}
+
+// soakFleetCounts are a relay's lease counts and fenced drops.
+type soakFleetCounts struct {
+	won, lost, handovers, renewFailures, fenced uint64
+}
+
+// add adds what st reports.
+func (c *soakFleetCounts) add(st soakRelayStats) {
+	if st.Fleet != nil {
+		c.won += st.Fleet.Gained
+		c.lost += st.Fleet.Lost
+		c.handovers += st.Fleet.Handovers
+		c.renewFailures += st.Fleet.RenewFailures
+	}
+	c.fenced += st.Fenced
 }
 
 // soakChild is the relay process and its stats line protocol.

@@ -66,11 +66,13 @@ type soakKill struct {
 func (r *soakRig) relayKill(ctx context.Context) error {
 	var owning []*soakRelay
 	owned := map[*soakRelay][]string{}
+	last := map[*soakRelay]soakRelayStats{}
 	for _, rel := range r.relays {
 		st, err := rel.child.state()
 		if err != nil {
 			return fmt.Errorf("relay %s: %w", rel.id, err)
 		}
+		last[rel] = st
 		if len(st.Owned) > 0 {
 			owning = append(owning, rel)
 			owned[rel] = st.Owned
@@ -85,6 +87,7 @@ func (r *soakRig) relayKill(ctx context.Context) error {
 	v.child.kill()
 	v.child = nil
 	v.kills++
+	v.prior.add(last[v])
 	r.mu.Lock()
 	r.kills = append(r.kills, k)
 	r.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The fleet's check is by identity, on the stream. A relay numbers its
@@ -55,13 +56,19 @@ type soakIDKind struct {
 	Reordered     uint64 `json:"reordered"`
 	Skipped       uint64 `json:"source_values_skipped"`
 	Unserved      uint64 `json:"unserved"`
+	// StoredAgain are updates stored a second time more than the stream's
+	// duplicate window after the first: a new session is sent the current
+	// value of a tag that has not changed (a setpoint), with its old
+	// timestamp, so the same update; the stream drops such a repeat by
+	// its ID only inside the window.
+	StoredAgain uint64 `json:"repeats_stored_again"`
 }
 
 // soakIdentity is the result of the identity check.
 type soakIdentity struct {
 	Kinds                                      map[string]*soakIDKind
 	Lost, LostPublished, Duplicated, Reordered uint64
-	Skipped, Unserved                          uint64
+	Skipped, Unserved, StoredAgain             uint64
 	Stored, Counted                            uint64 // messages read; counter values checked
 	LostExamples, DuplicatedExamples           []string
 }
@@ -90,13 +97,16 @@ type soakAuditCtx struct {
 	whereAt   func(time.Time) soakWhere
 	kills     []soakKill
 	published func(subject string, o soakOwner, v int64) bool
+	// dupWindow is the stream's duplicate window (0: unknown, every
+	// repeat is a copy).
+	dupWindow time.Duration
 }
 
 // auditIdentity checks the stored messages, in stream order.
 func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 	whereAt := c.whereAt
 	a := soakIdentity{Kinds: map[string]*soakIDKind{}}
-	ids := map[string]string{} // -> the first one's description
+	ids := map[string]int{} // -> the first one's index in msgs
 	// A counter value is there in whatever status it was stored: a server
 	// going out of service sends its last values as Bad_OutOfService, and
 	// the relay carries them as they are. The same value in another status
@@ -108,17 +118,20 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 	}
 	type tagState struct {
 		max     int64
-		values  map[valueStatus]string // -> the first one's description
+		values  map[valueStatus]int // -> the first one's index in msgs
 		entries []soakIDEntry
 	}
-	dup := func(w soakWhere, what string) {
+	// dup counts msgs[i], a copy of msgs[first] by what; the first few
+	// are described, for the report.
+	dup := func(w soakWhere, i, first int, what string) {
 		a.kind(w.kind).Duplicated++
 		if len(a.DuplicatedExamples) < 5 {
-			a.DuplicatedExamples = append(a.DuplicatedExamples, fmt.Sprintf("%s (%s, cycle %d)", what, w.kind, w.cycle))
+			a.DuplicatedExamples = append(a.DuplicatedExamples, fmt.Sprintf("%s; %s first in %s (%s, cycle %d)",
+				soakDescribe(msgs[i]), what, soakDescribe(msgs[first]), w.kind, w.cycle))
 		}
 	}
 	tags := map[string]*tagState{}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		a.Stored++
 		u, err := bridge.DecodeJSON(m.Data)
 		if err != nil {
@@ -126,13 +139,17 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 		}
 		token, _ := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
 		owner := soakOwner{m.Header.Get(relay.HeaderRelay), token}
-		desc := fmt.Sprintf("%s #%d by %s/%d: %v %v at %s", m.Subject, m.Seq, owner.relay, owner.token, u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano))
 		if m.MsgID != "" {
 			if first, ok := ids[m.MsgID]; ok {
-				dup(whereAt(u.SourceTime), desc+"; its ID first in "+first)
+				if c.dupWindow > 0 && m.Time.Sub(msgs[first].Time) > c.dupWindow {
+					a.kind(whereAt(m.Time).kind).StoredAgain++
+					ids[m.MsgID] = i
+					continue
+				}
+				dup(whereAt(u.SourceTime), i, first, "its ID")
 				continue
 			}
-			ids[m.MsgID] = desc
+			ids[m.MsgID] = i
 		}
 		v, ok := u.Value.(int64)
 		if !isCounter(u.Tag) || !ok {
@@ -140,19 +157,19 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 		}
 		t := tags[m.Subject]
 		if t == nil {
-			t = &tagState{values: map[valueStatus]string{}}
+			t = &tagState{values: map[valueStatus]int{}}
 			tags[m.Subject] = t
 		}
 		vs := valueStatus{v, u.Status}
 		if first, ok := t.values[vs]; ok {
-			dup(whereAt(u.SourceTime), desc+"; the value first in "+first)
+			dup(whereAt(u.SourceTime), i, first, "the value")
 			continue
 		}
 		if len(t.entries) > 0 && v < t.max {
 			a.kind(whereAt(u.SourceTime).kind).Reordered++
 		}
 		t.max = max(t.max, v)
-		t.values[vs] = desc
+		t.values[vs] = i
 		t.entries = append(t.entries, soakIDEntry{v, owner, u.Seq, u.SourceTime})
 		a.Counted++
 	}
@@ -172,6 +189,7 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 		a.Reordered += kc.Reordered
 		a.Skipped += kc.Skipped
 		a.Unserved += kc.Unserved
+		a.StoredAgain += kc.StoredAgain
 	}
 	return a
 }
@@ -234,6 +252,17 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 	}
 }
 
+// soakDescribe names a stored message for an example: where it is, who
+// published it, and the update.
+func soakDescribe(m testcluster.StoredMsg) string {
+	u, err := bridge.DecodeJSON(m.Data)
+	if err != nil {
+		return fmt.Sprintf("%s #%d: %v", m.Subject, m.Seq, err)
+	}
+	return fmt.Sprintf("%s #%d by %s/%s: %v %v at %s", m.Subject, m.Seq, m.Header.Get(relay.HeaderRelay), m.Header.Get(relay.HeaderLease),
+		u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano))
+}
+
 // soakSubjectSource is the source of the subject soak.<source>.<tag>.
 func soakSubjectSource(subject string) string {
 	rest, _ := strings.CutPrefix(subject, "soak.")
@@ -259,10 +288,22 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	if err != nil {
 		return fmt.Errorf("stream audit: %w", err)
 	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	s, err := js.Stream(actx, soakStream)
+	if err != nil {
+		return err
+	}
+	info, err := s.Info(actx)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	kills := slices.Clone(r.kills)
 	r.mu.Unlock()
-	a := auditIdentity(msgs, soakAuditCtx{r.whereAt, kills, r.owners.wasPublished})
+	a := auditIdentity(msgs, soakAuditCtx{r.whereAt, kills, r.owners.wasPublished, info.Config.Duplicates})
 	fmt.Fprintf(r.cfg.progress, "  stream %s audited by identity: %d messages, %d counter values\n", soakStream, a.Stored, a.Counted)
 	res.Lost, res.Duplicated = a.Lost, a.Duplicated
 	res.set("updates", a.Stored)
@@ -271,6 +312,8 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	res.set("reordered", a.Reordered)
 	res.set("source_values_skipped", a.Skipped)
 	res.set("unserved", a.Unserved)
+	res.set("repeats_stored_again", a.StoredAgain)
+	res.set("duplicate_window_ms", ms(info.Config.Duplicates))
 	byKind := map[string]soakIDKind{}
 	for k, kc := range a.Kinds {
 		byKind[k] = *kc
@@ -318,9 +361,10 @@ type soakRelayFigures struct {
 	RSSEndMiB       float64 `json:"rss_end_mib"`
 	GoroutinesStart int     `json:"goroutines_start"`
 	GoroutinesEnd   int     `json:"goroutines_end"`
-	// Its last process's lease counts: won, lost (taken, expired or
-	// handed over) and renewals that failed without losing the lease. A
-	// lease lost other than by a handover is a fault of its own.
+	// Its processes' lease counts, summed (a killed one's as it last
+	// reported them): won, lost (taken, expired or handed over) and
+	// renewals that failed without losing the lease. A lease lost other
+	// than by a handover is a fault of its own.
 	LeasesWon     uint64 `json:"leases_won"`
 	LeasesLost    uint64 `json:"leases_lost"`
 	Handovers     uint64 `json:"handovers"`
@@ -338,10 +382,9 @@ func (r *soakRig) reportRelays(res *result) {
 	for _, rel := range r.relays {
 		f := soakRelayFigures{ID: rel.id, Kills: rel.kills, RSSStartMiB: round3(rel.start.RSSMiB), RSSEndMiB: round3(rel.end.RSSMiB),
 			GoroutinesStart: rel.start.Goroutines, GoroutinesEnd: rel.end.Goroutines}
-		if fs := rel.end.Fleet; fs != nil {
-			f.LeasesWon, f.LeasesLost, f.Handovers, f.RenewFailures = fs.Gained, fs.Lost, fs.Handovers, fs.RenewFailures
-			f.Fenced = rel.end.Fenced
-		}
+		all := rel.prior
+		all.add(rel.end)
+		f.LeasesWon, f.LeasesLost, f.Handovers, f.RenewFailures, f.Fenced = all.won, all.lost, all.handovers, all.renewFailures, all.fenced
 		figs = append(figs, f)
 		if rssOf == nil || rel.end.RSSMiB-rel.start.RSSMiB > rssOf.end.RSSMiB-rssOf.start.RSSMiB {
 			rssOf = rel

@@ -155,3 +155,21 @@ func TestAuditIdentityStatus(t *testing.T) {
 		t.Fatalf("got %+v, want 4 values checked and no problem", got)
 	}
 }
+
+// An unchanged tag's update sent again to a new session is stored again
+// once the stream's duplicate window has passed: counted apart, not as a
+// copy; inside the window it is a copy the stream should have dropped.
+func TestAuditIdentityStoredAgain(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		apart          time.Duration
+		dup, storedAgn uint64
+	}{{3 * time.Minute, 0, 1}, {time.Minute, 1, 0}} {
+		msgs := soakStoredMsgs(t, t0, []soakStored{{-1, "r1", 5, 1, 0, ""}, {-1, "r2", 9, 1, 0, ""}})
+		msgs[0].Time, msgs[1].Time = t0, t0.Add(c.apart)
+		got := auditIdentity(msgs, soakAuditCtx{whereAt: func(time.Time) soakWhere { return soakWhere{"f", 1} }, dupWindow: 2 * time.Minute})
+		if got.Duplicated != c.dup || got.StoredAgain != c.storedAgn {
+			t.Errorf("%v apart: duplicated %d, stored again %d; want %d, %d", c.apart, got.Duplicated, got.StoredAgain, c.dup, c.storedAgn)
+		}
+	}
+}
