@@ -67,6 +67,9 @@ type soakRig struct {
 	where    atomic.Value // soakWhere: the fault under way
 	counters []string     // subjects of the counter tags
 	dir      string
+	// keepLogs keeps dir at the end of a run that succeeded but lost
+	// updates, for the relays' side of the story.
+	keepLogs bool
 	// owners and kills are the fleet's: who published each source, and
 	// the relay kills (soak_fleet.go).
 	owners *soakOwners
@@ -139,7 +142,7 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 	r.where.Store(soakWhere{kind: soakSteady})
 	defer r.close()
 	defer func() {
-		if r.dir != "" && err != nil {
+		if r.dir != "" && (err != nil || r.keepLogs) {
 			// Keep the relays' logs and configs for the replay.
 			fmt.Fprintf(cfg.progress, "  the relays' logs and configs are kept in %s\n", r.dir)
 			r.dir = ""

@@ -317,6 +317,9 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	byKind := map[string]soakIDKind{}
 	for k, kc := range a.Kinds {
 		byKind[k] = *kc
+		// A loss a relay kill does not explain is a finding: its logs say
+		// what the relays did.
+		r.keepLogs = r.keepLogs || (kc.Lost > 0 && k != soakRelayKill)
 	}
 	res.set("stream_by_fault", byKind)
 	if len(a.LostExamples) > 0 {
