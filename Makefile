@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_FLAGS  ?= -race -count=1 -timeout 9m
 BENCH_ARGS  ?=
 
-.PHONY: all test vet demo bench soak lint fmt build clean interop-deps proto fuzz fuzz-smoke
+.PHONY: all test vet demo bench soak soak-fleet lint fmt build clean interop-deps proto fuzz fuzz-smoke
 
 all: test
 
@@ -63,13 +63,20 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 ## soak: the long soak (docs/reliability.md): SOAK_CYCLES cycles of every
-## fault kind under traffic, on the core sink, then on the JetStream sink.
-## A failure prints the seed and the cycle to replay (SOAK_ARGS=--seed N).
+## fault kind under traffic, on the core sink, then on the JetStream sink,
+## then with a fleet of three relays (soak-fleet). A failure prints the
+## seed and the cycle to replay (SOAK_ARGS=--seed N).
 SOAK_CYCLES ?= 100
 SOAK_ARGS   ?=
 soak:
 	$(GO) run ./cmd/apbridge-lab bench --json --grace 1s --cycles $(SOAK_CYCLES) --sink core $(SOAK_ARGS) soak
 	$(GO) run ./cmd/apbridge-lab bench --json --grace 1s --cycles $(SOAK_CYCLES) --sink jetstream $(SOAK_ARGS) soak
+	$(MAKE) --no-print-directory soak-fleet
+
+## soak-fleet: the soak with three relays of one fleet and a relay kill
+## among the faults (JetStream sink; docs/reliability.md#the-fleet).
+soak-fleet:
+	$(GO) run ./cmd/apbridge-lab bench --json --grace 1s --cycles $(SOAK_CYCLES) --sink jetstream --fleet $(SOAK_ARGS) soak
 
 ## lint: gofmt, vet and staticcheck.
 lint: vet

@@ -155,6 +155,17 @@ func (r *Relay) Fleet() *fleet.Member {
 	return r.fl.member.Load()
 }
 
+// FleetFenced is how many updates a fleet relay dropped because it could
+// not vouch for the source's lease at that moment (self-fencing); 0 when
+// the relay is not in a fleet. The source delivered them and no relay
+// published them.
+func (r *Relay) FleetFenced() uint64 {
+	if r.fl == nil {
+		return 0
+	}
+	return r.fl.fenced.Load()
+}
+
 // leasedSource is a source of a fleet relay: the bridge sees one source for
 // the relay's lifetime; behind it an instance runs while the relay owns the
 // lease, and none otherwise.

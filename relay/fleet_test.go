@@ -290,4 +290,9 @@ func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 			t.Errorf("%s: ra handed %d updates to NATS after rb won the lease", p, n-atGain[p])
 		}
 	}
+	// Cut off with its sources ticking, ra dropped their updates from the
+	// fence until it gave them up, and says how many.
+	if a.FleetFenced() == 0 {
+		t.Error("ra reports no fenced update")
+	}
 }

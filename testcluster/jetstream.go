@@ -140,6 +140,8 @@ type StoredMsg struct {
 	MsgID  string
 	Header nats.Header
 	Data   []byte
+	// Time is when the stream stored it.
+	Time time.Time
 }
 
 // ReadStream reads every message of the stream, in stream order, with an
@@ -210,7 +212,7 @@ func readStream(ctx context.Context, nc *nats.Conn, stream string) ([]StoredMsg,
 				continue
 			}
 			out = append(out, StoredMsg{Seq: md.Sequence.Stream, Subject: m.Subject(), MsgID: m.Headers().Get(jetstream.MsgIDHeader),
-				Header: m.Headers(), Data: m.Data()})
+				Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
 		}
 		if mdErr != nil {
 			return nil, mdErr

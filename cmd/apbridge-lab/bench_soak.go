@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -44,34 +40,44 @@ const (
 	// again after a fault: both NATS connections, both sources on a
 	// healthy server with a live standby, every counter flowing.
 	soakWholeWithin = 60 * time.Second
+	// soakFleetOPCUATags are the tags of each OPC UA pair with --fleet:
+	// two pairs and three relay processes share the two cores.
+	soakFleetOPCUATags = 20
 )
 
 func soakScenarios() []scenario {
 	return []scenario{
-		{"soak", "seeded random broker LDM/kill, OPC UA graceful stop/kill/frozen link, gateway restart/kill, repeated --cycles times under traffic; every update checked", benchSoak},
+		{"soak", "seeded random broker LDM/kill, OPC UA graceful stop/kill/frozen link, gateway restart/kill (with --fleet: three relays and a relay kill), repeated --cycles times under traffic; every update checked", benchSoak},
 	}
 }
 
-// soakRig is what the soak runs on: the embedded cluster, an OPC UA pair,
-// a gateway pair, the relay in a process of its own, and an independent
-// subscriber that checks every update.
+// soakRig is what the soak runs on: the embedded cluster, OPC UA pairs,
+// gateway pairs, the relays in processes of their own (one, or three of a
+// fleet), and an independent subscriber that checks every update.
 type soakRig struct {
 	cfg      benchConfig
 	rng      *rand.Rand
 	cl       *testcluster.NATSCluster
-	pair     *testcluster.OPCUAPair
-	gws      [2]*testcluster.MxGateway
+	uas      []*soakUA
+	gwps     []*soakGW
 	stopData func()
-	relay    *soakChild
+	relays   []*soakRelay
 	consumer *apconn.Conn
 	check    *soakCheck
 	where    atomic.Value // soakWhere: the fault under way
 	counters []string     // subjects of the counter tags
 	dir      string
+	// keepLogs keeps dir at the end of a run that succeeded but lost
+	// updates, for the relays' side of the story.
+	keepLogs bool
+	// owners and kills are the fleet's: who published each source, and
+	// the relay kills (soak_fleet.go).
+	owners *soakOwners
 
 	// windows are when each fault began, for the stream audit.
 	mu      sync.Mutex
 	windows []soakWindow
+	kills   []soakKill
 	// With the JetStream sink: every message ID the subscriber saw, by
 	// subject, and the updates that repeated one (subject -> sequence
 	// number -> ID). An update identical to one already sent (a refresh
@@ -79,6 +85,18 @@ type soakRig struct {
 	// stream stores it once.
 	msgIDs  map[string]map[string]bool
 	repeats map[string]map[uint64]string
+}
+
+// soakUA is an OPC UA pair and the name of the source that reads it.
+type soakUA struct {
+	name string
+	pair *testcluster.OPCUAPair
+}
+
+// soakGW is a gateway pair and the name of the source that reads it.
+type soakGW struct {
+	name string
+	gws  [2]*testcluster.MxGateway
 }
 
 type soakWindow struct {
@@ -112,14 +130,21 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 	if seed == 0 {
 		seed = time.Now().UnixNano() % 1_000_000_000
 	}
-	fmt.Fprintf(cfg.progress, "  soak: %d cycles, sink %s, seed %d (replay with --seed %d)\n", cfg.cycles, cfg.sink, seed, seed)
+	mode := ""
+	if cfg.fleet {
+		mode = ", a fleet of 3 relays"
+	}
+	fmt.Fprintf(cfg.progress, "  soak: %d cycles, sink %s%s, seed %d (replay with --seed %d)\n", cfg.cycles, cfg.sink, mode, seed, seed)
 	r := &soakRig{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(seed), 0x50a4)), check: newSoakCheck()}
+	if cfg.fleet {
+		r.check, r.owners = newSoakGapCheck(), newSoakOwners()
+	}
 	r.where.Store(soakWhere{kind: soakSteady})
 	defer r.close()
 	defer func() {
-		if r.dir != "" && err != nil {
-			// Keep the relay's log and config for the replay.
-			fmt.Fprintf(cfg.progress, "  the relay's log and config are kept in %s\n", r.dir)
+		if r.dir != "" && (err != nil || r.keepLogs) {
+			// Keep the relays' logs and configs for the replay.
+			fmt.Fprintf(cfg.progress, "  the relays' logs and configs are kept in %s\n", r.dir)
 			r.dir = ""
 		}
 	}()
@@ -129,15 +154,16 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 	if err := r.waitWhole(ctx, "start"); err != nil {
 		return nil, err
 	}
-	// Let the relay's memory reach its working size before it is measured.
+	// Let the relays' memory reach its working size before it is measured.
 	if err := ctxtime.Sleep(ctx, 2*time.Second); err != nil {
 		return nil, err
 	}
-	start, err := r.relay.stats()
-	if err != nil {
-		return nil, err
+	for _, rel := range r.relays {
+		if rel.start, err = rel.child.stats(); err != nil {
+			return nil, err
+		}
 	}
-	faults := soakFaults()
+	faults := soakFaults(cfg.fleet)
 	counts := map[string]int{}
 	gaps := map[string][]float64{} // each fault's longest counter silence, by kind
 	for cycle := 1; cycle <= cfg.cycles; cycle++ {
@@ -156,6 +182,9 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 			if err == nil {
 				err = r.waitWhole(ctx, f.name)
 			}
+			if err == nil {
+				err = r.measureRestarted()
+			}
 			if err != nil {
 				return nil, fmt.Errorf("cycle %d, %s (replay: --seed %d --cycles %d): %w", cycle, f.name, seed, cycle, err)
 			}
@@ -164,14 +193,15 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 			r.setWhere(soakWhere{soakSteady, cycle})
 		}
 	}
-	end, err := r.relay.settledStats(ctx, start.Goroutines)
-	if err != nil {
-		return nil, err
+	for _, rel := range r.relays {
+		if rel.end, err = rel.child.settledStats(ctx, rel.start.Goroutines); err != nil {
+			return nil, err
+		}
 	}
-	return r.report(ctx, seed, counts, gaps, start, end)
+	return r.report(ctx, seed, counts, gaps)
 }
 
-// start brings everything up and starts the relay process.
+// start brings everything up and starts the relay processes.
 func (r *soakRig) start(ctx context.Context) (err error) {
 	cfg := r.cfg
 	var copts []testcluster.Option
@@ -182,29 +212,54 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 		return err
 	}
 	tags := soakOPCUATags
+	uaNames, gwNames := []string{"line1"}, []string{galaxySource}
+	if cfg.fleet {
+		// Four sources, so that each of the three relays owns one at least.
+		tags = soakFleetOPCUATags
+		uaNames, gwNames = []string{"line1", "line2"}, []string{galaxySource, "galaxy2"}
+	}
 	if cfg.tags > 0 {
 		tags = cfg.tags
 	}
-	if r.pair, err = testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags), testcluster.WithTagInterval(soakPeriod),
-		testcluster.WithServiceLevels(testcluster.LevelPrimary, testcluster.LevelHealthyFollower)); err != nil {
-		return err
+	for _, name := range uaNames {
+		pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags), testcluster.WithTagInterval(soakPeriod),
+			testcluster.WithServiceLevels(testcluster.LevelPrimary, testcluster.LevelHealthyFollower))
+		if err != nil {
+			return err
+		}
+		r.uas = append(r.uas, &soakUA{name: name, pair: pair})
 	}
+	// The gateway pairs serve one Galaxy: its counters tick once for all.
 	data := testcluster.NewMxData()
 	r.stopData = data.RunCounters("Galaxy_", soakGalaxyTags, soakPeriod)
-	for i := range r.gws {
-		if r.gws[i], err = testcluster.StartMxGateway(data); err != nil {
-			return err
+	for _, name := range gwNames {
+		gw := &soakGW{name: name}
+		r.gwps = append(r.gwps, gw)
+		for i := range gw.gws {
+			if gw.gws[i], err = testcluster.StartMxGateway(data); err != nil {
+				return err
+			}
 		}
 	}
 	if r.dir, err = os.MkdirTemp("", "apbridge-soak-"); err != nil {
 		return err
 	}
-	path := filepath.Join(r.dir, "relay.yaml")
-	if err := os.WriteFile(path, []byte(r.relayConfig()), 0o600); err != nil {
-		return err
+	ids := []string{""}
+	if cfg.fleet {
+		if ids, err = soakFleetIDs(r.sourceNames()); err != nil {
+			return err
+		}
+	}
+	sources := r.sourcesConfig()
+	for _, id := range ids {
+		rel := &soakRelay{id: id, config: filepath.Join(r.dir, "relay"+id+".yaml"), logPath: filepath.Join(r.dir, "relay"+id+".log")}
+		if err := os.WriteFile(rel.config, []byte(r.relayConfig(id)+sources), 0o600); err != nil {
+			return err
+		}
+		r.relays = append(r.relays, rel)
 	}
 
-	// The subscriber listens before the relay starts, not to miss its
+	// The subscriber listens before the relays start, not to miss their
 	// first values.
 	if r.consumer, err = apconn.Connect(ctx, r.cl.URLs(), apconn.WithName("soak-consumer")); err != nil {
 		return err
@@ -217,38 +272,73 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 	if err := r.consumer.Flush(ctx); err != nil {
 		return err
 	}
-	r.relay, err = startSoakChild(ctx, path, filepath.Join(r.dir, "relay.log"), cfg.verbose)
-	return err
+	for _, rel := range r.relays {
+		if rel.child, err = startSoakChild(ctx, rel.config, rel.logPath, cfg.verbose); err != nil {
+			return fmt.Errorf("relay %s: %w", rel.id, err)
+		}
+	}
+	return nil
 }
 
-// relayConfig is the relay's config file, as a site writes it.
-func (r *soakRig) relayConfig() string {
+// sourceNames are the names of the soak's sources, OPC UA first.
+func (r *soakRig) sourceNames() []string {
+	var out []string
+	for _, ua := range r.uas {
+		out = append(out, ua.name)
+	}
+	for _, gw := range r.gwps {
+		out = append(out, gw.name)
+	}
+	return out
+}
+
+// relayConfig is the head of relay id's config file (id "" without the
+// fleet), as a site writes it; sourcesConfig is the rest, the same for
+// every relay.
+func (r *soakRig) relayConfig(id string) string {
 	var b strings.Builder
-	q := func(s string) string { j, _ := json.Marshal(s); return string(j) }
 	fmt.Fprintf(&b, "instance: soak\nsubject: \"soak.{source}.{tag}\"\nhttp:\n  listen: \"\"\n")
-	fmt.Fprintf(&b, "nats:\n  name: soak-relay\n  lameDuckHandling: SWITCH_TO_PASSIVE\n  servers:\n")
+	fmt.Fprintf(&b, "nats:\n  name: soak-relay%s\n  lameDuckHandling: SWITCH_TO_PASSIVE\n  servers:\n", id)
 	for _, u := range r.cl.URLs() {
-		fmt.Fprintf(&b, "    - %s\n", q(u))
+		fmt.Fprintf(&b, "    - %s\n", soakQuote(u))
 	}
 	if r.cfg.sink == soakSinkJetStream {
 		fmt.Fprintf(&b, "sink: jetstream\njetstream:\n  stream: %s\n  subjects: [\"soak.>\"]\n  replicas: 3\n", soakStream)
 	}
-	fmt.Fprintf(&b, "sources:\n  - name: line1\n    type: opcua\n    publishingIntervalMilliseconds: 100\n    samplingIntervalMilliseconds: 100\n    endpoints:\n")
-	for _, e := range r.pair.Endpoints() {
-		fmt.Fprintf(&b, "      - %s\n", q(e))
+	if id != "" {
+		// Each relay answers on a prefix of its own, outside soak.>.
+		fmt.Fprintf(&b, "service:\n  prefix: %s\n", soakQuote("apbsoak."+id))
+		fmt.Fprintf(&b, "fleet:\n  relayId: %s\n  bucket: soak_fleet\n  leaseTTL: %s\n", soakQuote(id), soakLeaseTTL)
 	}
-	b.WriteString("    tags:\n")
-	for _, tg := range r.pair.Tags() {
-		fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", q(tg.Name), q(tg.NodeID().String()))
-		if isCounter(tg.Name) {
-			r.counters = append(r.counters, "soak.line1."+tg.Name)
+	return b.String()
+}
+
+func soakQuote(s string) string { j, _ := json.Marshal(s); return string(j) }
+
+func (r *soakRig) sourcesConfig() string {
+	var b strings.Builder
+	q := soakQuote
+	b.WriteString("sources:\n")
+	for _, ua := range r.uas {
+		fmt.Fprintf(&b, "  - name: %s\n    type: opcua\n    publishingIntervalMilliseconds: 100\n    samplingIntervalMilliseconds: 100\n    endpoints:\n", ua.name)
+		for _, e := range ua.pair.Endpoints() {
+			fmt.Fprintf(&b, "      - %s\n", q(e))
+		}
+		b.WriteString("    tags:\n")
+		for _, tg := range ua.pair.Tags() {
+			fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", q(tg.Name), q(tg.NodeID().String()))
+			if isCounter(tg.Name) {
+				r.counters = append(r.counters, "soak."+ua.name+"."+tg.Name)
+			}
 		}
 	}
-	fmt.Fprintf(&b, "  - name: galaxy\n    type: mxgateway\n    endpoints: [%s, %s]\n    tags:\n", q(r.gws[0].Addr()), q(r.gws[1].Addr()))
-	for i := range soakGalaxyTags {
-		name := fmt.Sprintf("Galaxy_%d", i)
-		fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", q(name), q(name+".Value"))
-		r.counters = append(r.counters, "soak.galaxy."+name)
+	for _, gw := range r.gwps {
+		fmt.Fprintf(&b, "  - name: %s\n    type: mxgateway\n    endpoints: [%s, %s]\n    tags:\n", gw.name, q(gw.gws[0].Addr()), q(gw.gws[1].Addr()))
+		for i := range soakGalaxyTags {
+			name := fmt.Sprintf("Galaxy_%d", i)
+			fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", q(name), q(name+".Value"))
+			r.counters = append(r.counters, "soak."+gw.name+"."+name)
+		}
 	}
 	return b.String()
 }
@@ -259,7 +349,12 @@ func (r *soakRig) update(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	r.check.record(r.where.Load().(soakWhere), m.Subject, isCounter(u.Tag), u.Seq, u.Value, time.Now())
+	now := time.Now()
+	r.check.record(r.where.Load().(soakWhere), m.Subject, isCounter(u.Tag), u.Seq, u.Value, now)
+	if r.owners != nil {
+		r.owners.record(m, &u, now)
+		return
+	}
 	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
 		r.mu.Lock()
 		if r.msgIDs == nil {
@@ -281,23 +376,35 @@ func (r *soakRig) update(m *nats.Msg) {
 	}
 }
 
-func (r *soakRig) close() {
-	if r.relay != nil {
-		r.relay.stop()
+// stopRelays stops every relay process at once (so that none takes over
+// what another hands over as it leaves).
+func (r *soakRig) stopRelays() {
+	var wg sync.WaitGroup
+	for _, rel := range r.relays {
+		if rel.child != nil {
+			wg.Go(rel.child.stop)
+		}
 	}
+	wg.Wait()
+}
+
+func (r *soakRig) close() {
+	r.stopRelays()
 	if r.consumer != nil {
 		r.consumer.Close()
 	}
-	for _, g := range r.gws {
-		if g != nil {
-			g.Close()
+	for _, gw := range r.gwps {
+		for _, g := range gw.gws {
+			if g != nil {
+				g.Close()
+			}
 		}
 	}
 	if r.stopData != nil {
 		r.stopData()
 	}
-	if r.pair != nil {
-		r.pair.Close()
+	for _, ua := range r.uas {
+		ua.pair.Close()
 	}
 	if r.cl != nil {
 		r.cl.Close()
@@ -305,112 +412,4 @@ func (r *soakRig) close() {
 	if r.dir != "" {
 		os.RemoveAll(r.dir)
 	}
-}
-
-// soakChild is the relay process and its stats line protocol.
-type soakChild struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-	log *os.File // its log, closed once it has ended
-	mu  sync.Mutex
-}
-
-// startSoakChild starts the relay process on config. Its log (info level)
-// goes to logPath, and with verbose to stderr too.
-func startSoakChild(ctx context.Context, config, logPath string, verbose bool) (*soakChild, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "soak-relay", "--config", config, "-v")
-	cmd.Env = append(os.Environ(), labChildEnv+"=1")
-	cmd.Stderr = logFile
-	if verbose {
-		cmd.Stderr = io.MultiWriter(logFile, os.Stderr)
-	}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, err
-	}
-	c := &soakChild{cmd: cmd, in: in, out: bufio.NewScanner(out), log: logFile}
-	c.out.Buffer(make([]byte, 1<<20), 1<<24)
-	ready := make(chan bool, 1)
-	go func() { ready <- c.out.Scan() && c.out.Text() == "ready" }()
-	select {
-	case ok := <-ready:
-		if !ok {
-			c.stop()
-			return nil, errors.New("the relay process did not start (its log is above)")
-		}
-	case <-ctx.Done():
-		c.stop()
-		return nil, ctx.Err()
-	}
-	return c, nil
-}
-
-// ask sends one command and reads its JSON answer.
-func (c *soakChild) ask(cmd string) (soakRelayStats, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var st soakRelayStats
-	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
-		return st, fmt.Errorf("relay process: %w", err)
-	}
-	if !c.out.Scan() {
-		return st, fmt.Errorf("relay process ended: %v", c.out.Err())
-	}
-	return st, json.Unmarshal(c.out.Bytes(), &st)
-}
-
-func (c *soakChild) state() (soakRelayStats, error) { return c.ask("state") }
-func (c *soakChild) stats() (soakRelayStats, error) { return c.ask("stats") }
-
-// settledStats waits (at most 15 s) for the relay's goroutines to come
-// back to want, as the last fault's retries and timers end, and returns
-// its stats then or at the deadline.
-func (c *soakChild) settledStats(ctx context.Context, want int) (soakRelayStats, error) {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		st, err := c.stats()
-		if err != nil || st.Goroutines <= want || time.Now().After(deadline) {
-			return st, err
-		}
-		if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
-			return st, err
-		}
-	}
-}
-
-func (c *soakChild) stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.in == nil {
-		return
-	}
-	fmt.Fprintln(c.in, "stop")
-	c.in.Close()
-	c.in = nil
-	wait := make(chan error, 1)
-	go func() { wait <- c.cmd.Wait() }()
-	select {
-	case <-wait:
-	case <-time.After(15 * time.Second):
-		c.cmd.Process.Kill()
-		<-wait
-	}
-	c.log.Close()
 }

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
 )
 
@@ -19,8 +21,9 @@ type soakFault struct {
 	run  func(r *soakRig, ctx context.Context) error
 }
 
-func soakFaults() []soakFault {
-	return []soakFault{
+// soakFaults are the fault kinds; with the fleet, a relay kill too.
+func soakFaults(fleet bool) []soakFault {
+	fs := []soakFault{
 		{"broker_ldm", (*soakRig).brokerLDM},
 		{"broker_kill", (*soakRig).brokerKill},
 		{"opcua_graceful", (*soakRig).opcuaGraceful},
@@ -29,11 +32,20 @@ func soakFaults() []soakFault {
 		{"gateway_restart", (*soakRig).gatewayRestart},
 		{"gateway_kill", (*soakRig).gatewayKill},
 	}
+	if fleet {
+		fs = append(fs, soakFault{soakRelayKill, (*soakRig).relayKill})
+	}
+	return fs
 }
 
-// activeBroker is the node the relay publishes through.
+// activeBroker is the node the relay publishes through; with the fleet,
+// a relay drawn from the seed.
 func (r *soakRig) activeBroker() (*testcluster.Node, error) {
-	st, err := r.relay.state()
+	rel := r.relays[0]
+	if len(r.relays) > 1 {
+		rel = r.relays[r.rng.IntN(len(r.relays))]
+	}
+	st, err := rel.child.state()
 	if err != nil {
 		return nil, err
 	}
@@ -92,43 +104,61 @@ func (r *soakRig) brokerKill(ctx context.Context) error {
 	return r.restartNode(ctx, n)
 }
 
-// source is the relay's view of one of its sources.
+// source is the view of one source of the relay that runs it. With the
+// fleet, a source no relay runs at the moment has an empty health.
 func (r *soakRig) source(name string) (bridge.Health, error) {
-	st, err := r.relay.state()
-	if err != nil {
-		return bridge.Health{}, err
-	}
-	for _, s := range st.Sources {
-		if s.Name == name {
-			return s.Health, nil
+	for _, rel := range r.relays {
+		if rel.child == nil {
+			continue
 		}
+		st, err := rel.child.state()
+		if err != nil {
+			return bridge.Health{}, err
+		}
+		for _, s := range st.Sources {
+			if s.Name == name && s.Health.State != relay.StateNotOwned {
+				return s.Health, nil
+			}
+		}
+	}
+	if len(r.relays) > 1 {
+		return bridge.Health{}, nil
 	}
 	return bridge.Health{}, fmt.Errorf("the relay has no source %q", name)
 }
 
-// opcuaActive returns the server the relay reads from and the other.
-func (r *soakRig) opcuaActive() (active, other *testcluster.OPCUAServer, err error) {
-	h, err := r.source("line1")
+// uaTarget is the OPC UA pair a fault hits; with more than one, drawn
+// from the seed.
+func (r *soakRig) uaTarget() *soakUA {
+	if len(r.uas) == 1 {
+		return r.uas[0]
+	}
+	return r.uas[r.rng.IntN(len(r.uas))]
+}
+
+// opcuaActive returns the server the relay reads ua from and the other.
+func (r *soakRig) opcuaActive(ua *soakUA) (active, other *testcluster.OPCUAServer, err error) {
+	h, err := r.source(ua.name)
 	if err != nil {
 		return nil, nil, err
 	}
-	return r.opcuaAt(h.Endpoint)
+	return ua.at(h.Endpoint)
 }
 
-// opcuaAt returns the server at endpoint and the other.
-func (r *soakRig) opcuaAt(endpoint string) (at, other *testcluster.OPCUAServer, err error) {
-	for i, s := range r.pair.Servers() {
+// at returns the server of the pair at endpoint and the other.
+func (ua *soakUA) at(endpoint string) (at, other *testcluster.OPCUAServer, err error) {
+	for i, s := range ua.pair.Servers() {
 		if s.Endpoint() == endpoint {
-			return s, r.pair.Server(1 - i), nil
+			return s, ua.pair.Server(1 - i), nil
 		}
 	}
-	return nil, nil, fmt.Errorf("the relay reads line1 from %q, neither server", endpoint)
+	return nil, nil, fmt.Errorf("the relay reads %s from %q, neither server", ua.name, endpoint)
 }
 
-// waitOPCUAOn waits until the relay reads line1 from s.
-func (r *soakRig) waitOPCUAOn(ctx context.Context, s *testcluster.OPCUAServer) error {
-	return r.poll(ctx, "line1 on "+s.Name(), 20*time.Second, func() (bool, error) {
-		h, err := r.source("line1")
+// waitOPCUAOn waits until the relay reads ua from s.
+func (r *soakRig) waitOPCUAOn(ctx context.Context, ua *soakUA, s *testcluster.OPCUAServer) error {
+	return r.poll(ctx, ua.name+" on "+s.Name(), 20*time.Second, func() (bool, error) {
+		h, err := r.source(ua.name)
 		return h.Endpoint == s.Endpoint(), err
 	})
 }
@@ -137,7 +167,8 @@ func (r *soakRig) waitOPCUAOn(ctx context.Context, s *testcluster.OPCUAServer) e
 // the primary, it announces ServiceLevel 0, stops, and boots again as the
 // healthy follower.
 func (r *soakRig) opcuaGraceful(ctx context.Context) error {
-	act, other, err := r.opcuaActive()
+	ua := r.uaTarget()
+	act, other, err := r.opcuaActive(ua)
 	if err != nil {
 		return err
 	}
@@ -152,13 +183,14 @@ func (r *soakRig) opcuaGraceful(ctx context.Context) error {
 // primary (as a redundant pair does when one dies) and it starts again as
 // the follower.
 func (r *soakRig) opcuaKill(ctx context.Context) error {
-	act, other, err := r.opcuaActive()
+	ua := r.uaTarget()
+	act, other, err := r.opcuaActive(ua)
 	if err != nil {
 		return err
 	}
 	act.Kill()
 	other.Promote()
-	if err := r.waitOPCUAOn(ctx, other); err != nil {
+	if err := r.waitOPCUAOn(ctx, ua, other); err != nil {
 		return err
 	}
 	return act.Restart(ctx, testcluster.LevelHealthyFollower)
@@ -168,35 +200,45 @@ func (r *soakRig) opcuaKill(ctx context.Context) error {
 // until the relay has moved to the other, then heals it. The frozen
 // server stays up; the pair makes the other its primary.
 func (r *soakRig) opcuaFreeze(ctx context.Context) error {
-	act, other, err := r.opcuaActive()
+	ua := r.uaTarget()
+	act, other, err := r.opcuaActive(ua)
 	if err != nil {
 		return err
 	}
 	act.Freeze()
-	err = r.waitOPCUAOn(ctx, other)
+	err = r.waitOPCUAOn(ctx, ua, other)
 	other.Promote()
 	act.SetLevel(testcluster.LevelHealthyFollower)
 	act.Heal()
 	return err
 }
 
-// gatewayActive returns the gateway the relay reads from and the other.
-func (r *soakRig) gatewayActive() (active, other *testcluster.MxGateway, err error) {
-	h, err := r.source(galaxySource)
+// gwTarget is the gateway pair a fault hits; with more than one, drawn
+// from the seed.
+func (r *soakRig) gwTarget() *soakGW {
+	if len(r.gwps) == 1 {
+		return r.gwps[0]
+	}
+	return r.gwps[r.rng.IntN(len(r.gwps))]
+}
+
+// gatewayActive returns the gateway the relay reads gw from and the other.
+func (r *soakRig) gatewayActive(gw *soakGW) (active, other *testcluster.MxGateway, err error) {
+	h, err := r.source(gw.name)
 	if err != nil {
 		return nil, nil, err
 	}
-	for i, g := range r.gws {
+	for i, g := range gw.gws {
 		if g.Addr() == h.Endpoint {
-			return g, r.gws[1-i], nil
+			return g, gw.gws[1-i], nil
 		}
 	}
-	return nil, nil, fmt.Errorf("the relay reads %s from %q, neither gateway", galaxySource, h.Endpoint)
+	return nil, nil, fmt.Errorf("the relay reads %s from %q, neither gateway", gw.name, h.Endpoint)
 }
 
-func (r *soakRig) waitGatewayOn(ctx context.Context, g *testcluster.MxGateway) error {
-	return r.poll(ctx, "galaxy on "+g.Addr(), 20*time.Second, func() (bool, error) {
-		h, err := r.source(galaxySource)
+func (r *soakRig) waitGatewayOn(ctx context.Context, gw *soakGW, g *testcluster.MxGateway) error {
+	return r.poll(ctx, gw.name+" on "+g.Addr(), 20*time.Second, func() (bool, error) {
+		h, err := r.source(gw.name)
 		return h.Endpoint == g.Addr(), err
 	})
 }
@@ -204,12 +246,13 @@ func (r *soakRig) waitGatewayOn(ctx context.Context, g *testcluster.MxGateway) e
 // gatewayRestart is a planned restart of the active gateway: it ends its
 // sessions in order, stops once the relay has left, and starts again.
 func (r *soakRig) gatewayRestart(ctx context.Context) error {
-	act, other, err := r.gatewayActive()
+	gw := r.gwTarget()
+	act, other, err := r.gatewayActive(gw)
 	if err != nil {
 		return err
 	}
 	act.EndStreams()
-	if err := r.waitGatewayOn(ctx, other); err != nil {
+	if err := r.waitGatewayOn(ctx, gw, other); err != nil {
 		return err
 	}
 	act.Kill()
@@ -219,60 +262,31 @@ func (r *soakRig) gatewayRestart(ctx context.Context) error {
 // gatewayKill kills the active gateway and starts it again once the relay
 // has moved.
 func (r *soakRig) gatewayKill(ctx context.Context) error {
-	act, other, err := r.gatewayActive()
+	gw := r.gwTarget()
+	act, other, err := r.gatewayActive(gw)
 	if err != nil {
 		return err
 	}
 	act.Kill()
-	if err := r.waitGatewayOn(ctx, other); err != nil {
+	if err := r.waitGatewayOn(ctx, gw, other); err != nil {
 		return err
 	}
 	return act.Restart()
 }
 
-// waitWhole waits until the relay is whole again after what: both NATS
-// connections up on different brokers, both sources connected to a
-// healthy server with a standby, the OPC UA standby's session live, and
+// waitWhole waits until the relays are whole again after what: each with
+// both NATS connections up on different brokers; every source run by one
+// relay (with the fleet: the one ranked first for it), connected to a
+// healthy server with a standby, the OPC UA standby's session live; and
 // then every counter tag updated.
 func (r *soakRig) waitWhole(ctx context.Context, what string) error {
 	var why string
-	var lastPubs uint64
-	err := r.poll(ctx, "the relay whole again", soakWholeWithin, func() (bool, error) {
-		st, err := r.relay.state()
-		if err != nil {
-			return false, err
-		}
-		switch {
-		case st.NATSActive == "" || st.NATSPassive == "" || st.NATSActive == st.NATSPassive:
-			why = fmt.Sprintf("NATS active %q, passive %q", st.NATSActive, st.NATSPassive)
-			return false, nil
-		case !st.Ready:
-			why = "not ready: " + strings.Join(st.Why, "; ")
-			return false, nil
-		}
-		var line1 string
-		for _, s := range st.Sources {
-			if s.Health.State != bridge.StateConnected {
-				why = fmt.Sprintf("source %s %s (%s)", s.Name, s.Health.State, s.Health.Detail)
-				return false, nil
-			}
-			if s.Name == "line1" {
-				line1 = s.Health.Endpoint
-			}
-		}
-		// The OPC UA standby's session is live when the server answers it
-		// (its ServiceLevel subscription) between two looks.
-		_, other, err := r.opcuaAt(line1)
-		if err != nil {
-			return false, err
-		}
-		pubs := other.Stats().Publishes
-		live := other.Running() && other.Stats().Sessions > 0 && lastPubs != 0 && pubs > lastPubs
-		lastPubs = pubs
-		if !live {
-			why = "no live OPC UA standby session on " + other.Name()
-		}
-		return live, nil
+	lastPubs := make([]uint64, len(r.uas))
+	err := r.poll(ctx, "the relays whole again", soakWholeWithin, func() (bool, error) {
+		var ok bool
+		var err error
+		ok, why, err = r.wholeOnce(lastPubs)
+		return ok, err
 	})
 	if err != nil {
 		return fmt.Errorf("after %s: %w (%s)", what, err, why)
@@ -284,6 +298,60 @@ func (r *soakRig) waitWhole(ctx context.Context, what string) error {
 		return fmt.Errorf("after %s: %w", what, err)
 	}
 	return nil
+}
+
+// wholeOnce is one look of waitWhole; lastPubs are the OPC UA standbys'
+// publish counts at the last look, updated.
+func (r *soakRig) wholeOnce(lastPubs []uint64) (bool, string, error) {
+	runBy, endpoint := map[string]string{}, map[string]string{}
+	var ids []string
+	for _, rel := range r.relays {
+		st, err := rel.child.state()
+		if err != nil {
+			return false, "", fmt.Errorf("relay %s: %w", rel.id, err)
+		}
+		ids = append(ids, rel.id)
+		switch {
+		case st.NATSActive == "" || st.NATSPassive == "" || st.NATSActive == st.NATSPassive:
+			return false, fmt.Sprintf("relay %s: NATS active %q, passive %q", rel.id, st.NATSActive, st.NATSPassive), nil
+		case !st.Ready:
+			return false, fmt.Sprintf("relay %s not ready: %s", rel.id, strings.Join(st.Why, "; ")), nil
+		}
+		for _, s := range st.Sources {
+			if s.Health.State == relay.StateNotOwned {
+				continue
+			}
+			if s.Health.State != bridge.StateConnected {
+				return false, fmt.Sprintf("relay %s: source %s %s (%s)", rel.id, s.Name, s.Health.State, s.Health.Detail), nil
+			}
+			if other, ok := runBy[s.Name]; ok {
+				return false, fmt.Sprintf("source %s run by relays %s and %s", s.Name, other, rel.id), nil
+			}
+			runBy[s.Name], endpoint[s.Name] = rel.id, s.Health.Endpoint
+		}
+	}
+	if len(r.relays) > 1 {
+		for _, name := range r.sourceNames() {
+			if want := fleet.Rank(name, ids)[0]; runBy[name] != want {
+				return false, fmt.Sprintf("source %s run by %q, ranked first: %s", name, runBy[name], want), nil
+			}
+		}
+	}
+	// The OPC UA standby's session is live when the server answers it
+	// (its ServiceLevel subscription) between two looks.
+	live, why := true, ""
+	for i, ua := range r.uas {
+		_, other, err := ua.at(endpoint[ua.name])
+		if err != nil {
+			return false, "", err
+		}
+		pubs := other.Stats().Publishes
+		if !other.Running() || other.Stats().Sessions == 0 || lastPubs[i] == 0 || pubs <= lastPubs[i] {
+			live, why = false, "no live OPC UA standby session on "+other.Name()+" ("+ua.name+")"
+		}
+		lastPubs[i] = pubs
+	}
+	return live, why, nil
 }
 
 // poll calls cond every 50 ms until it holds, fails, or within passes.

@@ -16,16 +16,16 @@ import (
 
 // report waits for what is in flight, audits the stream with the
 // JetStream sink, and builds the soak's result.
-func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int, gaps map[string][]float64, start, end soakRelayStats) (*result, error) {
-	// Stop the relay (it flushes what it has), then let what is in flight
-	// arrive: until nothing new for 500 ms.
-	r.relay.stop()
-	last := r.check.updates()
+func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int, gaps map[string][]float64) (*result, error) {
+	// Stop the relays (they flush what they have), then let what is in
+	// flight arrive: until nothing new for 500 ms.
+	r.stopRelays()
+	last := r.check.recorded()
 	for quiet := 0; quiet < 5; {
 		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
-		if n := r.check.updates(); n != last {
+		if n := r.check.recorded(); n != last {
 			last, quiet = n, 0
 		} else {
 			quiet++
@@ -37,8 +37,11 @@ func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int,
 	res.set("seed", seed)
 	res.set("sink", r.cfg.sink)
 	res.set("faults", counts)
-	res.set("updates", last)
-	res.set("tags", len(r.pair.Tags())+soakGalaxyTags)
+	tags := 0
+	for _, ua := range r.uas {
+		tags += len(ua.pair.Tags())
+	}
+	res.set("tags", tags+len(r.gwps)*soakGalaxyTags)
 	maxGaps := map[string]float64{}
 	for k, kc := range live.Kinds {
 		maxGaps[k] = ms(kc.MaxGap)
@@ -51,6 +54,11 @@ func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int,
 	}
 	res.set("gap_ms_p50_by_fault", p50)
 	res.set("gap_ms_p99_by_fault", p99)
+	if r.cfg.fleet {
+		res.set("relays", len(r.relays))
+		return res, r.reportFleet(ctx, res)
+	}
+	res.set("updates", r.check.updates())
 	res.set("source_values_skipped", live.Skipped)
 	if r.cfg.sink == soakSinkJetStream {
 		stream, err := r.auditStream(ctx)
@@ -76,6 +84,7 @@ func (r *soakRig) report(ctx context.Context, seed int64, counts map[string]int,
 			res.set("lost_examples", live.LostExamples)
 		}
 	}
+	start, end := r.relays[0].start, r.relays[0].end
 	res.set("rss_start_mib", round3(start.RSSMiB))
 	res.set("rss_end_mib", round3(end.RSSMiB))
 	res.set("heap_start_mib", round3(start.HeapMiB))

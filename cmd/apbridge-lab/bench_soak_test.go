@@ -20,7 +20,7 @@ func TestSoakShort(t *testing.T) {
 	}
 	t.Logf("soak: %v", got)
 	faults, _ := got["faults"].(map[string]any)
-	for _, f := range soakFaults() {
+	for _, f := range soakFaults(false) {
 		if faults[f.name] != float64(1) {
 			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
 		}
@@ -38,5 +38,60 @@ func TestSoakShort(t *testing.T) {
 	}
 	if gs, ge := got["goroutines_start"].(float64), got["goroutines_end"].(float64); gs == 0 || ge > gs {
 		t.Errorf("relay goroutines %v at the start, %v at the end", gs, ge)
+	}
+}
+
+// One cycle of the fleet's soak: three relay processes, every fault kind
+// and a relay kill once, the stream checked by identity (counter values,
+// whatever relay published them).
+func TestSoakFleetShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the soak starts a cluster, four server pairs and three relay processes")
+	}
+	got := benchJSON(t, 3*time.Minute, "--json", "--cycles", "1", "--grace", "500ms", "--sink", "jetstream", "--fleet", "--seed", "7", "soak")["soak"]
+	if got == nil {
+		t.Fatal("no soak result")
+	}
+	t.Logf("soak: %v", got)
+	faults, _ := got["faults"].(map[string]any)
+	for _, f := range soakFaults(true) {
+		if faults[f.name] != float64(1) {
+			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
+		}
+	}
+	for _, field := range []string{"duplicated", "reordered", "dual_owner_ms", "takeovers_unseen"} {
+		if got[field] != float64(0) {
+			t.Errorf("%s = %v, want 0", field, got[field])
+		}
+	}
+	// Nothing a relay had is lost, except at the kill what the dead relay
+	// had not stored: at most the last two ticks of the 50 counters.
+	byFault, _ := got["stream_by_fault"].(map[string]any)
+	for kind, v := range byFault {
+		lost, _ := v.(map[string]any)["lost"].(float64)
+		if limit := map[bool]float64{true: 100}[kind == soakRelayKill]; lost > limit {
+			t.Errorf("%s: lost %v, want at most %v (examples: %v)", kind, lost, limit, got["lost_examples"])
+		}
+	}
+	// The controls: the counters flowed, and the takeover left the window
+	// no relay ran a session in, so the check had a hole to judge.
+	if n, _ := got["counter_values_checked"].(float64); n < 1000 {
+		t.Errorf("%v counter values checked, want at least 1000", got["counter_values_checked"])
+	}
+	if n, _ := got["unserved"].(float64); n == 0 {
+		t.Error("no value unserved: the takeover left no hole")
+	}
+	if tos, _ := got["takeovers"].([]any); len(tos) == 0 {
+		t.Error("no takeover reported")
+	}
+	figs, _ := got["relay_figures"].([]any)
+	for _, f := range figs {
+		fig := f.(map[string]any)
+		if gs, ge := fig["goroutines_start"].(float64), fig["goroutines_end"].(float64); gs == 0 || ge > gs {
+			t.Errorf("relay %v: goroutines %v at the start, %v at the end", fig["id"], gs, ge)
+		}
+	}
+	if len(figs) != soakRelays {
+		t.Errorf("%d relays reported, want %d", len(figs), soakRelays)
 	}
 }

@@ -22,6 +22,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"ldm-swich"}, `unknown scenario "ldm-swich" (valid: ldm-none,`},
 		{[]string{"--tags", "-5"}, "--tags: -5 is out of range (valid 1-20000)"},
 		{[]string{"--server", "prosys"}, `--server: "prosys" is not valid (valid: embedded, node)`},
+		{[]string{"--fleet", "soak"}, "--fleet needs --sink jetstream"},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
@@ -31,7 +32,9 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	if err := runBench(context.Background(), []string{"--relay-memlimit", "40MiB", "-list"}, io.Discard, io.Discard); err != nil {
-		t.Fatalf("valid flags refused: %v", err)
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}} {
+		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
+			t.Fatalf("valid flags %v refused: %v", args, err)
+		}
 	}
 }

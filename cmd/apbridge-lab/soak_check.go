@@ -24,6 +24,11 @@ type soakCheck struct {
 	tags   map[string]*soakTag
 	byKind map[string]*soakKind
 	gap    time.Duration // the longest silence of a counter since takeGap
+	// bySeq checks the relay's sequence numbers. Off for a fleet, whose
+	// numbers are per relay process: its check is by identity, on the
+	// stream (soak_fleet_audit.go), and this one only times silences.
+	bySeq    bool
+	received uint64 // updates recorded, repeats included
 }
 
 // soakTag is what was seen of one tag.
@@ -54,6 +59,12 @@ type soakKind struct {
 }
 
 func newSoakCheck() *soakCheck {
+	return &soakCheck{tags: map[string]*soakTag{}, byKind: map[string]*soakKind{}, bySeq: true}
+}
+
+// newSoakGapCheck is a check that only times the counters' silences and
+// tells when every counter has moved: the live view of a fleet.
+func newSoakGapCheck() *soakCheck {
 	return &soakCheck{tags: map[string]*soakTag{}, byKind: map[string]*soakKind{}}
 }
 
@@ -97,37 +108,21 @@ func isCounter(tag string) bool {
 // number seq and, for a counter, its value, seen at now while the fault w
 // was under way.
 func (c *soakCheck) record(w soakWhere, key string, counter bool, seq uint64, value any, now time.Time) {
-	if seq == 0 {
+	if c.bySeq && seq == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.received++
 	t := c.tags[key]
 	if t == nil {
 		t = &soakTag{missing: map[uint64]soakWhere{}}
 		c.tags[key] = t
 	}
 	kc := c.kind(w.kind)
-	word, bit := seq/64, uint64(1)<<(seq%64)
-	for uint64(len(t.seen)) <= word {
-		t.seen = append(t.seen, 0)
-	}
-	switch {
-	case t.seen[word]&bit != 0:
-		kc.Duplicated++
+	if c.bySeq && !c.sequence(t, kc, seq, w) {
 		return
-	case seq < t.max:
-		// Late, not lost: it was charged as missing when a later number
-		// came first.
-		kc.Reordered++
-		delete(t.missing, seq)
-	default:
-		for s := t.max + 1; s < seq; s++ {
-			t.missing[s] = w
-		}
-		t.max = seq
 	}
-	t.seen[word] |= bit
 	if !counter {
 		return
 	}
@@ -146,6 +141,32 @@ func (c *soakCheck) record(w soakWhere, key string, counter bool, seq uint64, va
 	if !t.hasVal || v > t.lastVal {
 		t.lastVal, t.hasVal = v, true
 	}
+}
+
+// sequence checks seq against what t has seen; false for a duplicate,
+// which is not looked at further. c.mu is held.
+func (c *soakCheck) sequence(t *soakTag, kc *soakKind, seq uint64, w soakWhere) bool {
+	word, bit := seq/64, uint64(1)<<(seq%64)
+	for uint64(len(t.seen)) <= word {
+		t.seen = append(t.seen, 0)
+	}
+	switch {
+	case t.seen[word]&bit != 0:
+		kc.Duplicated++
+		return false
+	case seq < t.max:
+		// Late, not lost: it was charged as missing when a later number
+		// came first.
+		kc.Reordered++
+		delete(t.missing, seq)
+	default:
+		for s := t.max + 1; s < seq; s++ {
+			t.missing[s] = w
+		}
+		t.max = seq
+	}
+	t.seen[word] |= bit
+	return true
 }
 
 // takeGap returns the longest silence of a counter since the last call,
@@ -170,6 +191,14 @@ func (c *soakCheck) seenSince(want []string, at time.Time) bool {
 		}
 	}
 	return true
+}
+
+// recorded is the number of updates recorded, repeats included: what the
+// soak watches to know that nothing is in flight any more.
+func (c *soakCheck) recorded() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.received
 }
 
 // updates is the number of distinct updates seen.

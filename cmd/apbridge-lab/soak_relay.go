@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/rs/zerolog"
 )
@@ -31,6 +32,11 @@ type soakRelayStats struct {
 	Sources     []bridge.SourceStats `json:"sources"`
 	Ready       bool                 `json:"ready"`
 	Why         []string             `json:"why,omitempty"`
+	// Owned are the sources whose lease a fleet relay holds, and Fleet its
+	// member's counters.
+	Owned  []string     `json:"owned,omitempty"`
+	Fleet  *fleet.Stats `json:"fleet,omitempty"`
+	Fenced uint64       `json:"fenced,omitempty"`
 }
 
 // runSoakRelay is the relay process of the soak scenario: `apbridge run`
@@ -99,5 +105,10 @@ func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
 		st.NATSPassive = p.ID
 	}
 	st.Ready, st.Why = rl.Ready()
+	if m := rl.Fleet(); m != nil {
+		st.Owned = m.Owned()
+		fs := m.Stats()
+		st.Fleet, st.Fenced = &fs, rl.FleetFenced()
+	}
 	return st
 }
