@@ -102,7 +102,23 @@ func (f *fleetPart) lease(name string, first bridge.Source, build SourceFactory)
 // join connects to the cluster and joins the fleet; ownership events start
 // and stop the leased sources.
 func (f *fleetPart) join(ctx context.Context, servers []string, name string, opts []nats.Option) error {
-	nopts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1)}, opts...)
+	nopts := append([]nats.Option{
+		nats.Name(name), nats.MaxReconnects(-1),
+		// Lease renewals must not stall for long: a relay whose last
+		// renewal went out ¾ of the lease TTL ago fences itself, and
+		// the fleet hands its sources to another relay. So the bucket
+		// connection leaves a lame-duck broker at once rather than
+		// riding it down to the eviction, and reconnects after a broker
+		// died within about 100 ms rather than nats.go's default 2 s.
+		nats.ReconnectWait(fleetReconnectWait),
+		nats.LameDuckModeHandler(func(nc *nats.Conn) {
+			// Quick (the reconnect runs on nats.go's own goroutine),
+			// so it may run on the callback goroutine.
+			if err := nc.ForceReconnect(); err != nil {
+				f.log.Warn().Err(err).Msg("fleet: leaving the lame-duck broker failed")
+			}
+		}),
+	}, opts...)
 	nc, err := nats.Connect(strings.Join(servers, ","), nopts...)
 	if err != nil {
 		return fmt.Errorf("fleet: connect: %w", err)
@@ -464,6 +480,10 @@ func (s connSink) Publish(_ string, m *nats.Msg, _ *bridge.Update) error {
 	return s.conn.PublishOwned(m)
 }
 func (s connSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
+
+// fleetReconnectWait is the bucket connection's wait between reconnect
+// attempts: well under the lease's fence margin.
+const fleetReconnectWait = 100 * time.Millisecond
 
 // fleetLeaveTimeout bounds the handover at shutdown.
 const fleetLeaveTimeout = 5 * time.Second

@@ -296,3 +296,52 @@ func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 		t.Error("ra reports no fenced update")
 	}
 }
+
+// A relay's bucket connection leaves a broker that announces lame-duck
+// mode at once, so that lease renewals never wait for the eviction: the
+// relay keeps every source it owns.
+func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
+	cl := testutil.StartCluster(t, testcluster.WithJetStream())
+	var srcs []*testcluster.SharedSource
+	for i := range 2 {
+		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+	}
+	a := fleetRelay(t, cl, "ra", srcs)
+	for _, s := range srcs {
+		s.Sim().Run(10 * time.Millisecond)
+		defer s.Close()
+	}
+	testutil.WaitFor(t, "ra to own every source", 10*time.Second, func() bool { return len(a.Fleet().Owned()) == len(srcs) })
+	const name = "apbridge-ra-fleet"
+	on := func() (*testcluster.Node, uint64) {
+		for _, n := range cl.Nodes() {
+			if ids := n.ClientIDs(name); len(ids) == 1 {
+				return n, ids[0]
+			}
+		}
+		return nil, 0
+	}
+	node, cid := on()
+	if node == nil {
+		t.Fatalf("no client named %s on any node", name)
+	}
+	before := a.Fleet().Stats()
+	if err := node.LDMClientByID(cid); err != nil {
+		t.Fatal(err)
+	}
+	// The node does not evict anyone (only the client was told): the
+	// connection moves only if the relay moves it.
+	testutil.WaitFor(t, "the bucket connection to leave the lame-duck broker", 5*time.Second, func() bool {
+		n, _ := on()
+		return n != nil && n != node
+	})
+	// Two lease TTLs on the new broker: a relay whose renewals stalled
+	// would have fenced itself and lost its leases by then.
+	watchUntil := time.Now().Add(2 * time.Second)
+	for time.Now().Before(watchUntil) {
+		if st := a.Fleet().Stats(); st.Lost != before.Lost || st.Owned != len(srcs) {
+			t.Fatalf("ra lost leases across the broker's lame-duck notice: %+v, before %+v", st, before)
+		}
+		time.Sleep(50 * time.Millisecond) // watching a window for a change that must not come
+	}
+}
