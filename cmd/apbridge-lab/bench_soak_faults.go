@@ -68,7 +68,16 @@ func (r *soakRig) restartNode(ctx context.Context, n *testcluster.Node) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return r.cl.WaitStreamCurrent(wctx, soakStream)
+	if err := r.cl.WaitStreamCurrent(wctx, soakStream); err != nil {
+		return err
+	}
+	if len(r.relays) > 1 {
+		// The fleet's leases live in a stream of their own: a second
+		// broker fault before its replicas are current takes its quorum,
+		// and every relay's leases expire at once.
+		return r.cl.WaitStreamCurrent(wctx, "KV_"+soakFleetBucket)
+	}
+	return nil
 }
 
 // brokerLDM puts the relay's active broker in lame-duck mode, lets it

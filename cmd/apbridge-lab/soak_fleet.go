@@ -23,6 +23,8 @@ const (
 	soakRelayKill = "relay_kill"
 	soakRelays    = 3
 	soakLeaseTTL  = 3 * time.Second
+	// soakFleetBucket is the fleet's lease bucket (stream KV_<bucket>).
+	soakFleetBucket = "soak_fleet"
 	// soakRestartWithin bounds the restart of a killed relay: the fleet
 	// refuses its ID until the dead process's membership key expires.
 	soakRestartWithin = 30 * time.Second
