@@ -14,17 +14,7 @@ func TestSoakShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak starts a cluster, two server pairs and a relay process")
 	}
-	got := benchJSON(t, 4*time.Minute, "--json", "--cycles", "1", "--grace", "500ms", "--sink", "jetstream", "--seed", "1", "soak")["soak"]
-	if got == nil {
-		t.Fatal("no soak result")
-	}
-	t.Logf("soak: %v", got)
-	faults, _ := got["faults"].(map[string]any)
-	for _, f := range soakFaults(false) {
-		if faults[f.name] != float64(1) {
-			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
-		}
-	}
+	got := soakOneCycle(t, 4*time.Minute, false, "--seed", "1")
 	// The stream is the truth with this sink: every update the relay
 	// produced stored once, in order.
 	for _, field := range []string{"lost", "duplicated", "reordered"} {
@@ -48,17 +38,7 @@ func TestSoakFleetShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the soak starts a cluster, four server pairs and three relay processes")
 	}
-	got := benchJSON(t, 3*time.Minute, "--json", "--cycles", "1", "--grace", "500ms", "--sink", "jetstream", "--fleet", "--seed", "7", "soak")["soak"]
-	if got == nil {
-		t.Fatal("no soak result")
-	}
-	t.Logf("soak: %v", got)
-	faults, _ := got["faults"].(map[string]any)
-	for _, f := range soakFaults(true) {
-		if faults[f.name] != float64(1) {
-			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
-		}
-	}
+	got := soakOneCycle(t, 3*time.Minute, true, "--fleet", "--seed", "7")
 	for _, field := range []string{"duplicated", "reordered", "dual_owner_ms", "takeovers_unseen"} {
 		if got[field] != float64(0) {
 			t.Errorf("%s = %v, want 0", field, got[field])
@@ -94,4 +74,24 @@ func TestSoakFleetShort(t *testing.T) {
 	if len(figs) != soakRelays {
 		t.Errorf("%d relays reported, want %d", len(figs), soakRelays)
 	}
+}
+
+// soakOneCycle runs one soak cycle on the JetStream sink with the given
+// flags and checks that every fault kind (of the fleet's list if fleet)
+// was applied once.
+func soakOneCycle(t *testing.T, within time.Duration, fleet bool, flags ...string) map[string]any {
+	t.Helper()
+	args := append([]string{"--json", "--cycles", "1", "--grace", "500ms", "--sink", "jetstream"}, flags...)
+	got := benchJSON(t, within, append(args, "soak")...)["soak"]
+	if got == nil {
+		t.Fatal("no soak result")
+	}
+	t.Logf("soak: %v", got)
+	faults, _ := got["faults"].(map[string]any)
+	for _, f := range soakFaults(fleet) {
+		if faults[f.name] != float64(1) {
+			t.Errorf("fault %s applied %v times, want 1", f.name, faults[f.name])
+		}
+	}
+	return got
 }
