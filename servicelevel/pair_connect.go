@@ -88,7 +88,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		// The subscriptions go on: so do their sequence numbers. A
 		// Republish round of the old session will never be answered: its
 		// numbers are asked for again.
-		s.seqs, s.fence = s.from.from.seqs, s.from.from.fence
+		s.seqs, s.fence, s.lastMsgs = s.from.from.seqs, s.from.from.fence, s.from.from.lastMsgs
 		for _, q := range s.seqs {
 			q.asked(now)
 		}

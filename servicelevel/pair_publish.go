@@ -186,6 +186,7 @@ func (p *Pair) handOn(s *session, sub uint32, msgs [][]dataNote, now time.Time) 
 		}
 		switch {
 		case s.serving:
+			s.lastMsgs[0], s.lastMsgs[1] = s.lastMsgs[1], notes
 			p.holdOrDeliver(s, notes, now)
 		case s.activating:
 			s.buffered = append(s.buffered, notes...)

@@ -217,7 +217,16 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	p.serving = s
 	s.recovering = true
 	s.recoverSince = now
+	// A server may send the samples of its last messages before the
+	// break again, in new messages on the new channel (node-opcua does
+	// when the session is activated again at once): they were delivered
+	// already.
 	s.recent = map[uint32]*ua.DataValue{}
+	for _, notes := range s.lastMsgs {
+		for _, n := range notes {
+			s.recent[n.handle] = n.dv
+		}
+	}
 	p.pushDesires()
 	if p.tellPolicyServing(s, now) {
 		p.checkRecovered(s, now)

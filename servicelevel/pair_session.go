@@ -100,6 +100,7 @@ type session struct {
 	dataSince        bool
 	republishedNotes int
 	recent           map[uint32]*ua.DataValue // the last sample delivered per item, while recovering
+	lastMsgs         [2][]dataNote            // the last two data messages handed on while serving
 }
 
 func newSession(p *Pair, ep Endpoint, id uint64, dialTimeout time.Duration) *session {
