@@ -121,6 +121,7 @@ type slRecorder struct {
 	firstGood    [2]time.Time
 	firstRefresh [2]time.Time // the first Good value of a snapshot
 	refreshEnd   [2]time.Time // the end of the first snapshot after mark
+	framed       bool         // the subject frames snapshots (refresh ends); the poll-based client does not
 	// The first ServiceLevel sample of the primary.
 	firstSample time.Time
 	switches    int
@@ -227,6 +228,7 @@ func uaCounter(v any) (int64, bool) {
 func (r *slRecorder) refreshDone(ep servicelevel.Endpoint) {
 	now := time.Now()
 	r.mu.Lock()
+	r.framed = true
 	if !r.mark.IsZero() && now.After(r.mark) && r.refreshEnd[ep].IsZero() {
 		r.refreshEnd[ep] = now
 	}
@@ -583,10 +585,14 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 		return o, err
 	}
 	o.dur = at.Sub(start)
-	if !f.noSwitch {
-		// The refresh that the switch began ends when consumers are
-		// whole again (refresh_ms): at thousands of tags that can come
-		// after the settle time below.
+	rec.mu.Lock()
+	refreshing := rec.framed
+	rec.mu.Unlock()
+	if !f.noSwitch && refreshing {
+		// The refresh that the switch began (the poll-based client of
+		// the original design frames none) ends when consumers are whole
+		// again (refresh_ms): at thousands of tags that can come after
+		// the settle time below.
 		if err := rec.await(rctx, func() bool { return !rec.refreshEnd[want].IsZero() }); err != nil {
 			return o, fmt.Errorf("the %s's snapshot did not end: %w", want, err)
 		}
