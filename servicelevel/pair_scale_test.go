@@ -2,9 +2,11 @@ package servicelevel_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/gopcua/opcua/ua"
@@ -66,13 +68,9 @@ func testPromotionAtScale(t *testing.T, mode servicelevel.Mode, tags int, wantCr
 	if mode != servicelevel.ModeWarm {
 		standbyItems += tags
 	}
-	deadline := time.Now().Add(time.Minute)
-	for b.Stats().MonitoredItems != standbyItems {
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby monitors %d items, want %d", b.Stats().MonitoredItems, standbyItems)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the server's state, with a deadline
-	}
+	testutil.WaitFor(t, fmt.Sprintf("the standby to monitor %d items", standbyItems), time.Minute, func() bool {
+		return b.Stats().MonitoredItems == standbyItems
+	})
 	created := b.Stats().ItemsCreated
 
 	m := r.mark()
