@@ -13,9 +13,14 @@ import (
 )
 
 // defaultPublishers is how many Publish requests each session keeps
-// outstanding: two, so that the server always holds one when a publishing
-// cycle is due while the answer to the other travels.
-const defaultPublishers = 2
+// outstanding: enough that the server always holds some when a publishing
+// cycle is due while the answers to others travel, and that a burst (the
+// first samples of thousands of items at a promotion) leaves in several
+// responses per cycle: a server caps the notifications of one response
+// (node-opcua at 1,000), and only answers a Publish request it holds. With
+// two, a 10,000-item promotion on node-opcua waited five cycles for its
+// samples.
+const defaultPublishers = 4
 
 // reorderWait is how long a gap in a subscription's sequence numbers may
 // stay open before the missing messages are asked for again (Republish).
@@ -82,6 +87,9 @@ func (s *session) publisher() {
 			// gone from the server's retransmission queue if the session
 			// died before the loop took it.
 			ev.notes, ev.status, ev.statusChange = notesOf(nm, at)
+			if res.SubscriptionID == s.dataSub {
+				s.first.add(ev.notes)
+			}
 		}
 		if !s.p.post(ev) {
 			return

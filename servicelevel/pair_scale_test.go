@@ -14,8 +14,9 @@ import (
 
 // At plant scale a promotion must not create the data items after the
 // decision: a Prepared standby holds them already, Disabled, and the
-// switch only turns them to Reporting and reads them, batch by batch.
-// The snapshot still carries every item, once, in handle order, and no
+// switch only turns them to Reporting, batch by batch, and takes the
+// first sample each item reports then rather than reading it. The
+// snapshot still carries every item, once, in handle order, and no
 // Bad_OutOfService sample of the departing server reaches consumers.
 // Warm mode is the control: its promotion creates every item on the new
 // server, and the server's count shows it.
@@ -71,7 +72,7 @@ func testPromotionAtScale(t *testing.T, mode servicelevel.Mode, tags int, wantCr
 	testutil.WaitFor(t, fmt.Sprintf("the standby to monitor %d items", standbyItems), time.Minute, func() bool {
 		return b.Stats().MonitoredItems == standbyItems
 	})
-	created := b.Stats().ItemsCreated
+	created, read := b.Stats().ItemsCreated, b.Stats().NodesRead
 
 	m := r.mark()
 	b.Promote()
@@ -79,6 +80,13 @@ func testPromotionAtScale(t *testing.T, mode servicelevel.Mode, tags int, wantCr
 	r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
 	r.waitEvent(m, "backup active", activeUp(servicelevel.Backup))
 	after := b.Stats().ItemsCreated - created
+	// The snapshot takes the first samples that created and enabled items
+	// report anyway; only the first batch (and ServiceLevel) is read.
+	if readAfter := b.Stats().NodesRead - read; readAfter > uint64(tags)/4 {
+		t.Errorf("the %s promotion read %d nodes for a snapshot of %d items: it must take the items' first samples", mode, readAfter, tags)
+	} else {
+		t.Logf("the %s promotion read %d nodes for a snapshot of %d items", mode, readAfter, tags)
+	}
 	switch {
 	case wantCreates && after < uint64(tags):
 		t.Fatalf("control: the %s promotion created %d items on the new server, want %d", mode, after, tags)

@@ -47,10 +47,11 @@ type session struct {
 	initial   *ua.DataValue // the first ServiceLevel read
 	ns        []string      // the server's NamespaceArray, for nsu= node IDs
 	upAt      time.Time
-	how       resumeKind // how the session came up
-	lostAt    time.Time  // when the session taken over lost its link
-	link      LinkParams // as the server revised them
-	items     *itemState // the data items; the worker's
+	how       resumeKind  // how the session came up
+	lostAt    time.Time   // when the session taken over lost its link
+	link      LinkParams  // as the server revised them
+	items     *itemState  // the data items; the worker's
+	first     firstValues // first samples of the items a promotion turns Reporting
 
 	mu      sync.Mutex
 	closing bool

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gopcua/opcua/ua"
@@ -100,10 +101,17 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 
 	// Items no longer wanted, or wanted differently, go.
 	var del []uint32
+	var recreated map[uint32]bool // handles whose old item may still send a sample
 	for h, m := range have {
 		if w, ok := wanted[h]; !ok || !w.same(m.spec) {
 			del = append(del, m.id)
 			delete(have, h)
+			if ok {
+				if recreated == nil {
+					recreated = map[uint32]bool{}
+				}
+				recreated[h] = true
+			}
 		}
 	}
 	for h, f := range failed {
@@ -133,9 +141,27 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		// flow after one short round trip, not after a full batch that
 		// shares the server with three others.
 		first = min(first, firstSnapshotBatch)
+		// Later batches take their values from the items' first samples
+		// (see firstValues); the first batch reads them, because a Read
+		// answers sooner than the next publishing cycle.
+		s.first.start()
+		defer s.first.stop()
 	}
-	err := inBatches(len(d.items), first, s.p.set.BatchSize, func(start, end int) error {
-		part, err := s.reconcileBatch(ctx, d, d.items[start:end], have, failed, &mu)
+	// sent closes when every batch has had its create or switch answered.
+	sent := make(chan struct{})
+	closeSent := sync.OnceFunc(func() { close(sent) })
+	defer closeSent()
+	var unsent atomic.Int64
+	unsent.Store(int64(batchCount(len(d.items), first, s.p.set.BatchSize)))
+	requested := func() {
+		if unsent.Add(-1) == 0 {
+			closeSent()
+		}
+	}
+	err := inBatches(len(d.items), first, s.p.set.BatchSize, func(start, end int, slot *batchSlot) error {
+		b := batchRun{ctx: ctx, d: d, items: d.items[start:end], have: have, failed: failed, mu: &mu, slot: slot,
+			fromSamples: d.snapshot && start > 0, recreated: recreated, sent: sent, requested: requested}
+		part, err := s.reconcileBatch(b)
 		if err != nil {
 			return err
 		}
@@ -159,21 +185,52 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 	return res
 }
 
-// reconcileBatch creates the items of batch that the session lacks and
-// switches those in another mode, then, for a snapshot, reads the current
-// value of each: a rejected item carries its rejection.
-func (s *session) reconcileBatch(ctx context.Context, d *desire, batch []itemSpec, have map[uint32]*monItem, failed map[uint32]failedItem, mu *sync.Mutex) ([]snapValue, error) {
+// batchRun is one batch of a desire being reconciled.
+type batchRun struct {
+	ctx    context.Context
+	d      *desire
+	items  []itemSpec
+	have   map[uint32]*monItem
+	failed map[uint32]failedItem
+	mu     *sync.Mutex // guards have and failed
+	slot   *batchSlot
+	// fromSamples: the snapshot takes the first samples of the items
+	// this batch creates or enables, and reads only the others.
+	fromSamples bool
+	recreated   map[uint32]bool // read-only
+	requested   func()          // call once the batch's requests are answered (or failed)
+	sent        <-chan struct{} // closed when every batch has called requested
+}
+
+// reconcileBatch creates the items of the batch that the session lacks
+// and switches those in another mode, then, for a snapshot, returns the
+// current value of each: a rejected item carries its rejection.
+func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
+	requested := sync.OnceFunc(b.requested)
+	defer requested()
+	d, have, failed, mu := b.d, b.have, b.failed, b.mu
 	var create []itemSpec
 	var reqs []*ua.MonitoredItemCreateRequest
 	var switching []uint32
+	// enabled are the items that will report a first sample of their own:
+	// created, or turned on from Disabled, in Reporting mode. An item
+	// deleted and created again is left out: its old item's last sample
+	// may still be on its way.
+	var enabled map[uint32]bool
+	if b.fromSamples && d.mode == ua.MonitoringModeReporting {
+		enabled = make(map[uint32]bool, len(b.items))
+	}
 	mu.Lock()
-	for _, it := range batch {
+	for _, it := range b.items {
 		if _, ok := failed[it.handle]; ok {
 			continue
 		}
 		if m, ok := have[it.handle]; ok {
 			if m.mode != d.mode {
 				switching = append(switching, m.id)
+				if enabled != nil && m.mode == ua.MonitoringModeDisabled {
+					enabled[it.handle] = true
+				}
 			}
 			continue
 		}
@@ -188,11 +245,14 @@ func (s *session) reconcileBatch(ctx context.Context, d *desire, batch []itemSpe
 		}
 		create = append(create, it)
 		reqs = append(reqs, itemRequest(node, it, d.mode))
+		if enabled != nil && !b.recreated[it.handle] {
+			enabled[it.handle] = true
+		}
 	}
 	mu.Unlock()
 
 	if len(reqs) > 0 {
-		results, err := createItems(ctx, s.c, s.dataSub, reqs)
+		results, err := createItems(b.ctx, s.c, s.dataSub, reqs)
 		if err != nil {
 			return nil, fmt.Errorf("create monitored items: %w", err)
 		}
@@ -213,47 +273,75 @@ func (s *session) reconcileBatch(ctx context.Context, d *desire, batch []itemSpe
 	}
 	if len(switching) > 0 {
 		slices.Sort(switching)
-		if _, err := send[*ua.SetMonitoringModeResponse](ctx, s.c, &ua.SetMonitoringModeRequest{
+		if _, err := send[*ua.SetMonitoringModeResponse](b.ctx, s.c, &ua.SetMonitoringModeRequest{
 			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching,
 		}); err != nil {
 			return nil, fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
 		}
 		mu.Lock()
-		for _, it := range batch {
+		for _, it := range b.items {
 			if m, ok := have[it.handle]; ok {
 				m.mode = d.mode
 			}
 		}
 		mu.Unlock()
 	}
+	requested()
 	if !d.snapshot {
 		return nil, nil
 	}
 
-	part := make([]snapValue, 0, len(batch))
-	var nodes []*ua.NodeID
-	var idx []int
+	part := make([]snapValue, 0, len(b.items))
+	var waitFor []uint32
 	mu.Lock()
-	for _, it := range batch {
+	for _, it := range b.items {
 		if f, ok := failed[it.handle]; ok {
 			dv := &ua.DataValue{Status: f.status, ServerTimestamp: time.Now()}
 			dv.UpdateMask()
 			part = append(part, snapValue{handle: it.handle, dv: dv})
 			continue
 		}
-		node, err := it.resolve(s.ns)
-		if err != nil {
-			continue // failed above
+		if enabled[it.handle] {
+			waitFor = append(waitFor, it.handle)
 		}
-		idx = append(idx, len(part))
-		nodes = append(nodes, node)
 		part = append(part, snapValue{handle: it.handle})
 	}
 	mu.Unlock()
+	if len(waitFor) > 0 {
+		// The server owes these items' first samples: wait for them
+		// without holding a place among the requests in flight.
+		b.slot.release()
+		got := s.first.await(b.ctx, waitFor, b.sent, firstValuesWait(s.p.set.PublishingInterval))
+		for i := range part {
+			if dv, ok := got[part[i].handle]; ok {
+				part[i].dv = dv
+			}
+		}
+		if len(got) < len(waitFor) {
+			s.p.log.Debug().Str("member", s.ep.String()).Int("items", len(waitFor)-len(got)).
+				Msg("first samples missing from the snapshot: reading them")
+		}
+	}
+	var nodes []*ua.NodeID
+	var idx []int
+	for i, v := range part {
+		if v.dv != nil {
+			continue
+		}
+		node, err := b.items[i].resolve(s.ns) // part[i] is b.items[i]
+		if err != nil {
+			continue // failed above
+		}
+		idx = append(idx, i)
+		nodes = append(nodes, node)
+	}
 	if len(nodes) == 0 {
 		return part, nil
 	}
-	dvs, err := readValues(ctx, s.c, nodes)
+	if err := b.slot.take(b.ctx); err != nil {
+		return nil, err
+	}
+	dvs, err := readValues(b.ctx, s.c, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot: %w", err)
 	}
@@ -274,15 +362,49 @@ const batchesInFlight = 4
 // firstSnapshotBatch is the size of a snapshot's first batch.
 const firstSnapshotBatch = 50
 
+// batchSlot is a batch's place among the requests in flight.
+type batchSlot struct {
+	sem  chan struct{}
+	held bool
+}
+
+// take waits for a place, unless the batch holds one.
+func (b *batchSlot) take(ctx context.Context) error {
+	if b.held {
+		return nil
+	}
+	select {
+	case b.sem <- struct{}{}:
+		b.held = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// release gives the place up, if the batch holds one.
+func (b *batchSlot) release() {
+	if b.held {
+		b.held = false
+		<-b.sem
+	}
+}
+
 // inBatches calls f for each batch [start, end) of n elements, up to
-// batchesInFlight at once, and returns the first error. The first batch
-// has first elements and runs alone; the others have size.
-func inBatches(n, first, size int, f func(start, end int) error) error {
+// batchesInFlight at once, and returns the first error. A batch holds its
+// place until f returns or releases it (to wait for something other than
+// a request). The first batch has first elements and runs alone; the
+// others have size.
+func inBatches(n, first, size int, f func(start, end int, slot *batchSlot) error) error {
 	if first < size && n > first {
-		if err := f(0, first); err != nil {
+		slot := &batchSlot{sem: make(chan struct{}, 1), held: true}
+		slot.sem <- struct{}{}
+		err := f(0, first, slot)
+		slot.release()
+		if err != nil {
 			return err
 		}
-		return inBatches(n-first, size, size, func(start, end int) error { return f(first+start, first+end) })
+		return inBatches(n-first, size, size, func(start, end int, slot *batchSlot) error { return f(first+start, first+end, slot) })
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -290,12 +412,13 @@ func inBatches(n, first, size int, f func(start, end int) error) error {
 	sem := make(chan struct{}, batchesInFlight)
 	for start := 0; start < n; start += size {
 		end := min(start+size, n)
-		sem <- struct{}{}
+		slot := &batchSlot{sem: sem}
+		slot.take(context.Background())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			if err := f(start, end); err != nil {
+			defer slot.release()
+			if err := f(start, end, slot); err != nil {
 				mu.Lock()
 				if firstErr == nil {
 					firstErr = err
@@ -306,4 +429,12 @@ func inBatches(n, first, size int, f func(start, end int) error) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// batchCount is how many batches inBatches makes of n elements.
+func batchCount(n, first, size int) int {
+	if first < size && n > first {
+		return 1 + batchCount(n-first, size, size)
+	}
+	return (n + size - 1) / size
 }

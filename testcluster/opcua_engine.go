@@ -74,6 +74,7 @@ type uaEngine struct {
 
 	notifications atomic.Uint64
 	itemsCreated  atomic.Uint64
+	nodesRead     atomic.Uint64
 	publishes     atomic.Uint64
 	keepAlives    atomic.Uint64
 	sendErrors    atomic.Uint64
@@ -128,6 +129,7 @@ type OPCUAStats struct {
 	Overflows       uint64 // samples discarded because an item's queue was full
 	SendErrors      uint64 // PublishResponses that failed to send
 	ItemsCreated    uint64 // monitored items created since the start, deleted ones included
+	NodesRead       uint64 // attributes asked for by Read requests since the start
 }
 
 func (e *uaEngine) stats() OPCUAStats {
@@ -151,5 +153,6 @@ func (e *uaEngine) stats() OPCUAStats {
 	st.Overflows = e.overflows.Load()
 	st.SendErrors = e.sendErrors.Load()
 	st.ItemsCreated = e.itemsCreated.Load()
+	st.NodesRead = e.nodesRead.Load()
 	return st
 }

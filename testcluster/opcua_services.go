@@ -145,6 +145,7 @@ func (s *OPCUAServer) readService(c *uaConn, r *ua.ReadRequest) ua.Response {
 	case r.TimestampsToReturn > ua.TimestampsToReturnNeither:
 		return serviceFault(r, ua.StatusBadTimestampsToReturnInvalid)
 	}
+	s.eng.nodesRead.Add(uint64(len(r.NodesToRead)))
 	now := time.Now()
 	results := make([]*ua.DataValue, len(r.NodesToRead))
 	for i, rv := range r.NodesToRead {
