@@ -78,23 +78,40 @@ func appendStatus(dst []byte, s StatusCode) []byte {
 // SetHeaders sets the update's headers on h: quality, status, sequence
 // number and the timestamps that are set.
 func SetHeaders(h nats.Header, u *Update) {
-	// One backing array for the values: a header costs one allocation,
-	// not one per field.
+	// One backing array for the values and one string for the formatted
+	// ones, which the values slice: at 100,000 updates a second every
+	// allocation per message counts, in CPU and in the garbage the heap
+	// grows to hold.
 	vals := make([]string, 5)
+	var buf [96]byte
+	b := appendStatus(buf[:0], u.Status)
+	b = strconv.AppendUint(b, u.Seq, 10)
+	seqEnd := len(b)
+	if !u.SourceTime.IsZero() {
+		b = u.SourceTime.UTC().AppendFormat(b, time.RFC3339Nano)
+	}
+	srcEnd := len(b)
+	if !u.ServerTime.IsZero() {
+		b = u.ServerTime.UTC().AppendFormat(b, time.RFC3339Nano)
+	}
+	all := string(b)
 	set := func(i int, k, v string) {
 		vals[i] = v
 		h[k] = vals[i : i+1 : i+1]
 	}
 	set(0, HeaderQuality, u.Status.Quality().String())
-	set(1, HeaderStatus, string(appendStatus(make([]byte, 0, 10), u.Status)))
-	set(2, HeaderSeq, strconv.FormatUint(u.Seq, 10))
-	if !u.SourceTime.IsZero() {
-		set(3, HeaderSourceTime, u.SourceTime.UTC().Format(time.RFC3339Nano))
+	set(1, HeaderStatus, all[:statusLen])
+	set(2, HeaderSeq, all[statusLen:seqEnd])
+	if srcEnd > seqEnd {
+		set(3, HeaderSourceTime, all[seqEnd:srcEnd])
 	}
-	if !u.ServerTime.IsZero() {
-		set(4, HeaderServerTime, u.ServerTime.UTC().Format(time.RFC3339Nano))
+	if len(all) > srcEnd {
+		set(4, HeaderServerTime, all[srcEnd:])
 	}
 }
+
+// statusLen is the length of a status as appendStatus writes it.
+const statusLen = len("0x00000000")
 
 func appendValue(dst []byte, v any) []byte {
 	switch x := v.(type) {

@@ -148,3 +148,12 @@ func BenchmarkAppendJSON(b *testing.B) {
 		buf, _ = AppendJSON(buf[:0], &u)
 	}
 }
+
+func BenchmarkSetHeaders(b *testing.B) {
+	u := Update{Tag: "Plant.Line1.Temperature", Value: 21.53, Status: StatusGood,
+		SourceTime: time.Now(), ServerTime: time.Now(), Seq: 123456}
+	b.ReportAllocs()
+	for b.Loop() {
+		SetHeaders(make(nats.Header, 6), &u)
+	}
+}
