@@ -42,6 +42,9 @@ type benchConfig struct {
 	// childProfile, if set, is where the relay process of relay-throughput
 	// writes a heap profile.
 	childProfile string
+	// relayBin is the apbridge binary relay-throughput runs; empty: build
+	// one.
+	relayBin string
 	// childMemLimit, if set, is the GOMEMLIMIT of those processes.
 	childMemLimit string
 	// cycles, sink and seed are the soak's (bench_soak.go).
@@ -179,6 +182,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
 	fs.DurationVar(&cfg.storm, "storm", 110*time.Second, "how long the storm scenario's source does not answer")
 	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile of the relay process in relay-throughput's last flat-out run")
+	fs.StringVar(&cfg.relayBin, "relay-bin", "", "relay-throughput: the apbridge binary to measure (default: built from this module with go build)")
 	fs.StringVar(&cfg.childMemLimit, "relay-memlimit", "", "GOMEMLIMIT of the publishing processes of relay-throughput, e.g. 40MiB (default: inherited)")
 	fs.IntVar(&cfg.cycles, "cycles", 3, "soak: cycles, each applying every fault kind once in a seeded random order (1-100000)")
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")

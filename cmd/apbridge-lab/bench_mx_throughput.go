@@ -13,6 +13,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
+	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 )
@@ -175,7 +176,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 	res.set("publish_errors", relayed.PublishErrors)
 	// VmHWM of this process: the relay, the gateway simulator, the NATS
 	// cluster and the consumer together, over the whole bench run.
-	res.set("rss_mb", round3(peakRSS()))
+	res.set("rss_mb", round3(procstat.PeakRSS()))
 	res.set("peak_heap_mb", round3(p.peakHeap))
 	return res, nil
 }

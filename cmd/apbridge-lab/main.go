@@ -25,7 +25,6 @@ func commands() []cli.Command {
 		{Name: "demo", Summary: "run the scripted maintenance demo on the embedded cluster", Run: runDemo},
 		{Name: "bench", Summary: "run failover benchmarks on the embedded cluster", Run: runBench},
 		// A process the relay-throughput benchmark starts.
-		{Name: "relay-child", Summary: "the relay process relay-throughput measures", Run: runRelayChild, Hidden: true},
 		// The relay process of the soak.
 		{Name: "soak-relay", Summary: "the relay process the soak measures", Run: runSoakRelay, Hidden: true},
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/fleet"
+	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/rs/zerolog"
 )
@@ -95,7 +96,7 @@ func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
 		debug.FreeOSMemory() // a GC, and what it freed given back
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		st.RSSMiB, st.HeapMiB = currentRSS(), float64(ms.HeapInuse)/(1<<20)
+		st.RSSMiB, st.HeapMiB = procstat.CurrentRSS(), float64(ms.HeapInuse)/(1<<20)
 	}
 	st.Goroutines, st.Sources = runtime.NumGoroutine(), rl.Bridge().Stats()
 	if a, ok := rl.Conn().ActiveServer(); ok {

@@ -16,6 +16,7 @@ import (
 	"os"
 
 	"github.com/apbridge/apbridge/internal/cli"
+	"github.com/apbridge/apbridge/internal/relaychild"
 )
 
 func main() {
@@ -28,6 +29,9 @@ func commands() []cli.Command {
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
 		{Name: "version", Summary: "print the version and build (also --version)", Run: runVersion},
+		// The process the lab's relay-throughput benchmark measures: this
+		// binary, so that its memory is the relay's, not the lab's.
+		{Name: "relay-child", Summary: "the relay process of the relay-throughput benchmark", Run: relaychild.Run, Hidden: true},
 	}
 }
 

@@ -1,4 +1,6 @@
-package main
+// Package relaychild is the relay process that the relay-throughput
+// benchmark measures; see Run.
+package relaychild
 
 import (
 	"context"
@@ -15,16 +17,18 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/nats-io/nats.go"
 )
 
-// runRelayChild is the process `apbridge bench relay-throughput` measures:
-// a relay with a simulated source (or, with --plain, a plain nats.go
+// Run is the process `apbridge-lab bench relay-throughput` measures: a
+// relay with a simulated source (or, with --plain, a plain nats.go
 // publisher of the same messages), alone in its process so that its CPU and
-// memory can be read from /proc. It is not a user command.
-func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// memory can be read from /proc. The relay binary runs it as a hidden
+// command, so that what is measured is the binary users run, not the lab
+// with its embedded servers. It is not a user command.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay-child", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	servers := fs.String("nats", "", "comma-separated NATS URLs")
@@ -89,7 +93,7 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		flush = nc.FlushWithContext
 		stats = func() any { return nc.Stats() }
 	} else {
-		src := testcluster.NewSimSource("sim")
+		src := &counterSource{}
 		tcs := make([]bridge.TagConfig, *tags)
 		for i := range tcs {
 			tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
@@ -100,16 +104,17 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		defer rl.Close()
 		b, conn := rl.Bridge(), rl.Conn()
-		for src.Subscribed() < *tags {
+		for src.subscribed() < *tags {
 			if err := ctxtime.Sleep(ctx, 10*time.Millisecond); err != nil {
 				return err
 			}
 		}
-		emit = src.EmitAll
-		emitSome = src.EmitSome
+		emit = src.emitAll
+		emitSome = src.emitSome
 		flush = conn.Flush
 		stats = func() any { return b.Stats() }
 	}
+	readyRSS := procstat.CurrentRSS()
 	fmt.Fprintln(stdout, "ready")
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -174,7 +179,7 @@ func runRelayChild(ctx context.Context, args []string, stdout, stderr io.Writer)
 	close(stopSample)
 	<-sampleDone
 	b, _ := json.Marshal(map[string]any{"sent": sent, "peak_heap_inuse_mib": float64(peakHeap) / (1 << 20),
-		"peak_go_sys_mib": float64(peakSys) / (1 << 20), "peak_rss_mib": peakRSS(), "stats": stats()})
+		"peak_go_sys_mib": float64(peakSys) / (1 << 20), "peak_rss_mib": procstat.PeakRSS(), "ready_rss_mib": readyRSS, "stats": stats()})
 	fmt.Fprintln(stdout, string(b))
 	return nil
 }
@@ -187,28 +192,4 @@ func writeHeapProfile(path string) error {
 	defer f.Close()
 	runtime.GC()
 	return pprof.Lookup("heap").WriteTo(f, 0)
-}
-
-// peakRSS reads the process's own peak resident set (VmHWM) in MiB. The
-// parent's rusage is no good for this: the child is started with vfork,
-// and its maximum then includes the parent's memory before the exec.
-func peakRSS() float64 { return procStatusMiB("VmHWM:") }
-
-// currentRSS reads the process's resident set (VmRSS) in MiB.
-func currentRSS() float64 { return procStatusMiB("VmRSS:") }
-
-// procStatusMiB reads a kB field of /proc/self/status in MiB (0 where
-// there is no /proc).
-func procStatusMiB(field string) float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }
