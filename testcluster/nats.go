@@ -360,8 +360,46 @@ func (c *NATSCluster) probe(ctx context.Context) error {
 				return fmt.Errorf("jetstream on %s not ready: %s", n.name, m.Data)
 			}
 		}
+		if len(running) > 1 && 2*len(running) > len(c.nodes) {
+			// With a quorum up there is a meta leader to ask; without one
+			// JetStream cannot place anything, and the caller knows why.
+			return metaSeesAll(running)
+		}
 	}
 	return nil
+}
+
+// metaSeesAll reports whether the JetStream meta leader sees every running
+// node online and current. Every node answering the JetStream API is not
+// enough: until the leader has heard from a peer it places no replica
+// there, and an R3 stream created at once failed with "no suitable peers
+// for placement".
+func metaSeesAll(running []*Node) error {
+	for _, n := range running {
+		srv := n.Server()
+		if srv == nil || !srv.JetStreamIsLeader() {
+			continue
+		}
+		jsz, err := srv.Jsz(nil)
+		if err != nil {
+			return fmt.Errorf("jetstream meta leader %s: %w", n.name, err)
+		}
+		seen := map[string]bool{srv.Name(): true}
+		if jsz.Meta != nil {
+			for _, r := range jsz.Meta.Replicas {
+				if r.Current && !r.Offline {
+					seen[r.Name] = true
+				}
+			}
+		}
+		for _, m := range running {
+			if srv := m.Server(); srv == nil || !seen[srv.Name()] {
+				return fmt.Errorf("jetstream meta leader %s does not see %s online and current yet", n.name, m.name)
+			}
+		}
+		return nil
+	}
+	return errors.New("jetstream has no meta leader yet")
 }
 
 // Close shuts every node down and removes the temporary state directory.
