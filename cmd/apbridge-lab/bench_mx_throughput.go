@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
@@ -277,22 +276,7 @@ func (p *mxTP) watch(ctx context.Context, rate float64, d time.Duration, steady 
 // APBRIDGE_LAB_MX_CPUPROFILE names a file, until the returned func is
 // called.
 func (p *mxTP) profile() func() {
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			select {
-			case <-quit:
-				return
-			case <-t.C:
-			}
-			runtime.ReadMemStats(&ms)
-			p.peakHeap = max(p.peakHeap, float64(ms.HeapInuse)/(1<<20))
-		}
-	}()
+	stopSampling := procstat.SampleHeap(100 * time.Millisecond)
 	var f *os.File
 	if path := os.Getenv(mxTPCPUProfileEnv); path != "" {
 		var err error
@@ -304,8 +288,7 @@ func (p *mxTP) profile() func() {
 		}
 	}
 	return func() {
-		close(quit)
-		<-done
+		p.peakHeap = max(p.peakHeap, float64(stopSampling().InUse)/(1<<20))
 		if f != nil {
 			pprof.StopCPUProfile()
 			f.Close()

@@ -1,12 +1,15 @@
-// Package procstat reads the process's own memory figures from
-// /proc/self/status, for the benchmarks: the Go runtime's figures leave out
-// what the process's binary and its C and OS allocations hold.
+// Package procstat reads the process's own memory figures for the
+// benchmarks: the resident set from /proc/self/status (the Go runtime's
+// figures leave out what the binary and the OS hold) and the Go heap's
+// peaks.
 package procstat
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PeakRSS is the process's peak resident set (VmHWM) in MiB. The parent's
@@ -31,4 +34,39 @@ func mib(field string) float64 {
 		}
 	}
 	return 0
+}
+
+// HeapPeaks are the largest Go heap figures a sampler saw, in bytes.
+type HeapPeaks struct {
+	InUse uint64 // HeapInuse
+	Sys   uint64 // Sys: all the Go runtime took from the OS
+}
+
+// SampleHeap reads the Go runtime's memory figures every interval on a
+// goroutine of its own, until the returned stop, which returns the peaks:
+// a process's peak RSS alone does not say where the memory went.
+func SampleHeap(every time.Duration) (stop func() HeapPeaks) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	var peaks HeapPeaks
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			runtime.ReadMemStats(&ms)
+			peaks.InUse = max(peaks.InUse, ms.HeapInuse)
+			peaks.Sys = max(peaks.Sys, ms.Sys)
+		}
+	}()
+	return func() HeapPeaks {
+		close(quit)
+		<-done
+		return peaks
+	}
 }

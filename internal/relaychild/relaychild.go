@@ -125,27 +125,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	// Sample the heap while publishing: peak RSS alone does not say where
-	// the memory went.
-	var peakHeap, peakSys uint64
-	sampleDone := make(chan struct{})
-	stopSample := make(chan struct{})
-	go func() {
-		defer close(sampleDone)
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			select {
-			case <-stopSample:
-				return
-			case <-t.C:
-			}
-			runtime.ReadMemStats(&ms)
-			peakHeap = max(peakHeap, ms.HeapInuse)
-			peakSys = max(peakSys, ms.Sys)
-		}
-	}()
+	stopSampling := procstat.SampleHeap(50 * time.Millisecond)
 	start := time.Now()
 	deadline := start.Add(*duration)
 	var sent int
@@ -176,10 +156,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	flush(fctx)
-	close(stopSample)
-	<-sampleDone
-	b, _ := json.Marshal(map[string]any{"sent": sent, "peak_heap_inuse_mib": float64(peakHeap) / (1 << 20),
-		"peak_go_sys_mib": float64(peakSys) / (1 << 20), "peak_rss_mib": procstat.PeakRSS(), "ready_rss_mib": readyRSS, "stats": stats()})
+	peaks := stopSampling()
+	b, _ := json.Marshal(map[string]any{"sent": sent, "peak_heap_inuse_mib": float64(peaks.InUse) / (1 << 20),
+		"peak_go_sys_mib": float64(peaks.Sys) / (1 << 20), "peak_rss_mib": procstat.PeakRSS(), "ready_rss_mib": readyRSS, "stats": stats()})
 	fmt.Fprintln(stdout, string(b))
 	return nil
 }
