@@ -2,6 +2,7 @@ package servicelevel
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,17 +70,24 @@ func (f *firstValues) await(ctx context.Context, handles []uint32, sent <-chan s
 	var timer *time.Timer
 	var expire <-chan time.Time
 	seen := -1
+	got := make(map[uint32]*ua.DataValue, len(handles))
+	// Each wake-up looks only at the handles still missing: the counters
+	// of the items already in wake it for every data message.
+	missing := slices.Clone(handles)
 	for {
 		f.mu.Lock()
-		got := make(map[uint32]*ua.DataValue, len(handles))
-		for _, h := range handles {
+		rest := missing[:0]
+		for _, h := range missing {
 			if dv, ok := f.vals[h]; ok {
 				got[h] = dv
+			} else {
+				rest = append(rest, h)
 			}
 		}
+		missing = rest
 		arrived, total := f.arrived, len(f.vals)
 		f.mu.Unlock()
-		if len(got) == len(handles) || arrived == nil {
+		if len(missing) == 0 || arrived == nil {
 			return got
 		}
 		if timer != nil && total > seen {
