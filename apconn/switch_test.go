@@ -455,22 +455,54 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 }
 
 // outsideObserver subscribes to subj on the broker that is neither active
-// nor passive, bypassing any proxy, and observes what arrives there.
+// nor passive.
 func outsideObserver(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn, subj string) *testcluster.Traffic {
 	t.Helper()
-	ext, err := nats.Connect(thirdNode(t, cl, c).DirectURL())
+	return observeOn(t, thirdNode(t, cl, c), c, subj)
+}
+
+// observeOn subscribes to subj with a plain client on node and returns once
+// a publish through c reaches it. The broker passes a new subscription on
+// to the others over its routes in the background: a broker that has not
+// heard of it yet drops c's messages for want of interest, which would
+// count as lost.
+func observeOn(t *testing.T, node *testcluster.Node, c *apconn.Conn, subj string) *testcluster.Traffic {
+	t.Helper()
+	ext, err := nats.Connect(node.DirectURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ext.Close)
-	outer := testcluster.NewTraffic(c, subj, time.Millisecond)
-	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { outer.Observe(m.Data) }); err != nil {
+	obs := testcluster.NewTraffic(c, subj, time.Millisecond)
+	reached := make(chan struct{}, 1)
+	if _, err := ext.Subscribe(subj, func(m *nats.Msg) {
+		if len(m.Data) < testcluster.PayloadSize {
+			// A probe, which Observe ignores.
+			select {
+			case reached <- struct{}{}:
+			default:
+			}
+			return
+		}
+		obs.Observe(m.Data)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ext.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return outer
+	testutil.WaitFor(t, "interest in "+subj+" on "+node.Name(), 10*time.Second, func() bool {
+		if err := c.Publish(subj, []byte("probe")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-reached:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	return obs
 }
 
 // checkOutside fails the test unless outer saw messages first..sent once
@@ -629,18 +661,7 @@ func TestOrderKeptForSubscriberOnNewBroker(t *testing.T) {
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	const subj = "order.newbroker"
-	ext, err := nats.Connect(passiveNode(t, cl, c).DirectURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ext.Close)
-	obs := testcluster.NewTraffic(c, subj, time.Millisecond)
-	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { obs.Observe(m.Data) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := ext.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	obs := observeOn(t, passiveNode(t, cl, c), c, subj)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	stop := bursts(t, c, subj)
