@@ -426,3 +426,22 @@ func TestPairOutOfServiceHoldIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// Each session ranks its health subscription above its data subscription,
+// so that a server answers the ServiceLevel first when both wait for a
+// Publish request (testcluster honours it, see its own test), and
+// publishes it every heartbeat interval.
+func TestPairHealthSubscriptionOutranksData(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 90}, cfg: func(c *servicelevel.PairConfig) { c.HeartbeatIntervalMilliseconds = new(40) }})
+	subs := r.servers.A().Subscriptions()
+	if len(subs) != 2 {
+		t.Fatalf("active server has %d subscriptions, want health and data: %+v", len(subs), subs)
+	}
+	health, data := subs[0], subs[1]
+	if health.Items != 2 || data.Items != testTags {
+		t.Fatalf("subscriptions: %+v, want the health one (2 items) first, then the data one (%d)", subs, testTags)
+	}
+	if health.Priority <= data.Priority || health.Interval != 40*time.Millisecond {
+		t.Fatalf("health %+v, data %+v: want the health subscription ranked higher, every 40 ms", health, data)
+	}
+}

@@ -35,15 +35,28 @@ func send[T ua.Response](ctx context.Context, c *opcua.Client, req ua.Request) (
 	return res, err
 }
 
+// Subscription priorities. When several subscriptions of a session have
+// something to send and fewer Publish requests are queued, a server should
+// answer the one with the highest priority first (Part 4, CreateSubscription). The
+// health subscription outranks the data one so that a ServiceLevel change
+// does not queue behind a burst of data changes: a server leaving its pair
+// turns every tag Bad in the same moment it drops its level, and at 10,000
+// tags that burst fills several responses.
+const (
+	priorityHealth byte = 200
+	priorityData   byte = 100
+)
+
 // createSubscription creates a subscription publishing every interval,
 // with a keep-alive every keepAlive intervals, that outlives outlive
 // without Publish requests, and returns what the server granted.
-func createSubscription(ctx context.Context, c *opcua.Client, interval time.Duration, keepAlive uint32, outlive time.Duration) (uint32, SubscriptionParams, error) {
+func createSubscription(ctx context.Context, c *opcua.Client, interval time.Duration, keepAlive uint32, outlive time.Duration, priority byte) (uint32, SubscriptionParams, error) {
 	res, err := send[*ua.CreateSubscriptionResponse](ctx, c, &ua.CreateSubscriptionRequest{
 		RequestedPublishingInterval: msFloat(interval),
 		RequestedLifetimeCount:      lifetimeCount(interval, keepAlive, outlive),
 		RequestedMaxKeepAliveCount:  keepAlive,
 		PublishingEnabled:           true,
+		Priority:                    priority,
 	})
 	if err != nil {
 		return 0, SubscriptionParams{}, err

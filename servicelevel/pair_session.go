@@ -297,7 +297,7 @@ func (s *session) subscribe(ctx context.Context, c *opcua.Client) error {
 	// Keep-alive count 1: every cycle of the health subscription answers,
 	// with a CurrentTime change or a keep-alive, so that the gap check
 	// works even on a server that does not let CurrentTime be monitored.
-	s.healthSub, s.link.Health, err = createSubscription(ctx, c, set.HeartbeatInterval, 1, outlive)
+	s.healthSub, s.link.Health, err = createSubscription(ctx, c, set.HeartbeatInterval, 1, outlive, priorityHealth)
 	if err != nil {
 		return fmt.Errorf("create the health subscription: %w", err)
 	}
@@ -311,7 +311,7 @@ func (s *session) subscribe(ctx context.Context, c *opcua.Client) error {
 	}
 	_ = res // a rejected item shows as an unreadable level or as keep-alives
 	keepAlive := uint32(max(1, 5*time.Second/max(set.PublishingInterval, time.Millisecond)))
-	s.dataSub, s.link.Data, err = createSubscription(ctx, c, set.PublishingInterval, keepAlive, outlive)
+	s.dataSub, s.link.Data, err = createSubscription(ctx, c, set.PublishingInterval, keepAlive, outlive, priorityData)
 	if err != nil {
 		return fmt.Errorf("create the data subscription: %w", err)
 	}

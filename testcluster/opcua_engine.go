@@ -1,6 +1,8 @@
 package testcluster
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,4 +157,23 @@ func (e *uaEngine) stats() OPCUAStats {
 	st.ItemsCreated = e.itemsCreated.Load()
 	st.NodesRead = e.nodesRead.Load()
 	return st
+}
+
+// SubscriptionInfo describes one live subscription of an OPCUAServer.
+type SubscriptionInfo struct {
+	ID       uint32
+	Priority byte          // as the client asked for it
+	Interval time.Duration // the revised publishing interval
+	Items    int           // monitored items
+}
+
+func (e *uaEngine) subscriptions() []SubscriptionInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]SubscriptionInfo, 0, len(e.subs))
+	for _, sub := range e.subs {
+		out = append(out, SubscriptionInfo{ID: sub.id, Priority: sub.priority, Interval: sub.interval, Items: len(sub.items)})
+	}
+	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }

@@ -190,8 +190,11 @@ func (e *uaEngine) cycle(sub *uaSub, tick, flush bool) (out []pubOut, expired bo
 		// Woken between ticks with nothing overdue: wait for the interval.
 		return nil, false, newInterval
 	}
+	// Requests a late subscription of higher priority waits for are not
+	// this one's to take.
+	reserved := outrankingLateLocked(sub)
 	if sub.publishing && sub.reportable() {
-		for len(sess.pubq) > 0 && len(out) < maxResponsesPerCycle {
+		for len(sess.pubq) > reserved && len(out) < maxResponsesPerCycle {
 			out = append(out, e.dataMessageLocked(sub, popLocked(sess), now))
 			if !sub.reportable() {
 				break
@@ -206,7 +209,7 @@ func (e *uaEngine) cycle(sub *uaSub, tick, flush bool) (out []pubOut, expired bo
 	}
 	sub.late = false
 	if sub.keepAliveCtr >= sub.keepAlive {
-		if len(sess.pubq) == 0 {
+		if len(sess.pubq) <= reserved {
 			sub.late = true
 		} else {
 			out = append(out, e.keepAliveLocked(sub, popLocked(sess), now))
@@ -214,6 +217,22 @@ func (e *uaEngine) cycle(sub *uaSub, tick, flush bool) (out []pubOut, expired bo
 		}
 	}
 	return out, false, newInterval
+}
+
+// outrankingLateLocked counts the subscriptions of sub's session with a
+// higher priority that are late: they have something to send and wait for
+// a Publish request. The session's next requests are theirs (Part 4: the
+// server de-queues a Publish request to the subscription with the highest
+// priority), so a burst of data changes cannot hold back a ServiceLevel
+// change on a subscription the client ranked above it.
+func outrankingLateLocked(sub *uaSub) int {
+	n := 0
+	for _, o := range sub.sess.subs {
+		if o != sub && o.late && o.priority > sub.priority {
+			n++
+		}
+	}
+	return n
 }
 
 // reportable reports whether a Reporting item has a queued value.

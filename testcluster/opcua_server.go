@@ -139,6 +139,9 @@ func (s *OPCUAServer) Running() bool {
 // Stats returns what the server has served.
 func (s *OPCUAServer) Stats() OPCUAStats { return s.eng.stats() }
 
+// Subscriptions lists the server's live subscriptions, oldest first.
+func (s *OPCUAServer) Subscriptions() []SubscriptionInfo { return s.eng.subscriptions() }
+
 // ErrPairClosed is returned by Restart, and by scripted events started,
 // after the pair was closed.
 var ErrPairClosed = errors.New("testcluster: opcua pair closed")

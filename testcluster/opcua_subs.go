@@ -17,6 +17,7 @@ type uaSub struct {
 	lifetime        uint32
 	keepAlive       uint32
 	maxNotifs       uint32
+	priority        byte // the client's; a higher one is answered first
 	publishing      bool
 	items           map[uint32]*uaItem
 	order           []*uaItem
@@ -93,6 +94,7 @@ func (e *uaEngine) createSubscription(r *ua.CreateSubscriptionRequest) ua.Respon
 		lifetime:   lt,
 		keepAlive:  ka,
 		maxNotifs:  r.MaxNotificationsPerPublish,
+		priority:   r.Priority,
 		publishing: r.PublishingEnabled,
 		items:      make(map[uint32]*uaItem),
 		// A full counter makes the first idle cycle send a keep-alive, so
@@ -135,6 +137,7 @@ func (e *uaEngine) modifySubscription(r *ua.ModifySubscriptionRequest) ua.Respon
 	}
 	sub.lifetime, sub.keepAlive = lt, ka
 	sub.maxNotifs = r.MaxNotificationsPerPublish
+	sub.priority = r.Priority
 	return &ua.ModifySubscriptionResponse{
 		ResponseHeader:            respHeader(r, ua.StatusOK),
 		RevisedPublishingInterval: float64(interval) / float64(time.Millisecond),

@@ -1,0 +1,76 @@
+package testcluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// When two subscriptions of a session wait for a Publish request, the one
+// the client gave the higher priority gets the next one, as Part 4 asks:
+// a client that ranks its ServiceLevel subscription above its data must not
+// see a level change queue behind a burst of data changes.
+func TestOPCUAPublishServesTheHigherPriorityFirst(t *testing.T) {
+	p := startPair(t)
+	c := dial(t, p.A().Endpoint())
+	ctx := ctx5s(t)
+	// The low one publishes every 20 ms, the high one every 100 ms: right
+	// after the high one is served, only the low one is late, and the next
+	// request shows that it had data waiting all along (the control).
+	create := func(intervalMS float64, priority byte) uint32 {
+		t.Helper()
+		cs, err := sendAs[*ua.CreateSubscriptionResponse](t, ctx, c.Client, &ua.CreateSubscriptionRequest{
+			RequestedPublishingInterval: intervalMS, RequestedLifetimeCount: 1000, RequestedMaxKeepAliveCount: 50,
+			PublishingEnabled: true, Priority: priority,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sendAs[*ua.CreateMonitoredItemsResponse](t, ctx, c.Client, &ua.CreateMonitoredItemsRequest{
+			SubscriptionID: cs.SubscriptionID, TimestampsToReturn: ua.TimestampsToReturnBoth,
+			ItemsToCreate: []*ua.MonitoredItemCreateRequest{{
+				ItemToMonitor:  &ua.ReadValueID{NodeID: nidCurrentTime, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+				MonitoringMode: ua.MonitoringModeReporting,
+				RequestedParameters: &ua.MonitoringParameters{
+					ClientHandle: 1, SamplingInterval: 10, QueueSize: 1, DiscardOldest: true, Filter: ua.NewExtensionObject(nil),
+				},
+			}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return cs.SubscriptionID
+	}
+	low := create(20, 10)
+	high := create(100, 200)
+	eng := p.A().eng
+	bothLate := func() bool {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		l, h := eng.subs[low], eng.subs[high]
+		return l != nil && h != nil && l.late && h.late
+	}
+	publish := func() uint32 {
+		t.Helper()
+		res, err := sendAs[*ua.PublishResponse](t, ctx, c.Client, &ua.PublishRequest{SubscriptionAcknowledgements: []*ua.SubscriptionAcknowledgement{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.SubscriptionID
+	}
+	for round := range 8 {
+		deadline := time.Now().Add(3 * time.Second)
+		for !bothLate() {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the two subscriptions never both waited for a request", round)
+			}
+			time.Sleep(2 * time.Millisecond) // poll with a deadline
+		}
+		if got := publish(); got != high {
+			t.Fatalf("round %d: the request went to subscription %d, want the higher priority %d", round, got, high)
+		}
+		if got := publish(); got != low {
+			t.Fatalf("round %d: the next request went to subscription %d, want %d, which was late too", round, got, low)
+		}
+	}
+}
