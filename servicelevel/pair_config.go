@@ -34,9 +34,13 @@ const (
 
 // Defaults and ranges of PairConfig's own fields. The heartbeat and poll
 // defaults are chosen so that a frozen link is noticed within 0.6 s and a
-// connection that is Connected but gets no data within the same time.
+// connection that is Connected but gets no data within the same time. The
+// heartbeat interval is also how long a server's ServiceLevel 0 can wait
+// for its publishing cycle, the largest part of a planned failover: 50 ms
+// halves it against 100 ms for two small Publish responses a second more
+// per session.
 const (
-	DefaultHeartbeatIntervalMilliseconds = 100
+	DefaultHeartbeatIntervalMilliseconds = 50
 	MinHeartbeatIntervalMilliseconds     = 10
 	MaxHeartbeatIntervalMilliseconds     = 10000
 
@@ -93,7 +97,7 @@ type PairConfig struct {
 
 	// HeartbeatIntervalMilliseconds is the publishing interval of each
 	// session's health subscription (ServiceLevel and CurrentTime) and the
-	// sampling interval of its items. Default 100, valid 10-10000.
+	// sampling interval of its items. Default 50, valid 10-10000.
 	HeartbeatIntervalMilliseconds *int `json:"heartbeatIntervalMilliseconds,omitempty" yaml:"heartbeatIntervalMilliseconds,omitempty"`
 	// HeartbeatTimeoutMilliseconds is the gap check: a session whose
 	// health subscription delivers nothing (neither a CurrentTime change

@@ -18,7 +18,7 @@ func TestPairConfigDefaults(t *testing.T) {
 	want := PairSettings{
 		Endpoints:          [2]string{"opc.tcp://a:4840", "opc.tcp://b:4840"},
 		Mode:               ModeWarm,
-		HeartbeatInterval:  100 * time.Millisecond,
+		HeartbeatInterval:  50 * time.Millisecond,
 		HeartbeatTimeout:   600 * time.Millisecond,
 		PollInterval:       time.Second,
 		ReadTimeout:        500 * time.Millisecond,
