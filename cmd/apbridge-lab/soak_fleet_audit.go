@@ -71,6 +71,7 @@ type soakIdentity struct {
 	Skipped, Unserved, StoredAgain             uint64
 	Stored, Counted                            uint64 // messages read; counter values checked
 	LostExamples, DuplicatedExamples           []string
+	ReorderedExamples                          []string
 }
 
 func (a *soakIdentity) kind(k string) *soakIDKind {
@@ -166,7 +167,12 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 			continue
 		}
 		if len(t.entries) > 0 && v < t.max {
-			a.kind(whereAt(u.SourceTime).kind).Reordered++
+			w := whereAt(u.SourceTime)
+			a.kind(w.kind).Reordered++
+			if len(a.ReorderedExamples) < 5 {
+				a.ReorderedExamples = append(a.ReorderedExamples, fmt.Sprintf("%s; after %d (%s, cycle %d)",
+					soakDescribe(m), t.max, w.kind, w.cycle))
+			}
 		}
 		t.max = max(t.max, v)
 		t.values[vs] = i
@@ -327,6 +333,9 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	}
 	if len(a.DuplicatedExamples) > 0 {
 		res.set("duplicated_examples", a.DuplicatedExamples)
+	}
+	if len(a.ReorderedExamples) > 0 {
+		res.set("reordered_examples", a.ReorderedExamples)
 	}
 	tos, unseen := r.owners.takeovers(kills)
 	res.set("takeovers_unseen", len(unseen))
