@@ -37,11 +37,12 @@ func send[T ua.Response](ctx context.Context, c *opcua.Client, req ua.Request) (
 
 // Subscription priorities. When several subscriptions of a session have
 // something to send and fewer Publish requests are queued, a server should
-// answer the one with the highest priority first (Part 4, CreateSubscription). The
-// health subscription outranks the data one so that a ServiceLevel change
-// does not queue behind a burst of data changes: a server leaving its pair
-// turns every tag Bad in the same moment it drops its level, and at 10,000
-// tags that burst fills several responses.
+// answer the one with the highest priority first (Part 4,
+// CreateSubscription). The health subscription outranks the data one so
+// that a ServiceLevel change does not queue behind a burst of data
+// changes: a server leaving its pair turns every tag Bad in the same
+// moment it drops its level, and at 10,000 tags that burst fills several
+// responses.
 const (
 	priorityHealth byte = 200
 	priorityData   byte = 100
