@@ -168,7 +168,7 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	sub.Flush()
 	const tags = 10000
 	window := 10 * time.Second
-	var plainRates, relayRates []float64
+	var plainRates, relayRates, plainCPU, relayCPU []float64
 	var steady childRun
 	var flatRSS, flatHeap, plainReadyRSS float64
 	for run := 1; run <= cfg.runs; run++ {
@@ -192,8 +192,11 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 		rr := float64(r.received) / r.elapsed.Seconds()
 		plainRates = append(plainRates, pr)
 		relayRates = append(relayRates, rr)
-		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); relay CPU %.0f%%, peak RSS %.1f MiB (heap in use %.1f, Go runtime %.1f; %.1f when ready, plain %.1f)\n",
-			run, rr, pr, rr/pr, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20), r.peakHeap, r.peakSys, r.readyRSS, p.readyRSS)
+		rc, pc := cpuPerUpdate(r), cpuPerUpdate(p)
+		relayCPU = append(relayCPU, rc)
+		plainCPU = append(plainCPU, pc)
+		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); CPU per update %.2f µs, plain %.2f µs; relay CPU %.0f%%, peak RSS %.1f MiB (heap in use %.1f, Go runtime %.1f; %.1f when ready, plain %.1f)\n",
+			run, rr, pr, rr/pr, rc, pc, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20), r.peakHeap, r.peakSys, r.readyRSS, p.readyRSS)
 	}
 	steadyArgs := []string{"--tags", strconv.Itoa(tags), "--period", "200ms", "--duration", window.String()}
 	steady, err = runChild(ctx, exe, cl, &c, cfg.childMemLimit, steadyArgs...)
@@ -207,6 +210,11 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	res.set("delivered_per_s", round0(delivered))
 	res.set("plain_per_s", round0(plain))
 	res.set("ratio", round3(delivered/plain))
+	// The process's user and system CPU (its whole life, startup
+	// included) over the updates it published flat out: the relay's cost
+	// per update beside plain nats.go's.
+	res.set("cpu_us_per_update", round3(percentile(relayCPU, 50)))
+	res.set("plain_cpu_us_per_update", round3(percentile(plainCPU, 50)))
 	res.set("steady_offered_per_s", 50000)
 	res.set("steady_delivered_per_s", round0(float64(steady.received)/steady.elapsed.Seconds()))
 	if len(steady.lat) > 0 {
@@ -232,6 +240,15 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 		res.set("relay_gomemlimit", cfg.childMemLimit)
 	}
 	return res, nil
+}
+
+// cpuPerUpdate is a child's CPU time per update received from it, in
+// microseconds.
+func cpuPerUpdate(r childRun) float64 {
+	if r.received == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / float64(r.received)
 }
 
 func round0(f float64) float64 { return float64(int64(f + 0.5)) }
