@@ -27,18 +27,7 @@ func TestOPCUAPublishServesTheHigherPriorityFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := sendAs[*ua.CreateMonitoredItemsResponse](t, ctx, c.Client, &ua.CreateMonitoredItemsRequest{
-			SubscriptionID: cs.SubscriptionID, TimestampsToReturn: ua.TimestampsToReturnBoth,
-			ItemsToCreate: []*ua.MonitoredItemCreateRequest{{
-				ItemToMonitor:  &ua.ReadValueID{NodeID: nidCurrentTime, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
-				MonitoringMode: ua.MonitoringModeReporting,
-				RequestedParameters: &ua.MonitoringParameters{
-					ClientHandle: 1, SamplingInterval: 10, QueueSize: 1, DiscardOldest: true, Filter: ua.NewExtensionObject(nil),
-				},
-			}},
-		}); err != nil {
-			t.Fatal(err)
-		}
+		monitorCurrentTime(t, ctx, c.Client, cs.SubscriptionID, 1, 10, 1)
 		return cs.SubscriptionID
 	}
 	low := create(20, 10)

@@ -28,6 +28,24 @@ func sendAs[T ua.Response](t *testing.T, ctx context.Context, c *opcua.Client, r
 	return res, err
 }
 
+// monitorCurrentTime adds a Reporting item on CurrentTime, with handle,
+// sampling interval and queue size, to subscription subID.
+func monitorCurrentTime(t *testing.T, ctx context.Context, c *opcua.Client, subID, handle uint32, samplingMS float64, queue uint32) {
+	t.Helper()
+	if _, err := sendAs[*ua.CreateMonitoredItemsResponse](t, ctx, c, &ua.CreateMonitoredItemsRequest{
+		SubscriptionID: subID, TimestampsToReturn: ua.TimestampsToReturnBoth,
+		ItemsToCreate: []*ua.MonitoredItemCreateRequest{{
+			ItemToMonitor:  &ua.ReadValueID{NodeID: nidCurrentTime, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+			MonitoringMode: ua.MonitoringModeReporting,
+			RequestedParameters: &ua.MonitoringParameters{
+				ClientHandle: handle, SamplingInterval: samplingMS, QueueSize: queue, DiscardOldest: true, Filter: ua.NewExtensionObject(nil),
+			},
+		}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A session outlives its channel: after the connection is reset, a new
 // channel activates the same session, and Republish sends again the data
 // message that went unacknowledged; an acknowledged one is gone.
@@ -42,18 +60,7 @@ func TestOPCUASessionMovesToANewChannelAndRepublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	subID := cs.SubscriptionID
-	if _, err := sendAs[*ua.CreateMonitoredItemsResponse](t, ctx, c.Client, &ua.CreateMonitoredItemsRequest{
-		SubscriptionID: subID, TimestampsToReturn: ua.TimestampsToReturnBoth,
-		ItemsToCreate: []*ua.MonitoredItemCreateRequest{{
-			ItemToMonitor:  &ua.ReadValueID{NodeID: nidCurrentTime, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
-			MonitoringMode: ua.MonitoringModeReporting,
-			RequestedParameters: &ua.MonitoringParameters{
-				ClientHandle: 7, SamplingInterval: 20, QueueSize: 10, DiscardOldest: true, Filter: ua.NewExtensionObject(nil),
-			},
-		}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	monitorCurrentTime(t, ctx, c.Client, subID, 7, 20, 10)
 	// dataMessage publishes, acknowledging acks, until a data message
 	// comes.
 	dataMessage := func(acks ...uint32) *ua.PublishResponse {
