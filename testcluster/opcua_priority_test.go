@@ -15,23 +15,25 @@ func TestOPCUAPublishServesTheHigherPriorityFirst(t *testing.T) {
 	p := startPair(t)
 	c := dial(t, p.A().Endpoint())
 	ctx := ctx5s(t)
-	// The low one publishes every 20 ms, the high one every 100 ms: right
-	// after the high one is served, only the low one is late, and the next
-	// request shows that it had data waiting all along (the control).
-	create := func(intervalMS float64, priority byte) uint32 {
+	// The low one reports CurrentTime, which changes all the time; the
+	// high one reports ServiceLevel, which changes only when the test sets
+	// it. Right after the high one is served it has nothing left to send,
+	// so the next request shows that the low one had data waiting all
+	// along (the control).
+	create := func(priority byte, nid *ua.NodeID) uint32 {
 		t.Helper()
 		cs, err := sendAs[*ua.CreateSubscriptionResponse](t, ctx, c.Client, &ua.CreateSubscriptionRequest{
-			RequestedPublishingInterval: intervalMS, RequestedLifetimeCount: 1000, RequestedMaxKeepAliveCount: 50,
+			RequestedPublishingInterval: 20, RequestedLifetimeCount: 1000, RequestedMaxKeepAliveCount: 50,
 			PublishingEnabled: true, Priority: priority,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		monitorCurrentTime(t, ctx, c.Client, cs.SubscriptionID, 1, 10, 1)
+		monitorNode(t, ctx, c.Client, cs.SubscriptionID, nid, 1, 10, 1)
 		return cs.SubscriptionID
 	}
-	low := create(20, 10)
-	high := create(100, 200)
+	low := create(10, nidCurrentTime)
+	high := create(200, nidServiceLevel)
 	eng := p.A().eng
 	bothLate := func() bool {
 		eng.mu.Lock()
@@ -48,6 +50,7 @@ func TestOPCUAPublishServesTheHigherPriorityFirst(t *testing.T) {
 		return res.SubscriptionID
 	}
 	for round := range 8 {
+		p.A().SetLevel(byte(240 - round))
 		deadline := time.Now().Add(3 * time.Second)
 		for !bothLate() {
 			if time.Now().After(deadline) {

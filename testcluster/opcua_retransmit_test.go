@@ -28,14 +28,14 @@ func sendAs[T ua.Response](t *testing.T, ctx context.Context, c *opcua.Client, r
 	return res, err
 }
 
-// monitorCurrentTime adds a Reporting item on CurrentTime, with handle,
+// monitorNode adds a Reporting item on the Value of nid, with handle,
 // sampling interval and queue size, to subscription subID.
-func monitorCurrentTime(t *testing.T, ctx context.Context, c *opcua.Client, subID, handle uint32, samplingMS float64, queue uint32) {
+func monitorNode(t *testing.T, ctx context.Context, c *opcua.Client, subID uint32, nid *ua.NodeID, handle uint32, samplingMS float64, queue uint32) {
 	t.Helper()
 	if _, err := sendAs[*ua.CreateMonitoredItemsResponse](t, ctx, c, &ua.CreateMonitoredItemsRequest{
 		SubscriptionID: subID, TimestampsToReturn: ua.TimestampsToReturnBoth,
 		ItemsToCreate: []*ua.MonitoredItemCreateRequest{{
-			ItemToMonitor:  &ua.ReadValueID{NodeID: nidCurrentTime, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
+			ItemToMonitor:  &ua.ReadValueID{NodeID: nid, AttributeID: ua.AttributeIDValue, DataEncoding: &ua.QualifiedName{}},
 			MonitoringMode: ua.MonitoringModeReporting,
 			RequestedParameters: &ua.MonitoringParameters{
 				ClientHandle: handle, SamplingInterval: samplingMS, QueueSize: queue, DiscardOldest: true, Filter: ua.NewExtensionObject(nil),
@@ -60,7 +60,7 @@ func TestOPCUASessionMovesToANewChannelAndRepublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	subID := cs.SubscriptionID
-	monitorCurrentTime(t, ctx, c.Client, subID, 7, 20, 10)
+	monitorNode(t, ctx, c.Client, subID, nidCurrentTime, 7, 20, 10)
 	// dataMessage publishes, acknowledging acks, until a data message
 	// comes.
 	dataMessage := func(acks ...uint32) *ua.PublishResponse {
