@@ -462,10 +462,8 @@ func outsideObserver(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn, 
 }
 
 // observeOn subscribes to subj with a plain client on node and returns once
-// a publish through c reaches it. The broker passes a new subscription on
-// to the others over its routes in the background: a broker that has not
-// heard of it yet drops c's messages for want of interest, which would
-// count as lost.
+// the subscription reaches c's broker, so that nothing c publishes is
+// dropped there for want of interest.
 func observeOn(t *testing.T, node *testcluster.Node, c *apconn.Conn, subj string) *testcluster.Traffic {
 	t.Helper()
 	ext, err := nats.Connect(node.DirectURL())
@@ -474,34 +472,10 @@ func observeOn(t *testing.T, node *testcluster.Node, c *apconn.Conn, subj string
 	}
 	t.Cleanup(ext.Close)
 	obs := testcluster.NewTraffic(c, subj, time.Millisecond)
-	reached := make(chan struct{}, 1)
-	if _, err := ext.Subscribe(subj, func(m *nats.Msg) {
-		if len(m.Data) < testcluster.PayloadSize {
-			// A probe, which Observe ignores.
-			select {
-			case reached <- struct{}{}:
-			default:
-			}
-			return
-		}
-		obs.Observe(m.Data)
-	}); err != nil {
+	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { obs.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := ext.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, "interest in "+subj+" on "+node.Name(), 10*time.Second, func() bool {
-		if err := c.Publish(subj, []byte("probe")); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-reached:
-			return true
-		case <-time.After(20 * time.Millisecond):
-			return false
-		}
-	})
+	testutil.WaitInterest(t, ext, c)
 	return obs
 }
 

@@ -54,40 +54,6 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 	return &env{cl: cl, conn: conn, nc: nc, src: src, b: b}
 }
 
-// waitInterest returns once the consumer's subscriptions made so far
-// reach the bridge's broker. Flush proves only that the consumer's own
-// broker has them; the other brokers learn of them over the routes, and a
-// message published there before that is dropped. The consumer's
-// subscriptions go over each route in order, so a probe subscription made
-// last that a publish through the bridge's connection reaches proves the
-// others are there too.
-func (e *env) waitInterest(t *testing.T) {
-	t.Helper()
-	probe := nats.NewInbox()
-	got := make(chan *nats.Msg, 1)
-	sub, err := e.nc.ChanSubscribe(probe, got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	e.nc.Flush()
-	deadline := time.After(5 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if err := e.conn.Publish(probe, nil); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-got:
-			return
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("the consumer's subscriptions never reached the bridge's broker")
-		}
-	}
-}
-
 // singleNodeConn is an ApConnection on a one-node cluster, for tests that
 // need a broker but no switch.
 func singleNodeConn(t *testing.T) *apconn.Conn {
@@ -110,7 +76,7 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 	if _, err := e.nc.ChanSubscribe("apbridge.sim1.>", msgs); err != nil {
 		t.Fatal(err)
 	}
-	e.waitInterest(t)
+	testutil.WaitInterest(t, e.nc, e.conn)
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
 	src := time.Date(2026, 11, 30, 1, 2, 3, 4000, time.UTC)
 	e.src.Emit(2, bridge.Update{Value: 21.5, Status: bridge.StatusGood, SourceTime: src, ServerTime: src.Add(time.Millisecond)})
@@ -442,7 +408,7 @@ func TestNoUpdateLostThroughLDM(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e.waitInterest(t)
+	testutil.WaitInterest(t, e.nc, e.conn)
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 20 })
 	e.src.Run(10 * time.Millisecond)
 	testutil.WaitFor(t, "traffic", 5*time.Second, func() bool { return e.b.Stats()[0].Published > 200 })

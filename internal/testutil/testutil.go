@@ -109,3 +109,40 @@ func Request(t testing.TB, nc *nats.Conn, subj, data string) *nats.Msg {
 	}
 	return m
 }
+
+// Publisher is what WaitInterest publishes its probes through: an
+// ApConnection, a bridge's connection or a plain nats.Conn.
+type Publisher interface {
+	Publish(subj string, data []byte) error
+}
+
+// WaitInterest returns once the subscriptions nc has made so far reach the
+// broker that pub publishes to. Flush proves only that nc's own broker has
+// them; the other brokers learn of them over the routes, in the order they
+// were made, and drop what is published to them before that. So a probe
+// subscription made last, reached by a publish through pub, proves the
+// others are there too.
+func WaitInterest(t testing.TB, nc *nats.Conn, pub Publisher) {
+	t.Helper()
+	probe := nats.NewInbox()
+	got := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe(probe, got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	WaitFor(t, "the subscriptions to reach the publisher's broker", 10*time.Second, func() bool {
+		if err := pub.Publish(probe, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+}
