@@ -119,22 +119,38 @@ func (p *OPCUAPair) run() {
 		select {
 		case <-p.stop:
 			return
-		case now := <-tagC:
-			t := newSimTick(p.gen, p.tick.Load().n+1, now)
-			p.tick.Store(t)
-			for _, s := range p.servers {
-				if s.Running() {
-					s.eng.notify(s.tagNodes...)
-				}
-			}
+		case <-tagC:
+			// The tick's source time is read here, not taken from the
+			// ticker: the runtime builds a ticker's value from a clock
+			// read it cached before the send, so under load a value can
+			// be later than the next one (golang/go#80893), and the
+			// tags' source times would go back.
+			p.advance(time.Now())
 		case <-hb.C:
 			for _, s := range p.servers {
 				s.heartbeat()
 			}
-		case now := <-hk.C:
+		case <-hk.C:
+			now := time.Now()
 			for _, s := range p.servers {
 				s.eng.expireSessions(now)
 			}
+		}
+	}
+}
+
+// advance moves the simulated process to its next tick, at now or, if
+// the clock has not moved past the last tick, just after it: a tag's
+// source time never goes back, whatever the clock does.
+func (p *OPCUAPair) advance(now time.Time) {
+	prev := p.tick.Load()
+	if !now.After(prev.at) {
+		now = prev.at.Add(time.Microsecond)
+	}
+	p.tick.Store(newSimTick(p.gen, prev.n+1, now))
+	for _, s := range p.servers {
+		if s.Running() {
+			s.eng.notify(s.tagNodes...)
 		}
 	}
 }

@@ -378,3 +378,26 @@ var (
 	_ sync.Mutex
 	_ = syscall.ECONNREFUSED
 )
+
+// A tag's source time never goes back, even when the clock a tick is
+// given does: a ticker's channel values can (golang/go#80893), and a
+// client that orders a tag's values by source time would see it go back.
+func TestOPCUATickSourceTimeNeverGoesBack(t *testing.T) {
+	p := startPair(t, WithTags(4), WithTagInterval(time.Hour)) // no tick but the test's
+	counter := p.A().tagValue(0)
+	last := counter()
+	at := last.SourceTimestamp.Add(10 * time.Millisecond)
+	for i, now := range []time.Time{at, at.Add(-5 * time.Millisecond), at, at.Add(time.Millisecond)} {
+		p.advance(now)
+		dv := counter()
+		if got, want := dv.Value.Value(), int64(i+1); got != want {
+			t.Fatalf("tick %d: counter %v, want %d", i+1, got, want)
+		}
+		if !dv.SourceTimestamp.After(last.SourceTimestamp) {
+			t.Errorf("tick %d (clock %s): source time %s, not after the last tick's %s", i+1,
+				now.Format("15:04:05.000000"), dv.SourceTimestamp.Format("15:04:05.000000"),
+				last.SourceTimestamp.Format("15:04:05.000000"))
+		}
+		last = dv
+	}
+}
