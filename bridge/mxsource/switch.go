@@ -120,7 +120,11 @@ func (s *Source) supervise() {
 			if e.err != nil {
 				s.handle(e)
 			}
-		case now := <-tick.C:
+		case <-tick.C:
+			// The clock, not the ticker's value: under load that value
+			// lags the send and can even go back (golang/go#80893), and
+			// the watch measures silences against receive times.
+			now := time.Now()
 			s.watchHeartbeats(now)
 			s.watchRefresh(now)
 			if !probing && now.Sub(lastProbe) >= s.cfg.ProbeInterval {
