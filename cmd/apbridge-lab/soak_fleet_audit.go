@@ -119,6 +119,7 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 	}
 	type tagState struct {
 		max     int64
+		maxAt   int // the index in msgs of the message that carried max
 		values  map[valueStatus]int // -> the first one's index in msgs
 		entries []soakIDEntry
 	}
@@ -170,11 +171,13 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 			w := whereAt(u.SourceTime)
 			a.kind(w.kind).Reordered++
 			if len(a.ReorderedExamples) < 5 {
-				a.ReorderedExamples = append(a.ReorderedExamples, fmt.Sprintf("%s; after %d (%s, cycle %d)",
-					soakDescribe(m), t.max, w.kind, w.cycle))
+				a.ReorderedExamples = append(a.ReorderedExamples, fmt.Sprintf("%s; after %s (%s, cycle %d)",
+					soakDescribe(m), soakDescribe(msgs[t.maxAt]), w.kind, w.cycle))
 			}
 		}
-		t.max = max(t.max, v)
+		if len(t.entries) == 0 || v > t.max {
+			t.max, t.maxAt = v, i
+		}
 		t.values[vs] = i
 		t.entries = append(t.entries, soakIDEntry{v, owner, u.Seq, u.SourceTime})
 		a.Counted++
@@ -265,8 +268,12 @@ func soakDescribe(m testcluster.StoredMsg) string {
 	if err != nil {
 		return fmt.Sprintf("%s #%d: %v", m.Subject, m.Seq, err)
 	}
-	return fmt.Sprintf("%s #%d by %s/%s: %v %v at %s", m.Subject, m.Seq, m.Header.Get(relay.HeaderRelay), m.Header.Get(relay.HeaderLease),
-		u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano))
+	snapshot := ""
+	if m.Header.Get(bridge.HeaderRefresh) != "" {
+		snapshot = " (snapshot)"
+	}
+	return fmt.Sprintf("%s #%d by %s/%s: %v %v at %s, stored %s%s", m.Subject, m.Seq, m.Header.Get(relay.HeaderRelay), m.Header.Get(relay.HeaderLease),
+		u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano), m.Time.Format("15:04:05.000"), snapshot)
 }
 
 // soakSubjectSource is the source of the subject soak.<source>.<tag>.
@@ -323,9 +330,9 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	byKind := map[string]soakIDKind{}
 	for k, kc := range a.Kinds {
 		byKind[k] = *kc
-		// A loss a relay kill does not explain is a finding: its logs say
-		// what the relays did.
-		r.keepLogs = r.keepLogs || (kc.Lost > 0 && k != soakRelayKill)
+		// A loss a relay kill does not explain, and any reorder, is a
+		// finding: the relays' logs say what they did.
+		r.keepLogs = r.keepLogs || (kc.Lost > 0 && k != soakRelayKill) || kc.Reordered > 0
 	}
 	res.set("stream_by_fault", byKind)
 	if len(a.LostExamples) > 0 {
