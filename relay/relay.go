@@ -78,7 +78,13 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
 	}
 	if c.Sink == SinkJetStream {
-		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jetstreamsink.WithLogger(o.log)); err != nil {
+		jsOpts := []jetstreamsink.Option{jetstreamsink.WithLogger(o.log)}
+		if c.Fleet != nil && !c.NoHeaders {
+			// While a pair changes hands both relays publish it; the lease
+			// token keeps the old owner's late updates out of the stream.
+			jsOpts = append(jsOpts, jetstreamsink.WithFence(HeaderLease))
+		}
+		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jsOpts...); err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}

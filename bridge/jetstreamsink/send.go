@@ -11,6 +11,9 @@ import (
 
 // sendingLocked marks e as sent on the current link and returns the link.
 func (s *Sink) sendingLocked(e *jsEntry, now time.Time) *jsLink {
+	if s.fence != "" {
+		s.expectLocked(e)
+	}
 	e.state = stSent
 	e.sentJS = s.link.js
 	e.sentAt = now
@@ -23,6 +26,19 @@ func (s *Sink) sendingLocked(e *jsEntry, now time.Time) *jsLink {
 var errNotConnected = errors.New("not connected")
 
 func (s *Sink) send(l *jsLink, e *jsEntry) {
+	for s.fence != "" && e != nil {
+		s.mu.Lock()
+		if s.byMsg[e.msg] != e || e.state != stSent || !s.fencedLocked(e) {
+			s.mu.Unlock()
+			break
+		}
+		next, link := s.settleFencedLocked(e, s.subjects[e.subject].fencedBy)
+		s.mu.Unlock()
+		e, l = next, link
+	}
+	if e == nil {
+		return
+	}
 	if !l.nc.IsConnected() {
 		s.onErr(l.js, e.msg, errNotConnected)
 		return
@@ -46,6 +62,7 @@ func (s *Sink) onAck(_ jetstream.JetStream, m *nats.Msg, ack *jetstream.PubAck) 
 	if ack.Duplicate {
 		s.stats.duplicates.Add(1)
 	}
+	s.storedLocked(e, ack.Sequence)
 	next, link := s.doneLocked(e)
 	s.mu.Unlock()
 	if next != nil {
@@ -140,6 +157,21 @@ func (s *Sink) onErr(js jetstream.JetStream, m *nats.Msg, err error) {
 		s.wake()
 		return
 	}
+	if e.token != 0 && wrongLast(err) {
+		// Another publisher stored the tag since, or is storing it right
+		// now: whose update it was decides (see the fence). Looked up at
+		// once the first time, then after a growing wait, so that a
+		// subject the stream keeps refusing is not looked up in a loop.
+		e.attempts++
+		e.check, e.retryAt = true, now
+		if e.attempts > 1 {
+			e.retryAt = now.Add(backoff(e.attempts - 1))
+		}
+		s.retry = append(s.retry, e)
+		s.mu.Unlock()
+		s.wake()
+		return
+	}
 	e.attempts++
 	if conflict(err) {
 		// Another copy of this update (from the other hot-hot relay, or
@@ -217,7 +249,7 @@ func (s *Sink) pump() {
 	defer timer.Stop()
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
-	var due []*jsEntry
+	var due, checks []*jsEntry
 	for {
 		s.mu.Lock()
 		if s.closed {
@@ -256,15 +288,26 @@ func (s *Sink) pump() {
 				next = later
 			}
 		}
+		checks = checks[:0]
+		sending := due[:0]
 		for _, e := range due {
+			if e.check {
+				checks = append(checks, e)
+				continue
+			}
 			s.sendingLocked(e, now)
+			sending = append(sending, e)
 		}
 		s.mu.Unlock()
-		for _, e := range due {
+		for _, e := range sending {
 			s.stats.republished.Add(1)
 			s.send(link, e)
 		}
+		for _, e := range checks {
+			s.resolve(link, e)
+		}
 		clear(due)
+		clear(checks)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)

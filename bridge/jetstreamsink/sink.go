@@ -21,7 +21,8 @@ import (
 type Option func(*options) error
 
 type options struct {
-	log zerolog.Logger
+	log   zerolog.Logger
+	fence string
 }
 
 // WithLogger logs through l (default: no logging).
@@ -80,6 +81,9 @@ type Sink struct {
 	full     fullEpisode
 	errLog   rateLog
 
+	fence    string // the header of the fencing token; "" when not fenced
+	fenceLog rateLog
+
 	healthMu sync.Mutex
 	health   Health
 
@@ -107,14 +111,22 @@ type jsEntry struct {
 	sentAt   time.Time
 	retryAt  time.Time
 	attempts int
+	token    uint64 // the fencing token it carries; 0: none
+	check    bool   // the stream refused its expectation: look the subject up first
 
 	prev, next *jsEntry // publish order
 	nextSame   *jsEntry // the tag's next update
 }
 
 // jsSubject is the queue of one tag subject: head is in flight (or due for
-// a retry), the rest wait behind it.
-type jsSubject struct{ head, tail *jsEntry }
+// a retry), the rest wait behind it. With a fence, last is the stream
+// sequence of the subject's newest message this sink knows of (0:
+// unknown), and fencedBy the highest token of another publisher found
+// stored on it.
+type jsSubject struct {
+	head, tail     *jsEntry
+	last, fencedBy uint64
+}
 
 type jsFlusher struct {
 	upTo uint64
@@ -151,7 +163,7 @@ type jsCounters struct {
 	published, acked, duplicates, republished atomic.Uint64
 	timeouts, errors, rejected, blocked       atomic.Uint64
 	blockedNanos, switches, leaderResends     atomic.Uint64
-	conflicts                                 atomic.Uint64
+	conflicts, fenced                         atomic.Uint64
 }
 
 // New returns a sink that stores updates in the stream cfg
@@ -180,6 +192,7 @@ func New(ctx context.Context, conn *apconn.Conn, cfg Config, opts ...Option) (*S
 		cfg:      cfg,
 		want:     streamWant{cfg: sc},
 		log:      o.log.With().Str("component", "jetstream").Str("stream", cfg.Stream).Logger(),
+		fence:    o.fence,
 		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		byMsg:    map[*nats.Msg]*jsEntry{},
@@ -236,7 +249,7 @@ func (s *Sink) Publish(source string, m *nats.Msg, u *bridge.Update) error {
 	if maxMsg > 0 && size > maxMsg {
 		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, maxMsg)
 	}
-	e := &jsEntry{msg: m, subject: m.Subject, size: size, queuedAt: time.Now()}
+	e := &jsEntry{msg: m, subject: m.Subject, size: size, queuedAt: time.Now(), token: s.tokenOf(m)}
 
 	s.mu.Lock()
 	if s.closed {

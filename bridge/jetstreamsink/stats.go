@@ -24,6 +24,9 @@ type Stats struct {
 	// Rejected counts updates the stream refused for good (too large):
 	// not stored, each logged.
 	Rejected uint64 `json:"rejected"`
+	// Fenced counts updates not stored because a newer owner of their
+	// source stores the tag (WithFence).
+	Fenced uint64 `json:"fenced"`
 	// Blocked counts Publish calls that waited for room in the window,
 	// BlockedMs the time they waited.
 	Blocked   uint64  `json:"blocked"`
@@ -47,7 +50,7 @@ func (s *Sink) Stats() Stats {
 	st := Stats{
 		Published: c.published.Load(), Acked: c.acked.Load(), Duplicates: c.duplicates.Load(),
 		Republished: c.republished.Load(), Timeouts: c.timeouts.Load(), Errors: c.errors.Load(),
-		Conflicts: c.conflicts.Load(), Rejected: c.rejected.Load(), Blocked: c.blocked.Load(),
+		Conflicts: c.conflicts.Load(), Rejected: c.rejected.Load(), Fenced: c.fenced.Load(), Blocked: c.blocked.Load(),
 		BlockedMs: float64(c.blockedNanos.Load()) / 1e6,
 		Switches:  c.switches.Load(), LeaderElections: c.leaderResends.Load(),
 	}
