@@ -78,6 +78,8 @@ var (
 		"Publishes not acknowledged within the ack timeout.", nil, nil)
 	mJSRejected = prometheus.NewDesc("apbridge_jetstream_rejected_total",
 		"Updates the stream refused for good (too large); each is logged.", nil, nil)
+	mJSFenced = prometheus.NewDesc("apbridge_jetstream_fenced_total",
+		"Updates not stored because a newer owner of their source stores the tag (a fleet's handover).", nil, nil)
 	mJSBlocked = prometheus.NewDesc("apbridge_jetstream_backpressure_total",
 		"Publishes that waited for room in the pending window (backpressure toward the source).", nil, nil)
 	mJSPending = prometheus.NewDesc("apbridge_jetstream_pending",
@@ -90,7 +92,7 @@ var (
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
 		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes, mLinkRecoveries, mRepublished,
-		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSBlocked, mJSPending, mJSReady} {
+		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSFenced, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
 	for _, d := range fleetDescs {
@@ -150,6 +152,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mJSRepublished, float64(st.Republished))
 		counter(mJSTimeouts, float64(st.Timeouts))
 		counter(mJSRejected, float64(st.Rejected))
+		counter(mJSFenced, float64(st.Fenced))
 		counter(mJSBlocked, float64(st.Blocked))
 		gauge(mJSPending, float64(st.Pending))
 		ready, _ := js.Ready()
