@@ -119,7 +119,7 @@ func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
 	}
 	type tagState struct {
 		max     int64
-		maxAt   int // the index in msgs of the message that carried max
+		maxAt   int                 // the index in msgs of the message that carried max
 		values  map[valueStatus]int // -> the first one's index in msgs
 		entries []soakIDEntry
 	}
