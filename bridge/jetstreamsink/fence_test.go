@@ -64,6 +64,13 @@ func (p *fencedPublisher) publish(t *testing.T, base time.Time, v int64) {
 	}
 }
 
+func (p *fencedPublisher) wantFenced(t *testing.T, want uint64) {
+	t.Helper()
+	if n := p.sink.Stats().Fenced; n != want {
+		t.Errorf("owner with token %d: %d updates fenced, want %d", p.token, n, want)
+	}
+}
+
 func storedValues(t *testing.T, cl *testcluster.NATSCluster, stream string) []int64 {
 	t.Helper()
 	nc, err := nats.Connect(cl.URLs()[0])
@@ -124,12 +131,8 @@ func TestFenceKeepsATagInOrderAcrossOwners(t *testing.T) {
 			if want := []int64{1, 3, 4, 6}; !slices.Equal(got, want) {
 				t.Fatalf("stored %v, want %v", got, want)
 			}
-			if n := old.sink.Stats().Fenced; n != 2 {
-				t.Errorf("old owner: %d fenced, want 2", n)
-			}
-			if n := next.sink.Stats().Fenced; n != 0 {
-				t.Errorf("new owner: %d fenced, want 0", n)
-			}
+			old.wantFenced(t, 2)
+			next.wantFenced(t, 0)
 		})
 	}
 }
@@ -150,12 +153,8 @@ func TestFenceNewerOwnerGoesOnAfterTheOldOnesWrite(t *testing.T) {
 	if got, want := storedValues(t, cl, stream), []int64{1, 2, 3}; !slices.Equal(got, want) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
-	if n := next.sink.Stats().Fenced; n != 0 {
-		t.Errorf("new owner: %d fenced, want 0", n)
-	}
-	if n := old.sink.Stats().Fenced; n != 1 {
-		t.Errorf("old owner: %d fenced, want 1", n)
-	}
+	next.wantFenced(t, 0)
+	old.wantFenced(t, 1)
 }
 
 // Both owners publish the tag flat out at once, so that the replicated
