@@ -51,10 +51,7 @@ func newFencedPublisher(t *testing.T, cl *testcluster.NATSCluster, stream string
 // waits until the stream has answered.
 func (p *fencedPublisher) publish(t *testing.T, base time.Time, v int64) {
 	t.Helper()
-	u := &bridge.Update{Tag: "Counter", Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
-	m := &nats.Msg{Subject: p.subject, Data: []byte(strconv.FormatInt(v, 10)),
-		Header: nats.Header{fenceHeader: []string{strconv.FormatUint(p.token, 10)}}}
-	if err := p.sink.Publish("line1", m, u); err != nil {
+	if err := p.send(base, v); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -62,6 +59,14 @@ func (p *fencedPublisher) publish(t *testing.T, base time.Time, v int64) {
 	if err := p.sink.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// send hands the sink counter value v, stamped v ms after base.
+func (p *fencedPublisher) send(base time.Time, v int64) error {
+	u := &bridge.Update{Tag: "Counter", Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
+	m := &nats.Msg{Subject: p.subject, Data: []byte(strconv.FormatInt(v, 10)),
+		Header: nats.Header{fenceHeader: []string{strconv.FormatUint(p.token, 10)}}}
+	return p.sink.Publish("line1", m, u)
 }
 
 func (p *fencedPublisher) wantFenced(t *testing.T, want uint64) {
@@ -171,21 +176,18 @@ func TestFenceUnderConcurrentOwners(t *testing.T) {
 	next := newFencedPublisher(t, cl, stream, 3, 2, true)
 	old.publish(t, base, 0)
 	var wg sync.WaitGroup
-	send := func(p *fencedPublisher, from, to int64) {
+	sendAll := func(p *fencedPublisher, from, to int64) {
 		defer wg.Done()
 		for v := from; v <= to; v++ {
-			u := &bridge.Update{Tag: "Counter", Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
-			m := &nats.Msg{Subject: p.subject, Data: []byte(strconv.FormatInt(v, 10)),
-				Header: nats.Header{fenceHeader: []string{strconv.FormatUint(p.token, 10)}}}
-			if err := p.sink.Publish("line1", m, u); err != nil {
+			if err := p.send(base, v); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	}
 	wg.Add(2)
-	go send(old, 1, 99)
-	go send(next, 100, 299)
+	go sendAll(old, 1, 99)
+	go sendAll(next, 100, 299)
 	wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
