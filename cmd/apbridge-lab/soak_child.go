@@ -32,9 +32,10 @@ type soakRelay struct {
 	prior soakFleetCounts
 }
 
-// soakFleetCounts are a relay's lease counts and fenced drops.
+// soakFleetCounts are a relay's lease counts and fenced drops, its own
+// and its JetStream sink's.
 type soakFleetCounts struct {
-	won, lost, handovers, renewFailures, fenced uint64
+	won, lost, handovers, renewFailures, fenced, streamFenced uint64
 }
 
 // add adds what st reports.
@@ -46,6 +47,7 @@ func (c *soakFleetCounts) add(st soakRelayStats) {
 		c.renewFailures += st.Fleet.RenewFailures
 	}
 	c.fenced += st.Fenced
+	c.streamFenced += st.StreamFenced
 }
 
 // soakChild is the relay process and its stats line protocol.

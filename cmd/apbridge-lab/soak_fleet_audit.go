@@ -391,6 +391,11 @@ type soakRelayFigures struct {
 	// Fenced are updates it dropped while it could not vouch for a lease:
 	// in the stream check they look like values the source skipped.
 	Fenced uint64 `json:"fenced"`
+	// StreamFenced are updates its JetStream sink did not store because a
+	// newer owner had stored the tag (late updates at a handover): in the
+	// stream check they are lost, or never missed if the new owner had
+	// them too.
+	StreamFenced uint64 `json:"stream_fenced"`
 }
 
 // reportRelays adds each relay's figures, and as rss_* and goroutines_*
@@ -404,6 +409,7 @@ func (r *soakRig) reportRelays(res *result) {
 		all := rel.prior
 		all.add(rel.end)
 		f.LeasesWon, f.LeasesLost, f.Handovers, f.RenewFailures, f.Fenced = all.won, all.lost, all.handovers, all.renewFailures, all.fenced
+		f.StreamFenced = all.streamFenced
 		figs = append(figs, f)
 		if rssOf == nil || rel.end.RSSMiB-rel.start.RSSMiB > rssOf.end.RSSMiB-rssOf.start.RSSMiB {
 			rssOf = rel

@@ -38,6 +38,9 @@ type soakRelayStats struct {
 	Owned  []string     `json:"owned,omitempty"`
 	Fleet  *fleet.Stats `json:"fleet,omitempty"`
 	Fenced uint64       `json:"fenced,omitempty"`
+	// StreamFenced are the updates its JetStream sink kept out because a
+	// newer owner stores the tag.
+	StreamFenced uint64 `json:"stream_fenced,omitempty"`
 }
 
 // runSoakRelay is the relay process of the soak scenario: `apbridge run`
@@ -110,6 +113,9 @@ func relayStats(rl *relay.Relay, memory bool) soakRelayStats {
 		st.Owned = m.Owned()
 		fs := m.Stats()
 		st.Fleet, st.Fenced = &fs, rl.FleetFenced()
+	}
+	if js := rl.JetStream(); js != nil {
+		st.StreamFenced = js.Stats().Fenced
 	}
 	return st
 }
