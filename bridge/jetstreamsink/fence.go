@@ -125,9 +125,31 @@ func (s *Sink) settleFencedLocked(e *jsEntry, by uint64) (*jsEntry, *jsLink) {
 	return s.doneLocked(e)
 }
 
+// maxLookups bounds the fence's reads in flight. At a handover the old
+// owner's next update of every tag is refused, thousands at once at plant
+// scale; read one after another, they would hold the relay's whole window
+// (and so its other sources) for thousands of round trips.
+const maxLookups = 32
+
+// startResolve resolves e on a goroutine of its own, at most maxLookups
+// at a time; it waits for room, or returns at Close.
+func (s *Sink) startResolve(l *jsLink, e *jsEntry) {
+	select {
+	case s.lookups <- struct{}{}:
+	case <-s.done:
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.lookups }()
+		s.resolve(l, e)
+	}()
+}
+
 // resolve looks up the message a refused update's subject ended at, and
-// settles e or sends it again: see the fence above. It runs on the pump,
-// without the lock.
+// settles e or sends it again: see the fence above. It runs without the
+// lock.
 func (s *Sink) resolve(l *jsLink, e *jsEntry) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.AckTimeout)
 	seq, token, id, err := s.newestOn(ctx, l.nc, e.subject)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,8 +64,13 @@ func (p *fencedPublisher) publish(t *testing.T, base time.Time, v int64) {
 
 // send hands the sink counter value v, stamped v ms after base.
 func (p *fencedPublisher) send(base time.Time, v int64) error {
-	u := &bridge.Update{Tag: "Counter", Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
-	m := &nats.Msg{Subject: p.subject, Data: []byte(strconv.FormatInt(v, 10)),
+	return p.sendTag(base, "Counter", v)
+}
+
+// sendTag hands the sink value v of tag, stamped v ms after base.
+func (p *fencedPublisher) sendTag(base time.Time, tag string, v int64) error {
+	u := &bridge.Update{Tag: tag, Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
+	m := &nats.Msg{Subject: strings.TrimSuffix(p.subject, "Counter") + tag, Data: []byte(strconv.FormatInt(v, 10)),
 		Header: nats.Header{fenceHeader: []string{strconv.FormatUint(p.token, 10)}}}
 	return p.sink.Publish("line1", m, u)
 }
@@ -206,4 +212,42 @@ func TestFenceUnderConcurrentOwners(t *testing.T) {
 		t.Errorf("stored %v: the new owner's last update is missing", got)
 	}
 	t.Logf("%d stored; old owner fenced %d, new owner %+v", len(got), old.sink.Stats().Fenced, next.sink.Stats())
+}
+
+// A handover at plant scale: the old owner's next update of every one of
+// 2,000 tags is refused at once. Each refusal reads the tag's newest
+// message; all are fenced, none is stored after the new owner's, and the
+// old owner's window drains (its reads run side by side, not one after
+// another, or a relay's other sources would wait behind them).
+func TestFenceAtPlantScale(t *testing.T) {
+	const tags = 2000
+	cl := startJSCluster(t)
+	base := time.Now()
+	const stream = "FENCESCALE"
+	old := newFencedPublisher(t, cl, stream, 3, 1, true)
+	next := newFencedPublisher(t, cl, stream, 3, 2, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	round := func(p *fencedPublisher, v int64) time.Duration {
+		start := time.Now()
+		for i := range tags {
+			if err := p.sendTag(base, fmt.Sprintf("T%04d", i), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.sink.Flush(ctx); err != nil {
+			t.Fatalf("token %d: %v (%+v)", p.token, err, p.sink.Stats())
+		}
+		return time.Since(start)
+	}
+	round(old, 1)
+	round(next, 3)
+	took := round(old, 2) // every one refused, read and fenced
+	old.wantFenced(t, tags)
+	next.wantFenced(t, 0)
+	got := storedValues(t, cl, stream)
+	if len(got) != 2*tags || slices.Contains(got, 2) {
+		t.Fatalf("%d stored (want %d), the old owner's late 2 among them: %v", len(got), 2*tags, slices.Contains(got, 2))
+	}
+	t.Logf("the old owner's %d refused updates settled in %v", tags, took.Round(time.Millisecond))
 }

@@ -304,7 +304,7 @@ func (s *Sink) pump() {
 			s.send(link, e)
 		}
 		for _, e := range checks {
-			s.resolve(link, e)
+			s.startResolve(link, e)
 		}
 		clear(due)
 		clear(checks)

@@ -83,6 +83,7 @@ type Sink struct {
 
 	fence    string // the header of the fencing token; "" when not fenced
 	fenceLog rateLog
+	lookups  chan struct{} // bounds the fence's reads in flight
 
 	healthMu sync.Mutex
 	health   Health
@@ -193,6 +194,7 @@ func New(ctx context.Context, conn *apconn.Conn, cfg Config, opts ...Option) (*S
 		want:     streamWant{cfg: sc},
 		log:      o.log.With().Str("component", "jetstream").Str("stream", cfg.Stream).Logger(),
 		fence:    o.fence,
+		lookups:  make(chan struct{}, maxLookups),
 		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		byMsg:    map[*nats.Msg]*jsEntry{},
