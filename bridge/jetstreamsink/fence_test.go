@@ -84,19 +84,8 @@ func (p *fencedPublisher) wantFenced(t *testing.T, want uint64) {
 
 func storedValues(t *testing.T, cl *testcluster.NATSCluster, stream string) []int64 {
 	t.Helper()
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	msgs, err := testcluster.ReadStream(ctx, nc, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []int64
-	for _, m := range msgs {
+	for _, m := range readStored(t, cl, stream) {
 		v, _ := strconv.ParseInt(string(m.Data), 10, 64)
 		out = append(out, v)
 	}

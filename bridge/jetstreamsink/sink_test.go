@@ -109,6 +109,14 @@ func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *tes
 // audit reads the stream back and compares it with what src produced.
 func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, b *bridge.Bridge, stream string) testcluster.StreamAudit {
 	t.Helper()
+	stored := readStored(t, cl, stream)
+	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
+	return testcluster.Audit(expected, stored)
+}
+
+// readStored reads every message of the stream, from a running node.
+func readStored(t *testing.T, cl *testcluster.NATSCluster, stream string) []testcluster.StoredMsg {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var nc *nats.Conn
@@ -129,8 +137,7 @@ func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSou
 	if err != nil {
 		t.Fatal(err)
 	}
-	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
-	return testcluster.Audit(expected, stored)
+	return stored
 }
 
 // stepDownTo moves the stream's leadership to the node named preferred, or
