@@ -3,7 +3,6 @@ package jetstreamsink
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -105,9 +104,7 @@ func (s *Sink) fencedLocked(e *jsEntry) bool {
 // wrongLast reports the stream's refusal of an update's expected last
 // sequence.
 func wrongLast(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) &&
-		(apiErr.ErrorCode == errCodeWrongLastSequence || apiErr.ErrorCode == errCodeWrongLastSequenceConstant)
+	return publishErrorIs(err, errCodeWrongLastSequence, errCodeWrongLastSequenceConstant)
 }
 
 // settleFencedLocked takes e, which a newer owner's update superseded, out

@@ -204,24 +204,19 @@ func (s *Sink) onErr(js jetstream.JetStream, m *nats.Msg, err error) {
 // permanent reports errors that sending again cannot cure: the message is
 // too large for the stream or the server.
 func permanent(err error) bool {
-	if errors.Is(err, nats.ErrMaxPayload) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case 10054, 10097: // message or header exceeds the stream's maximum
-			return true
-		}
-	}
-	return false
+	// 10054, 10097: the message or its header exceeds the stream's maximum.
+	return errors.Is(err, nats.ErrMaxPayload) || publishErrorIs(err, 10054, 10097)
 }
 
 // conflict reports the stream's answer to a message whose ID it is
 // storing at this moment.
-func conflict(err error) bool {
+func conflict(err error) bool { return publishErrorIs(err, 10158) }
+
+// publishErrorIs reports whether err is the stream's error reply to a
+// publish with one of the given JetStream error codes.
+func publishErrorIs(err error, codes ...jetstream.ErrorCode) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10158
+	return errors.As(err, &apiErr) && slices.Contains(codes, apiErr.ErrorCode)
 }
 
 // backoff is the wait before the n-th retry after an error reply: 20 ms
