@@ -72,25 +72,36 @@ func (s *Sink) expectLocked(e *jsEntry) {
 	if e.token == 0 {
 		return
 	}
-	want := ""
-	if q := s.subjects[e.subject]; q != nil && q.last > 0 {
-		want = strconv.FormatUint(q.last, 10)
+	var want []string
+	if q := s.subjects[e.subject]; q != nil {
+		want = q.expect
 	}
-	if e.msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == want {
+	cur := e.msg.Header[jetstream.ExpectedLastSubjSeqHeader]
+	if len(cur) == len(want) && (len(cur) == 0 || cur[0] == want[0]) {
 		return
 	}
-	if want == "" {
+	if want == nil {
 		delete(e.msg.Header, jetstream.ExpectedLastSubjSeqHeader)
 		return
 	}
-	e.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{want}
+	e.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = want
+}
+
+// setLast records seq as the subject's newest message, and formats the
+// expectation once for the updates that follow, not once per send. The
+// slice is shared by their headers and never changed, only replaced.
+func (q *jsSubject) setLast(seq uint64) {
+	q.last, q.expect = seq, nil
+	if seq > 0 {
+		q.expect = []string{strconv.FormatUint(seq, 10)}
+	}
 }
 
 // storedLocked records seq, the stream sequence an update of e's subject
 // was stored at.
 func (s *Sink) storedLocked(e *jsEntry, seq uint64) {
-	if q := s.subjects[e.subject]; q != nil && e.token != 0 {
-		q.last = max(q.last, seq)
+	if q := s.subjects[e.subject]; q != nil && e.token != 0 && seq > q.last {
+		q.setLast(seq)
 	}
 }
 
@@ -180,7 +191,7 @@ func (s *Sink) resolve(l *jsLink, e *jsEntry) {
 		// The stream's answer is the truth, also when it is older than
 		// what the sink knew (the tag's messages were removed by a limit).
 		if q := s.subjects[e.subject]; q != nil {
-			q.last = seq
+			q.setLast(seq)
 		}
 		e.check = false
 		next, link = e, s.sendingLocked(e, now)

@@ -122,11 +122,12 @@ type jsEntry struct {
 // jsSubject is the queue of one tag subject: head is in flight (or due for
 // a retry), the rest wait behind it. With a fence, last is the stream
 // sequence of the subject's newest message this sink knows of (0:
-// unknown), and fencedBy the highest token of another publisher found
-// stored on it.
+// unknown), expect its header value, and fencedBy the highest token of
+// another publisher found stored on it.
 type jsSubject struct {
 	head, tail     *jsEntry
 	last, fencedBy uint64
+	expect         []string
 }
 
 type jsFlusher struct {
