@@ -135,6 +135,9 @@ func newRig(t *testing.T, o rigOption) *rig {
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if err := p.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
 		r.waitBothUp()
 	}
 	return r

@@ -43,7 +43,8 @@ import (
 // have (EventNotificationsLost).
 //
 // Create a Pair with NewPair, add items with AddItems (before or after
-// Start), Start it, and Close it when done. All methods are safe for
+// Start), Start it (it connects in the background: WaitReady waits for
+// data), and Close it when done. All methods are safe for
 // concurrent use. docs/servicelevel.md describes the timeline of every
 // failover cause.
 type Pair struct {
@@ -68,7 +69,7 @@ type Pair struct {
 
 	statusMu sync.Mutex
 	status   PairStatus
-	lastErr  error // the last connect or session error, for Start's error
+	lastErr  error // the last connect or session error, for WaitReady's error
 
 	// Owned by the loop once started.
 	sess        [2]*session
@@ -135,41 +136,59 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 func (p *Pair) Settings() PairSettings { return p.set }
 
 // Start starts the Pair: it connects the primary endpoint as the active
-// and the backup as the standby, and from then on follows the Policy until
-// Close. It returns when data flows (the first snapshot has been
-// delivered), or when ctx ends first: then the error wraps ctx's error and
-// names the last connect failure, and the Pair keeps connecting in the
-// background until Close. ctx bounds only the wait, not the Pair.
+// and the backup as the standby in the background, and from then on
+// follows the Policy until Close. It returns at once: it never waits for a
+// server, so that a pair whose servers are both down holds up nothing
+// else. Ready tells when data flows; WaitReady waits for it. ctx is not
+// kept: the Pair runs until Close.
 func (p *Pair) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
 	case p.closed:
-		p.mu.Unlock()
 		return ErrClosed
 	case p.started:
-		p.mu.Unlock()
 		return ErrStarted
 	}
 	p.started = true
 	p.items = p.preItems
 	p.preItems = nil
 	p.out = newOutput(p.opt.onData, p.opt.onEvent, p.opt.backlog)
-	p.mu.Unlock()
 	go p.loop()
+	return nil
+}
+
+// Ready returns a channel that is closed once data flows: the first
+// snapshot, and what the first samples made of it, have reached the
+// handlers.
+func (p *Pair) Ready() <-chan struct{} { return p.ready }
+
+// WaitReady waits until data flows (see Ready), the Pair is closed
+// (ErrClosed) or ctx ends: then the error wraps ctx's error and names the
+// last connect failure. The Pair keeps connecting after ctx ends.
+func (p *Pair) WaitReady(ctx context.Context) error {
 	select {
 	case <-p.ready:
 		return nil
-	case <-p.loopDone:
+	case <-p.stop:
 		return ErrClosed
 	case <-ctx.Done():
-		p.statusMu.Lock()
-		last := p.lastErr
-		p.statusMu.Unlock()
-		if last == nil {
-			return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet: %w", p.opt.name, ctx.Err())
-		}
-		return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet (last error: %v): %w", p.opt.name, last, ctx.Err())
 	}
+	select {
+	case <-p.ready: // both ready: data flows
+		return nil
+	default:
+	}
+	p.statusMu.Lock()
+	last := p.lastErr
+	p.statusMu.Unlock()
+	if last == nil {
+		return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet: %w", p.opt.name, ctx.Err())
+	}
+	return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet (last error: %v): %w", p.opt.name, last, ctx.Err())
 }
 
 // Close stops the Pair: it closes both sessions and waits for every
@@ -182,10 +201,10 @@ func (p *Pair) Close() {
 		p.closed = true
 		started := p.started
 		p.mu.Unlock()
+		close(p.stop) // WaitReady returns ErrClosed
 		if !started {
 			return
 		}
-		close(p.stop)
 		<-p.loopDone
 		p.wg.Wait()
 		p.out.close()

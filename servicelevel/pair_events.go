@@ -388,4 +388,7 @@ type PairStatus struct {
 	Link LinkParams
 	// Policy is the failover Policy's own view.
 	Policy Status
+	// LastErr is the last connect or session error, nil before any: what
+	// a pair that carries no data is up against.
+	LastErr error
 }

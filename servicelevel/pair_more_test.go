@@ -34,6 +34,9 @@ func TestPairUnreadableStandbyLevelIsNeverATarget(t *testing.T) {
 			if err := r.pair.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
+			if err := r.pair.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
 			r.waitBothUp()
 			m := r.mark()
 			r.servers.A().SetLevel(90)
@@ -108,9 +111,12 @@ func TestPairUnreachableEndpoints(t *testing.T) {
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	err = p.Start(ctx)
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("Start with both servers down: %v (it must not wait for them)", err)
+	}
+	err = p.WaitReady(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("Start: %v", err)
+		t.Fatalf("WaitReady: %v", err)
 	}
 	failed := map[servicelevel.Endpoint]bool{}
 	for !failed[servicelevel.Primary] || !failed[servicelevel.Backup] {
@@ -137,6 +143,9 @@ func TestPairUnreachableEndpoints(t *testing.T) {
 	}
 	if err := p.Start(context.Background()); !errors.Is(err, servicelevel.ErrClosed) {
 		t.Fatalf("Start after Close: %v", err)
+	}
+	if err := p.WaitReady(context.Background()); !errors.Is(err, servicelevel.ErrClosed) {
+		t.Fatalf("WaitReady after Close: %v", err)
 	}
 	if _, err := p.AddItems(context.Background(), nil); !errors.Is(err, servicelevel.ErrClosed) {
 		t.Fatalf("AddItems after Close: %v", err)

@@ -175,8 +175,8 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: h, Err: code,
 			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", h, p.nodeOf(h), s.ep, code)})
 	}
-	// Start returns once the first snapshot, and what the first samples
-	// made of it, have reached the handlers.
+	// The Pair is ready once the first snapshot, and what the first
+	// samples made of it, have reached the handlers.
 	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
 
 	p.tellPolicyServing(s, now)

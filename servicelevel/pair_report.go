@@ -114,6 +114,7 @@ func (p *Pair) publishStatus() {
 		}
 	}
 	p.statusMu.Lock()
+	st.LastErr = p.lastErr
 	p.status = st
 	p.statusMu.Unlock()
 }

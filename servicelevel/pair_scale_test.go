@@ -63,6 +63,9 @@ func testPromotionAtScale(t *testing.T, mode servicelevel.Mode, tags int, wantCr
 	if err := r.pair.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.pair.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 	r.waitBothUp()
 	b := r.servers.B()
 	standbyItems := 2 // the health subscription's

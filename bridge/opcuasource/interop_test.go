@@ -590,4 +590,7 @@ func startOnCounter(t *testing.T, p *servicelevel.Pair) {
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

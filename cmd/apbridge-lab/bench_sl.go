@@ -414,6 +414,10 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 		sp.Close()
 		return nil, err
 	}
+	if err := sp.WaitReady(ctx); err != nil {
+		sp.Close()
+		return nil, err
+	}
 	return sp.Close, nil
 }
 
