@@ -30,8 +30,18 @@ type Source struct {
 	h      bridge.Handler
 	added  map[uint32]bool
 	health bridge.Health
-	closed bool
+	// ready is set by the first snapshot's end: from then on a subscribe
+	// reaches a server, which answers for each item. refused records a
+	// subscribe refused before that, to be asked again (Restored) at once.
+	ready   bool
+	refused bool
 }
+
+// ErrNotConnected is a Subscribe's error before the source's first data
+// path is up: the bridge's guard retries, and the source asks for the
+// subscribe again (Restored) the moment a server carries data, so that
+// each tag gets the server's own answer.
+var ErrNotConnected = errors.New("opcuasource: no server carries data yet")
 
 // Option configures a Source. An option that cannot apply returns an
 // error, which New returns.
@@ -82,7 +92,7 @@ func New(name string, cfg servicelevel.PairConfig, opts ...Option) (*Source, err
 func (s *Source) Name() string { return s.name }
 
 // Start implements Source: it starts the Pair, which connects in the
-// background.
+// background, and returns at once; Health tells when data flows.
 func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 	opts := append([]servicelevel.PairOption{
 		servicelevel.WithPairName(s.name),
@@ -118,7 +128,15 @@ func (s *Source) onData(u servicelevel.Update) {
 	case servicelevel.UpdateRefreshStart:
 		h.RefreshStart(fmt.Sprintf("%s on %s", u.Cause, u.Endpoint))
 	case servicelevel.UpdateRefreshEnd:
+		s.mu.Lock()
+		s.ready = true
+		restore := s.refused
+		s.refused = false
+		s.mu.Unlock()
 		h.RefreshEnd()
+		if restore {
+			h.Restored()
+		}
 	}
 }
 
@@ -156,8 +174,10 @@ func (s *Source) healthOf(st servicelevel.PairStatus) bridge.Health {
 	switch {
 	case !st.Connected && st.Switching:
 		h.State = bridge.StateConnecting
+		h.Detail = lastErrDetail(st.LastErr)
 	case !st.Connected:
 		h.State = bridge.StateDown
+		h.Detail = lastErrDetail(st.LastErr)
 	case !st.ActiveLevel.Healthy():
 		h.State = bridge.StateDegraded
 		h.Detail = "the active server reports " + st.ActiveLevel.String()
@@ -167,6 +187,14 @@ func (s *Source) healthOf(st servicelevel.PairStatus) bridge.Health {
 		h.Detail = linkDetail(st.Link)
 	}
 	return h
+}
+
+// lastErrDetail is what a source without data says of why.
+func lastErrDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "last error: " + err.Error()
 }
 
 // linkDetail describes what the active server granted for riding out a
@@ -220,6 +248,14 @@ func (s *Source) LinkRecoveries() (recovered, republished uint64) {
 func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
 	s.mu.Lock()
 	p := s.pair
+	if p != nil && !s.ready {
+		s.refused = true
+		s.mu.Unlock()
+		if err := p.Status().LastErr; err != nil {
+			return nil, fmt.Errorf("%w (last error: %v)", ErrNotConnected, err)
+		}
+		return nil, ErrNotConnected
+	}
 	errs := make([]error, len(tags))
 	var items []servicelevel.Item
 	var idx []int
@@ -326,7 +362,6 @@ func (s *Source) Pair() *servicelevel.Pair {
 func (s *Source) Close() error {
 	s.mu.Lock()
 	p := s.pair
-	s.closed = true
 	s.mu.Unlock()
 	if p != nil {
 		p.Close()
