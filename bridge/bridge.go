@@ -146,8 +146,14 @@ type Bridge struct {
 	mu        sync.Mutex
 	sources   []*runner
 	bySubject map[string]*tagState // publish subject -> tag, for write-back
-	started   bool
-	closed    bool
+	// started and closed change under mu; started is never reset.
+	started bool
+	closed  bool
+
+	// healthCh is closed, and replaced, at every health change of a
+	// source (WaitReady).
+	healthMu sync.Mutex
+	healthCh chan struct{}
 
 	svc       *service
 	stopEvent func()
@@ -188,7 +194,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	return &Bridge{
 		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now, onSwitch: o.onSwitch,
 		log:       o.log.With().Str("component", "bridge").Logger(),
-		bySubject: map[string]*tagState{}, svc: &service{},
+		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}),
 	}, nil
 }
 
@@ -208,8 +214,15 @@ type tagState struct {
 }
 
 // AddSource adds a source and its tags. Every tag's subject is worked out
-// and checked now: an error names the tag.
-func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
+// and checked now: an error names the tag. A source may come with no tags
+// and get them later with AddTags (a source whose tags are found by
+// browsing its servers); give it WithTagsLater so that a sink learns which
+// subjects they will have.
+func (b *Bridge) AddSource(src Source, tags []TagConfig, opts ...SourceOption) error {
+	var so sourceOptions
+	for _, opt := range opts {
+		opt(&so)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.started {
@@ -222,7 +235,82 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 		}
 	}
 	r := newRunner(b, src)
-	seen := map[string]bool{}
+	r.tagsLater = so.tagsLater
+	added, err := b.newTagsLocked(r, tags)
+	if err != nil {
+		return err
+	}
+	b.addTagsLocked(r, added)
+	b.sources = append(b.sources, r)
+	return nil
+}
+
+// SourceOption configures a source as AddSource adds it.
+type SourceOption func(*sourceOptions)
+
+type sourceOptions struct {
+	tagsLater bool
+}
+
+// WithTagsLater tells the bridge that the source's tags, or more of them,
+// come later through AddTags, each on the subject the template gives it.
+// A Binder is told so (Subjects.Later), so that a stream can capture them.
+func WithTagsLater() SourceOption {
+	return func(o *sourceOptions) { o.tagsLater = true }
+}
+
+// AddTags adds tags to a source, before or after Start: a started bridge
+// subscribes them through the source's guard, as it did the first ones.
+// Every tag is checked first, and a Binder sink (a stream) is asked whether
+// it takes their subjects; an error names the tag and adds none of them.
+func (b *Bridge) AddTags(ctx context.Context, source string, tags []TagConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return errors.New("bridge: AddTags after Close")
+	}
+	var r *runner
+	for _, rn := range b.sources {
+		if rn.src.Name() == source {
+			r = rn
+		}
+	}
+	if r == nil {
+		return fmt.Errorf("bridge: AddTags: no source %q", source)
+	}
+	added, err := b.newTagsLocked(r, tags)
+	if err != nil {
+		return err
+	}
+	if bs, ok := b.sink.(Binder); ok && b.started {
+		// The sink checks the whole set again, as at Start: a stream
+		// must capture the new subjects too.
+		subj := b.subjects(b.sources)
+		for _, ts := range added {
+			subj.Tags[source] = append(subj.Tags[source], ts.subject)
+		}
+		if err := bs.Bind(ctx, subj); err != nil {
+			return err
+		}
+	}
+	b.addTagsLocked(r, added)
+	if b.started {
+		r.want()
+	}
+	return nil
+}
+
+// newTagsLocked works out and checks the subjects of tags, new to r, and
+// returns their states; it changes nothing. b.mu is held.
+func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error) {
+	name := r.src.Name()
+	r.mu.Lock()
+	seen := make(map[string]bool, len(r.tags)+len(tags))
+	for _, ts := range r.tags {
+		seen[ts.cfg.Name] = true
+	}
+	next := uint32(len(r.tags)) + 1
+	r.mu.Unlock()
 	// Tokenized once: at 10,000 tags, tokenizing them again for every tag
 	// made 19 MB of garbage at startup, and the heap it grew stayed
 	// resident.
@@ -231,47 +319,66 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 	for i, svc := range svcSubjects {
 		svcToks[i] = patternTokens(svc)
 	}
+	bySubject := map[string]string{} // among tags: subject -> tag name
+	out := make([]*tagState, 0, len(tags))
 	for i, tc := range tags {
 		if tc.Name == "" {
-			return fmt.Errorf("bridge: source %q: tags[%d]: name is empty", name, i)
+			return nil, fmt.Errorf("bridge: source %q: tags[%d]: name is empty", name, i)
 		}
 		if seen[tc.Name] {
-			return fmt.Errorf("bridge: source %q: tag %q is listed twice", name, tc.Name)
+			return nil, fmt.Errorf("bridge: source %q: tag %q is listed twice", name, tc.Name)
 		}
 		seen[tc.Name] = true
 		subj := tc.Subject
 		if subj == "" {
 			s, err := b.mapper.Subject(name, tc.Name, tc.Address)
 			if err != nil {
-				return fmt.Errorf("bridge: source %q: %w", name, err)
+				return nil, fmt.Errorf("bridge: source %q: %w", name, err)
 			}
 			subj = s
 		} else if err := ValidateSubject(subj); err != nil {
-			return fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
+			return nil, fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
 		}
 		subjToks := patternTokens(subj)
 		for i, svc := range svcToks {
 			if overlap(subjToks, svc) {
-				return fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+				return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
 					name, tc.Name, subj, svcSubjects[i])
 			}
 		}
 		if other, dup := b.bySubject[subj]; dup {
-			return fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
+			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
 				name, tc.Name, subj, other.cfg.Name, other.src.src.Name())
 		}
-		ts := &tagState{cfg: tc, src: r, handle: uint32(i + 1), subject: subj}
-		r.tags = append(r.tags, ts)
-		r.byHandle[ts.handle] = ts
-		b.bySubject[subj] = ts
+		if other, dup := bySubject[subj]; dup {
+			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
+				name, tc.Name, subj, other, name)
+		}
+		bySubject[subj] = tc.Name
+		out = append(out, &tagState{cfg: tc, src: r, handle: next + uint32(i), subject: subj})
 	}
-	b.sources = append(b.sources, r)
-	return nil
+	return out, nil
 }
 
-// Start starts every source, the subscribe guards and the bridge's NATS
-// services (status, snapshot, write-back), and returns. Stop it with
-// Close. ctx bounds the start only.
+// addTagsLocked makes tags r's. b.mu is held.
+func (b *Bridge) addTagsLocked(r *runner, tags []*tagState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ts := range tags {
+		r.tags = append(r.tags, ts)
+		r.byHandle[ts.handle] = ts
+		b.bySubject[ts.subject] = ts
+	}
+}
+
+// Start binds the sink, starts the bridge's NATS services (status,
+// snapshot, write-back) and starts every source, each on a goroutine of its
+// own, and returns: it never waits for a source's servers. A source
+// connects, and retries, on its own schedule, and one that cannot reach
+// its servers holds up no other; Ready and WaitReady tell when every
+// source is connected. A source whose Start fails is reported down with
+// the error, and the others run on. Stop the bridge with Close. ctx bounds
+// the start only.
 func (b *Bridge) Start(ctx context.Context) error {
 	b.mu.Lock()
 	if b.started || b.closed {
@@ -282,27 +389,28 @@ func (b *Bridge) Start(ctx context.Context) error {
 	b.startAt = b.now()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	sources := append([]*runner(nil), b.sources...)
+	subjects := b.subjects(sources)
 	b.mu.Unlock()
 
+	fail := func(err error) error {
+		for _, r := range sources {
+			close(r.startDone) // never to start: Close need not wait
+		}
+		b.Close()
+		return err
+	}
 	if bs, ok := b.sink.(Binder); ok {
-		if err := bs.Bind(ctx, b.subjects(sources)); err != nil {
-			b.Close()
-			return err
+		if err := bs.Bind(ctx, subjects); err != nil {
+			return fail(err)
 		}
 	}
 	b.stopEvent = b.conn.OnEvent(b.onConnEvent)
 	if err := b.moveService(); err != nil {
-		b.Close()
-		return err
+		return fail(err)
 	}
 	for _, r := range sources {
-		if err := r.src.Start(ctx, r); err != nil {
-			b.Close()
-			return fmt.Errorf("bridge: start source %q: %w", r.src.Name(), err)
-		}
 		b.wg.Add(1)
-		go r.guardLoop(b.ctx)
-		r.want()
+		go r.run(b.ctx)
 	}
 	b.log.Info().Int("sources", len(sources)).Str("prefix", b.cfg.Prefix).Msg("bridge started")
 	return nil
@@ -350,16 +458,31 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		defer cancel()
 		defer context.AfterFunc(actx, a.Abort)()
 	}
-	var errs []error
-	for _, r := range sources {
-		if started {
-			if err := r.src.Close(); err != nil {
-				errs = append(errs, fmt.Errorf("source %q: %w", r.src.Name(), err))
-			}
-		}
-	}
 	if b.cancel != nil {
+		// Ends a source's Start that is still running, and the guards.
 		b.cancel()
+	}
+	var (
+		errMu sync.Mutex
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	if started {
+		// Each source stops on its own: one whose servers are gone and
+		// whose Close takes its time delays none of the others.
+		for _, r := range sources {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.awaitStart(ctx)
+				if err := r.src.Close(); err != nil {
+					errMu.Lock()
+					errs = append(errs, fmt.Errorf("source %q: %w", r.src.Name(), err))
+					errMu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
 	}
 	b.wg.Wait()
 	if started {

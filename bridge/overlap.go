@@ -60,6 +60,21 @@ func patternTokens(s string) []ptok {
 	return out
 }
 
+// SourcePattern returns a subject pattern that every subject the template
+// gives a tag of source matches: the template's leading tokens that hold no
+// tag placeholder, then ">". A stream that captures it captures every tag
+// the source may be given later.
+func (m *Mapper) SourcePattern(source string) string {
+	var toks []string
+	for _, t := range m.tokens(source) {
+		if t.kind != tokLiteral {
+			break
+		}
+		toks = append(toks, t.pre)
+	}
+	return strings.Join(append(toks, ">"), ".")
+}
+
 // tokens returns the template's subjects for source as pattern tokens:
 // {tag} is one or more tokens, {tagid} and {address} part of one.
 func (m *Mapper) tokens(source string) []ptok {

@@ -19,16 +19,24 @@ type runner struct {
 	tags     []*tagState
 	byHandle map[uint32]*tagState
 
-	mu         sync.Mutex // guards the tags' mutable fields and the fields below
+	// tagsLater: the source gets tags by AddTags (WithTagsLater).
+	tagsLater bool
+
+	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
 	refreshing bool
 	health     Health
 	lastLen    int
 
-	guardMu sync.Mutex // guards guard and cancelReq
+	guardMu sync.Mutex // guards guard
 	guard   *Guard
 	// inFlightCeiling is the guard's, raised to the source's reply bound.
 	inFlightCeiling time.Duration
 	events          chan guardEvent
+	// wants asks the guard for a subscribe of the tags not yet
+	// subscribed; one pending ask stands for any number.
+	wants chan struct{}
+	// startDone is closed when the source's Start has returned.
+	startDone chan struct{}
 
 	counters sourceCounters
 }
@@ -43,8 +51,7 @@ type sourceCounters struct {
 type guardEventKind int
 
 const (
-	evWant guardEventKind = iota + 1
-	evRestored
+	evRestored guardEventKind = iota + 1
 	evReply
 )
 
@@ -58,8 +65,9 @@ type guardEvent struct {
 func newRunner(b *Bridge, src Source) *runner {
 	r := &runner{
 		b: b, src: src, byHandle: map[uint32]*tagState{},
-		events: make(chan guardEvent, 16),
-		health: Health{State: StateConnecting, Level: -1},
+		events: make(chan guardEvent, 16), wants: make(chan struct{}, 1),
+		startDone: make(chan struct{}),
+		health:    Health{State: StateConnecting, Level: -1},
 	}
 	gc := b.cfg.Guard
 	if rb, ok := src.(ReplyBounder); ok {
@@ -145,6 +153,7 @@ func (r *runner) HealthChanged(h Health) {
 	prev := r.health
 	r.health = h
 	r.mu.Unlock()
+	r.b.noteHealthChange()
 	if h.LastSwitch != "" && h.LastAt.After(prev.LastAt) {
 		// One line per failover, with its cause and duration as fields.
 		r.b.log.Info().Str("source", r.src.Name()).Str("cause", h.LastSwitchCause).Str("endpoint", h.Endpoint).
@@ -170,7 +179,41 @@ func (r *runner) Restored() {
 	r.send(guardEvent{kind: evRestored})
 }
 
-func (r *runner) want() { r.send(guardEvent{kind: evWant}) }
+// want asks the guard to subscribe the tags not yet subscribed. It never
+// blocks: AddTags calls it under the bridge's lock.
+func (r *runner) want() {
+	select {
+	case r.wants <- struct{}{}:
+	default: // one already pending covers these tags too
+	}
+}
+
+// run starts the source and then runs its guard until ctx ends. The
+// source's Start gets ctx too, so that Close ends a Start that is still
+// running; a source that fails to start is reported down with the error.
+func (r *runner) run(ctx context.Context) {
+	defer r.b.wg.Done()
+	err := r.src.Start(ctx, r)
+	close(r.startDone)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.b.log.Error().Err(err).Str("source", r.src.Name()).Msg("source did not start")
+		}
+		r.HealthChanged(Health{State: StateDown, Level: -1, Detail: "start failed: " + err.Error()})
+		return
+	}
+	r.want()
+	r.guardLoop(ctx)
+}
+
+// awaitStart waits until the source's Start has returned, or ctx ends.
+func (r *runner) awaitStart(ctx context.Context) {
+	select {
+	case <-r.startDone:
+	case <-ctx.Done():
+		r.b.log.Warn().Str("source", r.src.Name()).Msg("source still starting at shutdown; closing it anyway")
+	}
+}
 
 func (r *runner) send(e guardEvent) {
 	select {
@@ -188,7 +231,6 @@ const supersedeWait = 2 * time.Second
 // request goes, runs it on a goroutine of its own and cancels it when it is
 // superseded.
 func (r *runner) guardLoop(ctx context.Context) {
-	defer r.b.wg.Done()
 	var inflight sync.WaitGroup
 	// cancelReq cancels the request in flight: when it is superseded, and
 	// on the way out.
@@ -205,12 +247,14 @@ func (r *runner) guardLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-r.wants:
+			r.guardMu.Lock()
+			d = r.guard.Want(r.b.now())
+			r.guardMu.Unlock()
 		case e := <-r.events:
 			now := r.b.now()
 			r.guardMu.Lock()
 			switch e.kind {
-			case evWant:
-				d = r.guard.Want(now)
 			case evRestored:
 				d = r.guard.Restored(now)
 			case evReply:

@@ -45,6 +45,11 @@ type Subjects struct {
 	Prefix string
 	// Tags holds every tag subject, by source name.
 	Tags map[string][]string
+	// Later holds, by source name, for the sources that get tags later
+	// (WithTagsLater), a pattern every subject of their later tags
+	// matches (Mapper.SourcePattern): a stream whose subjects are worked
+	// out from the tags must capture it too.
+	Later map[string]string
 }
 
 // Service returns the subjects of the bridge's own services:
@@ -78,12 +83,19 @@ func (s coreSink) Flush(ctx context.Context) error                { return s.con
 // subjects returns the bridge's subjects for a Binder.
 func (b *Bridge) subjects(sources []*runner) Subjects {
 	tags := make(map[string][]string, len(sources))
+	later := map[string]string{}
 	for _, r := range sources {
+		name := r.src.Name()
+		r.mu.Lock()
 		for _, ts := range r.tags {
-			tags[r.src.Name()] = append(tags[r.src.Name()], ts.subject)
+			tags[name] = append(tags[name], ts.subject)
+		}
+		r.mu.Unlock()
+		if r.tagsLater {
+			later[name] = b.mapper.SourcePattern(name)
 		}
 	}
-	return Subjects{Prefix: b.cfg.Prefix, Tags: tags}
+	return Subjects{Prefix: b.cfg.Prefix, Tags: tags, Later: later}
 }
 
 // ErrSinkClosed is returned by Publish and Flush of a closed sink.

@@ -51,9 +51,9 @@ func (b *Bridge) Stats() []SourceStats {
 	b.mu.Unlock()
 	out := make([]SourceStats, 0, len(sources))
 	for _, r := range sources {
-		s := SourceStats{Name: r.src.Name(), Tags: len(r.tags)}
+		s := SourceStats{Name: r.src.Name()}
 		r.mu.Lock()
-		s.Health = r.health
+		s.Tags, s.Health = len(r.tags), r.health
 		for _, ts := range r.tags {
 			switch {
 			case !ts.subscribed && ts.subErr != "":
