@@ -239,7 +239,7 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	subjects := s.cfg.Subjects
 	if len(subjects) == 0 {
 		var err error
-		if subjects, err = deriveSubjects(tags); err != nil {
+		if subjects, err = deriveSubjects(tags, bs.Later); err != nil {
 			return err
 		}
 	}
@@ -286,16 +286,32 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 
 // deriveSubjects works out one stream subject per source from its tag
 // subjects: their common leading tokens (at least one, and fewer than the
-// shortest subject has) followed by ">".
-func deriveSubjects(tags map[string][]string) ([]string, error) {
+// shortest subject has) followed by ">". A source that gets tags later
+// (later, by source) adds the pattern its later tags fall under, and only
+// its tags outside that pattern are worked out as above.
+func deriveSubjects(tags map[string][]string, later map[string]string) ([]string, error) {
 	var out []string
-	sources := make([]string, 0, len(tags))
+	sources := make([]string, 0, len(tags)+len(later))
 	for src := range tags {
 		sources = append(sources, src)
+	}
+	for src := range later {
+		if _, ok := tags[src]; !ok {
+			sources = append(sources, src)
+		}
 	}
 	sort.Strings(sources)
 	for _, src := range sources {
 		subjects := tags[src]
+		if p, ok := later[src]; ok {
+			if p == ">" {
+				return nil, fmt.Errorf("jetstream.subjects: the subject template gives the later tags of source %q no leading token of their own, so no stream subject can be worked out: set jetstream.subjects", src)
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+			subjects = slices.DeleteFunc(slices.Clone(subjects), func(s string) bool { return subjectSubset(s, p) })
+		}
 		if len(subjects) == 0 {
 			continue
 		}
