@@ -92,6 +92,7 @@ func (f *fleetPart) valid(source string) (uint64, bool) {
 func (f *fleetPart) lease(name string, first bridge.Source, build SourceFactory) *leasedSource {
 	ls := &leasedSource{name: name, build: build, spare: first, f: f,
 		log: f.log.With().Str("source", name).Logger()}
+	ls.ctx, ls.cancel = context.WithCancel(context.Background())
 	if rb, ok := first.(bridge.ReplyBounder); ok {
 		ls.replyBound = rb.SubscribeReplyBound()
 	}
@@ -191,9 +192,15 @@ type leasedSource struct {
 	f     *fleetPart
 	log   zerolog.Logger
 
+	// ctx ends with Close; each gain's instance starts under a child of
+	// it, which the loss ends, so that neither waits for a Start.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu     sync.Mutex
 	h      bridge.Handler
 	gen    uint64 // counts gains and losses; a handler of an older gen is dead
+	endGen context.CancelFunc
 	owned  bool
 	inner  bridge.Source
 	spare  bridge.Source // built at start, used by the first gain
@@ -237,14 +244,16 @@ func (s *leasedSource) gain(token uint64) {
 	s.owned = true
 	s.gen++
 	gen := s.gen
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.endGen = cancel
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.startInner(gen, token)
+		s.startInner(ctx, gen, token)
 	}()
 }
 
-func (s *leasedSource) startInner(gen, token uint64) {
+func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 	s.mu.Lock()
 	src := s.spare
 	s.spare = nil
@@ -254,18 +263,22 @@ func (s *leasedSource) startInner(gen, token uint64) {
 		src, err = s.build()
 	}
 	if err == nil {
-		err = src.Start(context.Background(), &gatedHandler{s: s, gen: gen})
+		err = src.Start(ctx, &gatedHandler{s: s, gen: gen})
 	}
 	s.mu.Lock()
-	if err != nil || s.gen != gen {
-		h := s.h
+	switch {
+	case s.gen != gen:
+		// Lost, or closed, while it started: nobody wants it now.
 		s.mu.Unlock()
-		if err != nil {
-			s.log.Error().Err(err).Msg("fleet: source could not start")
-			h.HealthChanged(bridge.Health{State: bridge.StateDown, Level: -1, Detail: err.Error()})
-		} else {
+		if src != nil {
 			src.Close()
 		}
+		return
+	case err != nil:
+		h := s.h
+		s.mu.Unlock()
+		s.log.Error().Err(err).Msg("fleet: source could not start")
+		h.HealthChanged(bridge.Health{State: bridge.StateDown, Level: -1, Detail: "start failed: " + err.Error()})
 		return
 	}
 	s.inner = src
@@ -286,6 +299,7 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 	}
 	s.owned = false
 	s.gen++
+	s.endGenLocked()
 	inner, h := s.inner, s.h
 	s.inner = nil
 	s.mu.Unlock()
@@ -358,12 +372,24 @@ func (s *leasedSource) Health() bridge.Health {
 	return notOwned("")
 }
 
-// Close stops the instance, if any, and waits for it.
+// endGenLocked ends the context of the current generation's instance.
+func (s *leasedSource) endGenLocked() {
+	if s.endGen != nil {
+		s.endGen()
+		s.endGen = nil
+	}
+}
+
+// Close stops the instance, if any, and waits for it: an instance still
+// starting is told to stop (its context ends) and closed when its Start
+// returns.
 func (s *leasedSource) Close() error {
+	s.cancel()
 	s.mu.Lock()
 	s.closed = true
 	s.owned = false
 	s.gen++
+	s.endGenLocked()
 	inner, spare := s.inner, s.spare
 	s.inner, s.spare = nil, nil
 	s.mu.Unlock()

@@ -24,6 +24,24 @@ type options struct {
 	factories []extraFactory
 	version   string
 	onSwitch  func(source, cause string, took time.Duration)
+	// onProgress is WithStartProgress's f, or nil.
+	onProgress func(step string)
+}
+
+// progress reports a step of Start.
+func (o *options) progress(step string) {
+	if o.onProgress != nil {
+		o.onProgress(step)
+	}
+}
+
+// WithStartProgress calls f with each step Start takes as it begins it
+// ("connecting to NATS", "setting up JetStream stream S", "joining fleet
+// B"), so that a caller can say truthfully what a starting relay waits
+// for. Start waits for NATS only: sources connect in the background. f
+// must not block.
+func WithStartProgress(f func(step string)) Option {
+	return func(o *options) error { o.onProgress = f; return nil }
 }
 
 type extraSource struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,10 @@ type Relay struct {
 	js   *jetstreamsink.Sink // nil with the core sink
 	b    *bridge.Bridge
 	fl   *fleetPart // nil unless the relay is one of a fleet
+	// browseJobs are the sources whose browse roots the browser expands
+	// once the bridge runs.
+	browseJobs []browseJob
+	browser    *browser
 
 	stopOnce sync.Once
 	stopErr  error
@@ -54,6 +59,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
+	o.progress("connecting to NATS")
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	apOpts := []apconn.Option{
@@ -129,18 +135,24 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		}
 	}
 	for _, ef := range o.factories {
-		if err := r.add(ef.name, ef.tags, ef.f); err != nil {
+		if err := r.add(ef.name, ef.tags, nil, ef.f); err != nil {
 			return fail(err)
 		}
+	}
+	if r.js != nil {
+		o.progress("setting up JetStream stream " + c.JetStream.Stream)
 	}
 	if err := r.b.Start(ctx); err != nil {
 		return fail(err)
 	}
 	if r.fl != nil {
+		o.progress("joining fleet " + c.Fleet.Bucket)
 		if err := r.fl.join(ctx, c.NATS.Servers, c.connName()+"-fleet", append(natsOpts, o.natsOpts...)); err != nil {
 			return fail(err)
 		}
 	}
+	r.browser = newBrowser(o.log)
+	r.browser.start(r.b, r.browseJobs)
 	o.log.Info().Int("sources", len(c.Sources)+len(o.sources)).Str("nats", conn.Status().String()).Msg("relay running")
 	return r, nil
 }
@@ -156,20 +168,20 @@ func (r *Relay) Bridge() *bridge.Bridge { return r.b }
 func (r *Relay) JetStream() *jetstreamsink.Sink { return r.js }
 
 // add adds a source built by f: directly, or leased in a fleet relay.
-func (r *Relay) add(name string, tags []bridge.TagConfig, f SourceFactory) error {
+func (r *Relay) add(name string, tags []bridge.TagConfig, opts []bridge.SourceOption, f SourceFactory) error {
 	src, err := f()
 	if err != nil {
 		return err
 	}
 	if r.fl != nil {
-		return r.b.AddSource(r.fl.lease(name, src, f), tags)
+		return r.b.AddSource(r.fl.lease(name, src, f), tags, opts...)
 	}
-	return r.b.AddSource(src, tags)
+	return r.b.AddSource(src, tags, opts...)
 }
 
 func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 	if sc.Type == TypeMxGateway {
-		return r.add(sc.Name, sc.MxGateway.Tags, func() (bridge.Source, error) {
+		return r.add(sc.Name, sc.MxGateway.Tags, nil, func() (bridge.Source, error) {
 			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
 			if err != nil {
 				return nil, fmt.Errorf("sources[%d]: %w", i, err)
@@ -189,56 +201,16 @@ func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
 			monitoring[e.tag.Name] = e.mon
 		}
 	}
+	var addOpts []bridge.SourceOption
 	if len(sc.Browse) > 0 {
-		found, ns, err := browse(ctx, sc, func(msg string) { r.log.Warn().Str("source", sc.Name).Msg(msg) })
-		if err != nil {
-			return fmt.Errorf("sources[%d].browse: %w", i, err)
-		}
-		// A listed tag wins over a browsed one of the same name or node:
-		// one node is relayed once.
-		listed, nodes := map[string]bool{}, map[string]bool{}
-		for _, t := range tags {
-			listed[t.Name], nodes[opcuasource.ByNamespaceURI(t.Address, ns)] = true, true
-		}
-		dup := 0
-		for _, t := range found {
-			if listed[t.Name] || nodes[t.Address] {
-				dup++
-				continue
-			}
-			tags = append(tags, t)
-		}
-		r.log.Info().Str("source", sc.Name).Int("browsed", len(found)).Int("already_listed", dup).Msg("browse roots expanded")
+		// Browsed once the bridge runs: its servers may be down now.
+		r.browseJobs = append(r.browseJobs, browseJob{sc: sc, listed: slices.Clone(tags)})
+		addOpts = append(addOpts, bridge.WithTagsLater())
 	}
-	return r.add(sc.Name, tags, func() (bridge.Source, error) {
+	return r.add(sc.Name, tags, addOpts, func() (bridge.Source, error) {
 		return opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
 			opcuasource.WithMonitoring(monitoring))
 	})
-}
-
-// browseTimeout bounds the expansion of a source's browse roots on one
-// server.
-const browseTimeout = 30 * time.Second
-
-// browse expands the browse roots on the first endpoint that answers.
-func browse(ctx context.Context, sc SourceConfig, warn func(string)) ([]bridge.TagConfig, []string, error) {
-	var errs []error
-	for i, ep := range sc.Endpoints {
-		bctx, cancel := context.WithTimeout(ctx, browseTimeout)
-		opts, err := sc.Security.ClientOptions(bctx, i, ep)
-		if err != nil {
-			cancel()
-			errs = append(errs, err)
-			continue
-		}
-		tags, ns, err := opcuasource.BrowseTags(bctx, ep, sc.Browse, warn, opts...)
-		cancel()
-		if err == nil {
-			return tags, ns, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, nil, errors.Join(errs...)
 }
 
 // connName is the name the relay's connections give the brokers.
@@ -281,6 +253,9 @@ func (c *Config) natsOptions() ([]nats.Option, error) {
 func (r *Relay) Shutdown(ctx context.Context) error {
 	r.stopOnce.Do(func() {
 		var errs []error
+		if r.browser != nil {
+			r.browser.close()
+		}
 		if r.fl != nil {
 			// The fleet hears first: every source is handed over (its
 			// instance stops) before the bridge drains what it has.
@@ -341,10 +316,19 @@ func (r *Relay) Ready() (bool, []string) {
 		reasons = append(reasons, "fleet: "+m.Err().Error())
 	}
 	for _, s := range r.b.Stats() {
-		switch s.Health.State {
-		case bridge.StateConnected, bridge.StateDegraded, StateNotOwned:
-		default:
-			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health.State))
+		if !s.Health.State.Connected() && s.Health.State != StateNotOwned {
+			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health))
+		}
+	}
+	if r.browser != nil {
+		waiting := r.browser.waiting()
+		names := make([]string, 0, len(waiting))
+		for name := range waiting {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			reasons = append(reasons, fmt.Sprintf("source %s: %s", name, waiting[name]))
 		}
 	}
 	return len(reasons) == 0, reasons
