@@ -88,6 +88,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log.Info().Str("version", readBuildInfo().String()).Msg("starting")
 	r, err := startRelay(ctx, c, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM or SIGINT before the relay ran: a normal stop.
+			// Start closed what it had opened; nothing was received.
+			log.Info().Err(err).Msg("stopped while starting")
+			return nil
+		}
 		return err
 	}
 	<-ctx.Done()
@@ -101,7 +107,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // starts first, so that /healthz answers while the relay still connects
 // and /readyz says what it waits for.
 type running struct {
-	relay   atomic.Pointer[relay.Relay] // nil until relay.Start returns
+	relay atomic.Pointer[relay.Relay] // nil until relay.Start returns
+	// step is what relay.Start is doing, for /readyz until it returns.
+	step    atomic.Pointer[string]
 	log     zerolog.Logger
 	hist    histograms
 	stopEv  func() // ends the NATS event subscription of hist
@@ -114,12 +122,14 @@ type running struct {
 // then the relay of c.
 func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
 	r := &running{log: log, hist: newHistograms()}
+	r.setStep("validating the config")
 	if addr := c.HTTPListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
 			return nil, err
 		}
 	}
 	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version),
+		relay.WithStartProgress(r.setStep),
 		relay.WithSourceSwitchObserver(func(source, cause string, took time.Duration) {
 			r.hist.source.WithLabelValues(source, causeLabel(cause)).Observe(took.Seconds())
 		}))
@@ -157,12 +167,14 @@ func (r *running) stopHTTP() {
 	<-r.httpErr
 }
 
+func (r *running) setStep(step string) { r.step.Store(&step) }
+
 // ready is /readyz's answer: the relay's own while it runs; while it
-// starts, what it waits for.
+// starts, the step it is at.
 func (r *running) ready() (bool, []string) {
 	rl := r.relay.Load()
 	if rl == nil {
-		return false, []string{"starting: connecting to NATS, then to the sources"}
+		return false, []string{"starting: " + *r.step.Load()}
 	}
 	return rl.Ready()
 }
