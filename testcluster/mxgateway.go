@@ -13,6 +13,7 @@ import (
 
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/mxgateway/mxpb"
+	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 )
@@ -72,7 +73,7 @@ type MxGateway struct {
 	data      *MxData
 	log       zerolog.Logger
 	readyWait time.Duration
-	ports     portBlocks // the port, ours until Close so that Restart gets it back
+	ports     ports.Blocks // the port, ours until Close so that Restart gets it back
 	addr      string
 
 	lifeMu sync.Mutex // serialises Kill, Restart, EndStreams and Close
@@ -125,9 +126,9 @@ func StartMxGateway(data *MxData, opts ...Option) (*MxGateway, error) {
 		latencyCh: make(chan struct{}),
 	}
 	g.stats.reset()
-	ln, err := g.ports.listen()
+	ln, err := g.ports.Listen()
 	if err != nil {
-		g.ports.release()
+		g.ports.Release()
 		return nil, fmt.Errorf("testcluster: mx gateway listen: %w", err)
 	}
 	g.addr = ln.Addr().String()
@@ -356,7 +357,7 @@ func (g *MxGateway) Close() {
 	g.kill("closed")
 	g.data.removeListener(g)
 	g.workers.Wait()
-	g.ports.release()
+	g.ports.Release()
 }
 
 // endSessions ends every session for reason and waits for their workers.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -27,7 +28,7 @@ type NATSCluster struct {
 	ownDir  bool
 	ca      *CA
 	nodes   []*Node
-	ports   portBlocks // the nodes' ports, theirs until Close
+	ports   ports.Blocks // the nodes' ports, theirs until Close
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -83,11 +84,11 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATSCluster, error) {
 	}
 	for i := range cfg.nodes {
 		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
-		if n.clientPort, err = c.ports.port(); err != nil {
+		if n.clientPort, err = c.ports.Port(); err != nil {
 			c.Close()
 			return nil, err
 		}
-		if n.clusterPort, err = c.ports.port(); err != nil {
+		if n.clusterPort, err = c.ports.Port(); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -172,12 +173,12 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	var srv *server.Server
-	// The ports come from the cluster's own blocks (see portBlocks), so
+	// The ports come from the cluster's own blocks (see ports.Blocks), so
 	// only a program that binds them explicitly can hold them; wait a while
 	// for it to let go, and say which port is taken if it does not.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		err := portsFree(n.clientPort, n.clusterPort)
+		err := ports.Free(n.clientPort, n.clusterPort)
 		if err == nil {
 			srv, err = server.NewServer(o)
 			if err != nil {
@@ -418,7 +419,7 @@ func (c *NATSCluster) Close() {
 			n.proxy.Close()
 		}
 	}
-	c.ports.release()
+	c.ports.Release()
 	if c.ownDir {
 		os.RemoveAll(c.dir)
 	}

@@ -2,16 +2,14 @@ package testcluster
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/nats-io/nats.go"
 )
 
@@ -203,7 +201,7 @@ func TestJetStreamReady(t *testing.T) {
 // other outgoing connection, or the restart cannot bind it (CI saw one held
 // for 50 s): stable ports come from below the ephemeral range.
 func TestRestartablePortsAreOutsideTheEphemeralRange(t *testing.T) {
-	_, ephemeralLow, ok := stablePortRange()
+	stableLow, ephemeralLow, ok := ports.StableRange()
 	if !ok {
 		t.Skip("the ephemeral range leaves no room below it")
 	}
@@ -222,8 +220,8 @@ func TestRestartablePortsAreOutsideTheEphemeralRange(t *testing.T) {
 		ports = append(ports, port)
 	}
 	for _, port := range ports {
-		if port < stablePortFloor || port >= ephemeralLow {
-			t.Errorf("port %d is outside %d-%d", port, stablePortFloor, ephemeralLow-1)
+		if port < stableLow || port >= ephemeralLow {
+			t.Errorf("port %d is outside %d-%d", port, stableLow, ephemeralLow-1)
 		}
 	}
 }
@@ -253,46 +251,4 @@ func TestRestartSaysWhichPortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect(t, c, n.URL())
-}
-
-// Each cluster and pair owns whole blocks of ports, locked across
-// processes and within one: no other cluster picks a port of a held block,
-// even while the node on it is dead, and Close gives the block back.
-func TestPortBlocksAreExclusive(t *testing.T) {
-	lo, _, ok := stablePortRange()
-	if !ok {
-		t.Skip("the ephemeral range leaves no room below it")
-	}
-	var a portBlocks
-	l, err := a.listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	start := port - (port-lo)%portBlockSize
-	path := filepath.Join(os.TempDir(), "apbridge-testcluster-ports", strconv.Itoa(start))
-	f, err := lockPortBlock(path)
-	if f == nil && err == nil {
-		t.Skip("no flock here")
-	}
-	if !errors.Is(err, errBlockLocked) {
-		if f != nil {
-			f.Close()
-		}
-		t.Fatalf("a second lock on a held block: %v", err)
-	}
-	// The rest of the block goes to a's later ports.
-	next, err := a.port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next < start || next >= start+portBlockSize {
-		t.Fatalf("second port %d outside a's block %d-%d", next, start, start+portBlockSize-1)
-	}
-	a.release()
-	if f, err = lockPortBlock(path); err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	f.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -31,7 +32,7 @@ type OPCUAPair struct {
 	setpoints []Tag
 	byName    map[string]Tag
 	servers   [2]*OPCUAServer
-	ports     portBlocks // the endpoints' ports, theirs until Close
+	ports     ports.Blocks // the endpoints' ports, theirs until Close
 
 	tick    atomic.Pointer[simTick]
 	setVals []atomic.Pointer[setpointValue]
@@ -266,6 +267,6 @@ func (p *OPCUAPair) Close() {
 			}()
 		}
 		wg.Wait()
-		p.ports.release()
+		p.ports.Release()
 	})
 }

@@ -87,8 +87,8 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 	}
 	s.ln = ln
 	// The endpoint must survive Kill and Restart: its port comes from the
-	// pair's own blocks (see portBlocks).
-	pln, err := p.ports.listen()
+	// pair's own blocks (see ports.Blocks).
+	pln, err := p.ports.Listen()
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -1,4 +1,7 @@
-package testcluster
+// Package ports hands out loopback ports that a test server can bind
+// again after it was killed: the NATS nodes' ports, the OPC UA endpoints
+// and the MxAccess gateways' port. See Blocks.
+package ports
 
 import (
 	"errors"
@@ -13,8 +16,9 @@ import (
 )
 
 // Listeners that must come back on the same port after a kill (NATS client
-// and cluster ports, the OPC UA servers' endpoints) get ports from a
-// portBlocks that the cluster or pair owns for its lifetime.
+// and cluster ports, the OPC UA servers' endpoints, an MxAccess gateway's
+// port) get ports from a Blocks that the cluster, pair or gateway owns for
+// its lifetime.
 //
 // Two ways to lose such a port were seen in CI:
 //   - A port from the kernel's ephemeral range, freed by a kill, can become
@@ -32,10 +36,10 @@ const (
 	portBlockSize   = 16
 )
 
-// stablePortRange returns the half-open range [lo, hi) that stable ports
-// are drawn from, or ok false when the ephemeral range leaves no room below
-// it (then port 0 is the best there is).
-func stablePortRange() (lo, hi int, ok bool) {
+// StableRange returns the half-open range [lo, hi) that Blocks draws its
+// ports from, or ok false when the ephemeral range leaves no room below it
+// (then port 0 is the best there is).
+func StableRange() (lo, hi int, ok bool) {
 	hi = 49152 // IANA's dynamic range: the default on macOS and Windows
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -50,23 +54,24 @@ func stablePortRange() (lo, hi int, ok bool) {
 	return stablePortFloor, hi, true
 }
 
-// portBlocks hands out the ports of the blocks it holds, each once.
-type portBlocks struct {
+// Blocks hands out the ports of the blocks it holds, each once. The zero
+// value holds none and takes a block when it needs one.
+type Blocks struct {
 	mu    sync.Mutex
 	locks []*os.File // one per block held; nil entries where locking is unsupported
 	free  []int      // ports of held blocks not handed out yet
 }
 
-// listen listens on loopback on a port of the blocks, taking another block
+// Listen listens on loopback on a port of the blocks, taking another block
 // when those run out. A port some unrelated program has bound is skipped.
-func (b *portBlocks) listen() (net.Listener, error) {
+func (b *Blocks) Listen() (net.Listener, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var lastErr error
 	for range 8 * portBlockSize {
 		if len(b.free) == 0 {
 			// The range is read only when a block is needed.
-			lo, hi, ok := stablePortRange()
+			lo, hi, ok := StableRange()
 			if !ok {
 				return net.Listen("tcp", "127.0.0.1:0")
 			}
@@ -82,13 +87,13 @@ func (b *portBlocks) listen() (net.Listener, error) {
 		}
 		lastErr = err
 	}
-	return nil, fmt.Errorf("testcluster: no free port in %d blocks of %d: %w", len(b.locks), portBlockSize, lastErr)
+	return nil, fmt.Errorf("ports: no free port in %d blocks of %d: %w", len(b.locks), portBlockSize, lastErr)
 }
 
-// port returns a port of the blocks that is free right now, for a server
+// Port returns a port of the blocks that is free right now, for a server
 // that binds it itself.
-func (b *portBlocks) port() (int, error) {
-	l, err := b.listen()
+func (b *Blocks) Port() (int, error) {
+	l, err := b.Listen()
 	if err != nil {
 		return 0, err
 	}
@@ -96,10 +101,10 @@ func (b *portBlocks) port() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (b *portBlocks) takeBlockLocked(lo, hi int) error {
+func (b *Blocks) takeBlockLocked(lo, hi int) error {
 	dir := filepath.Join(os.TempDir(), "apbridge-testcluster-ports")
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return fmt.Errorf("testcluster: port locks: %w", err)
+		return fmt.Errorf("ports: port locks: %w", err)
 	}
 	n := (hi - lo) / portBlockSize
 	var lastErr error
@@ -116,11 +121,11 @@ func (b *portBlocks) takeBlockLocked(lo, hi int) error {
 		}
 		return nil
 	}
-	return fmt.Errorf("testcluster: no unlocked block of %d ports in %d-%d: %w", portBlockSize, lo, hi-1, lastErr)
+	return fmt.Errorf("ports: no unlocked block of %d ports in %d-%d: %w", portBlockSize, lo, hi-1, lastErr)
 }
 
-// release gives the blocks back. The ports must no longer be in use.
-func (b *portBlocks) release() {
+// Release gives the blocks back. The ports must no longer be in use.
+func (b *Blocks) Release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.locks {
@@ -134,9 +139,9 @@ func (b *portBlocks) release() {
 // errBlockLocked says another cluster holds the block.
 var errBlockLocked = errors.New("port block held by another cluster")
 
-// portsFree reports the ports that cannot be bound on loopback right now,
-// with the reason.
-func portsFree(ports ...int) error {
+// Free reports the ports that cannot be bound on loopback right now, with
+// the reason.
+func Free(ports ...int) error {
 	var errs []error
 	for _, p := range ports {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
