@@ -41,38 +41,6 @@ func ExampleStartNATS() {
 	// node 0 running: false
 }
 
-// WithProxies puts a fault proxy in front of each node's client port (one
-// can also sit in front of any TCP server: NewFaultProxy). Freeze makes the
-// link a black hole: no error, no data.
-func ExampleFaultProxy() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx, testcluster.WithProxies())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer cluster.Close()
-	proxy := cluster.Node(0).Proxy()
-
-	nc, err := nats.Connect(cluster.Node(0).URL(), nats.NoReconnect())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer nc.Close()
-	fmt.Println("flush:", nc.FlushTimeout(time.Second))
-
-	proxy.Freeze()
-	fmt.Println("flush while frozen:", nc.FlushTimeout(200*time.Millisecond))
-	proxy.Heal()
-	fmt.Println("flush after heal:", nc.FlushTimeout(time.Second))
-	// Output:
-	// flush: <nil>
-	// flush while frozen: nats: timeout
-	// flush after heal: <nil>
-}
-
 // The logger, the client round-trip time and the readiness bound are
 // options of both constructors; every other option belongs to one, and the
 // other constructor refuses it by name before it starts anything.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,7 @@ type Node struct {
 	name        string
 	clientPort  int
 	clusterPort int
-	proxy       *FaultProxy
+	proxy       *faultproxy.Proxy
 
 	mu      sync.Mutex
 	srv     *server.Server
@@ -93,7 +94,7 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATSCluster, error) {
 			return nil, err
 		}
 		if cfg.proxies {
-			p, err := NewFaultProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort)))
+			p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort)))
 			if err != nil {
 				c.Close()
 				return nil, err
@@ -444,8 +445,8 @@ func (n *Node) DirectURL() string {
 	return "nats://127.0.0.1:" + strconv.Itoa(n.clientPort)
 }
 
-// Proxy returns the FaultProxy in front of the node, or nil.
-func (n *Node) Proxy() *FaultProxy { return n.proxy }
+// Proxy returns the faultproxy.Proxy in front of the node, or nil.
+func (n *Node) Proxy() *faultproxy.Proxy { return n.proxy }
 
 // Server returns the running server, or nil if the node is down.
 func (n *Node) Server() *server.Server {

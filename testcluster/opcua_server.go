@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -18,8 +19,8 @@ import (
 )
 
 // OPCUAServer is one server of an OPCUAPair: an OPC UA server on a
-// loopback port behind a FaultProxy, whose address is the server's stable
-// endpoint.
+// loopback port behind a faultproxy.Proxy, whose address is the server's
+// stable endpoint.
 //
 // All methods are safe for concurrent use.
 type OPCUAServer struct {
@@ -48,7 +49,7 @@ type OPCUAServer struct {
 	lifeMu sync.Mutex // serialises kill, restart and close
 
 	mu      sync.Mutex
-	proxy   *FaultProxy
+	proxy   *faultproxy.Proxy
 	running bool
 	closed  bool
 	delay   time.Duration
@@ -93,7 +94,7 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 		ln.Close()
 		return nil, err
 	}
-	px := newFaultProxy(pln, ln.Addr().String())
+	px := faultproxy.NewOnListener(pln, ln.Addr().String())
 	px.SetDelay(p.cfg.delay)
 	s.delay = p.cfg.delay
 	s.proxy, s.addr = px, px.Addr()
@@ -116,14 +117,14 @@ func (s *OPCUAServer) Index() int { return s.index }
 func (s *OPCUAServer) ApplicationURI() string { return s.uri }
 
 // Endpoint returns the URL clients use, opc.tcp://127.0.0.1:<port>. It goes
-// through the server's FaultProxy and stays the same across Kill and
+// through the server's faultproxy.Proxy and stays the same across Kill and
 // Restart.
 func (s *OPCUAServer) Endpoint() string { return s.endpoint }
 
-// Proxy returns the FaultProxy in front of the server, or nil while the
-// server is down. A restart puts a new proxy on the same address; the
+// Proxy returns the faultproxy.Proxy in front of the server, or nil while
+// the server is down. A restart puts a new proxy on the same address; the
 // latency set with SetLatency carries over, a freeze does not.
-func (s *OPCUAServer) Proxy() *FaultProxy {
+func (s *OPCUAServer) Proxy() *faultproxy.Proxy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proxy
@@ -212,12 +213,12 @@ func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
 	s.lvlMu.Unlock()
 	s.setState(ua.ServerStateRunning)
 	s.started.Store(time.Now().UnixNano())
-	var px *FaultProxy
+	var px *faultproxy.Proxy
 	for {
 		var err error
 		// The port was ours a moment ago; retry briefly in case the
 		// kernel has not let go of it.
-		if px, err = NewFaultProxyOn(s.addr, s.ln.Addr().String()); err == nil {
+		if px, err = faultproxy.NewOn(s.addr, s.ln.Addr().String()); err == nil {
 			break
 		}
 		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
@@ -236,7 +237,7 @@ func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
 
 // ---- link faults, through the proxy ----
 
-func (s *OPCUAServer) withProxy(f func(*FaultProxy) int) int {
+func (s *OPCUAServer) withProxy(f func(*faultproxy.Proxy) int) int {
 	s.mu.Lock()
 	px := s.proxy
 	s.mu.Unlock()
@@ -249,7 +250,7 @@ func (s *OPCUAServer) withProxy(f func(*FaultProxy) int) int {
 // ResetConns aborts every client connection with a TCP RST on both sides,
 // as a firewall or a crashed middlebox does; the server stays up. It
 // returns how many connections it reset.
-func (s *OPCUAServer) ResetConns() int { return s.withProxy((*FaultProxy).ResetAll) }
+func (s *OPCUAServer) ResetConns() int { return s.withProxy((*faultproxy.Proxy).ResetAll) }
 
 // ForgetSessions ends every session as its timeout would, then resets
 // every client connection: what a blip longer than the session timeout
@@ -265,14 +266,14 @@ func (s *OPCUAServer) ForgetSessions(keepSubscriptions bool) int {
 
 // DropConns closes every client connection normally (FIN); the server
 // stays up. It returns how many connections it closed.
-func (s *OPCUAServer) DropConns() int { return s.withProxy((*FaultProxy).DropAll) }
+func (s *OPCUAServer) DropConns() int { return s.withProxy((*faultproxy.Proxy).DropAll) }
 
 // Freeze stops all traffic between clients and the server while every
 // socket stays open: clients see neither data nor an error. Heal ends it.
-func (s *OPCUAServer) Freeze() { s.withProxy(func(p *FaultProxy) int { p.Freeze(); return 0 }) }
+func (s *OPCUAServer) Freeze() { s.withProxy(func(p *faultproxy.Proxy) int { p.Freeze(); return 0 }) }
 
 // Heal ends a freeze; the bytes held meanwhile are delivered.
-func (s *OPCUAServer) Heal() { s.withProxy(func(p *FaultProxy) int { p.Heal(); return 0 }) }
+func (s *OPCUAServer) Heal() { s.withProxy(func(p *faultproxy.Proxy) int { p.Heal(); return 0 }) }
 
 // SetLatency adds d of latency in each direction between clients and the
 // server (a round trip costs 2*d more). It persists across restarts.
@@ -280,7 +281,7 @@ func (s *OPCUAServer) SetLatency(d time.Duration) {
 	s.mu.Lock()
 	s.delay = d
 	s.mu.Unlock()
-	s.withProxy(func(p *FaultProxy) int { p.SetDelay(d); return 0 })
+	s.withProxy(func(p *faultproxy.Proxy) int { p.SetDelay(d); return 0 })
 }
 
 // ---- heartbeat, values ----

@@ -236,9 +236,10 @@ func WithUser(user, password string) Option {
 	})
 }
 
-// WithProxies puts a FaultProxy in front of every node's client port. The
-// URLs the cluster hands out, and the ones nodes advertise to clients, go
-// through the proxies. (An OPC UA pair's servers always have one.)
+// WithProxies puts a faultproxy.Proxy in front of every node's client
+// port. The URLs the cluster hands out, and the ones nodes advertise to
+// clients, go through the proxies. (An OPC UA pair's servers always have
+// one.)
 func WithProxies() Option {
 	return natsOnly("WithProxies", func(c *natsConfig) error { c.proxies = true; return nil })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/nats-io/nats.go"
 )
 
@@ -219,12 +220,12 @@ func startBare(t *testing.T, src *mxsource.Source, h bridge.Handler) {
 
 // proxiedPrimary puts a fault proxy in front of the primary gateway and
 // stores it in *proxy.
-func proxiedPrimary(t *testing.T, proxy **testcluster.FaultProxy) func(int, *testcluster.MxGateway) string {
+func proxiedPrimary(t *testing.T, proxy **faultproxy.Proxy) func(int, *testcluster.MxGateway) string {
 	return func(i int, g *testcluster.MxGateway) string {
 		if i > 0 {
 			return g.Addr()
 		}
-		p, err := testcluster.NewFaultProxy(g.Addr())
+		p, err := faultproxy.New(g.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/mxgateway"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 )
 
 func TestRelaysGatewayTagsWithOneSupervisoryBulkSubscribe(t *testing.T) {
@@ -174,7 +175,7 @@ func TestGalaxyQualityDoesNotSwitch(t *testing.T) {
 // A frozen link (no heartbeats) promotes the standby; a slow worker (pings
 // past their deadline) does too, but on a single gateway it only stays.
 func TestFrozenLinkPromotesTheStandby(t *testing.T) {
-	var proxy *testcluster.FaultProxy
+	var proxy *faultproxy.Proxy
 	e := startMx(t, envConfig{gateways: 2, endpoint: proxiedPrimary(t, &proxy), setup: func(_ int, g *testcluster.MxGateway) { g.SetHeartbeatInterval(100 * time.Millisecond) },
 		cfg: mxsource.Config{HeartbeatTimeout: 500 * time.Millisecond}})
 	e.flowing(t, 2)
@@ -371,7 +372,7 @@ func TestRefreshCarriesEveryTag(t *testing.T) {
 func TestBlipResumesTheStream(t *testing.T) {
 	for _, resume := range []bool{true, false} {
 		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
-			var proxy *testcluster.FaultProxy
+			var proxy *faultproxy.Proxy
 			e := startMx(t, envConfig{gateways: 2, period: 10 * time.Millisecond,
 				setup: func(_ int, g *testcluster.MxGateway) {
 					if !resume {

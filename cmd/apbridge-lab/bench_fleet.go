@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -57,7 +58,7 @@ type fleetBench struct {
 type fleetRelay struct {
 	id      string
 	r       *relay.Relay
-	proxies []*testcluster.FaultProxy
+	proxies []*faultproxy.Proxy
 	stopped bool
 	killed  bool
 }
@@ -74,7 +75,7 @@ func (b *fleetBench) start(ctx context.Context, id string) error {
 	fr := &fleetRelay{id: id}
 	var urls []string
 	for _, n := range b.cl.Nodes() {
-		p, err := testcluster.NewFaultProxy(n.DirectURL()[len("nats://"):])
+		p, err := faultproxy.New(n.DirectURL()[len("nats://"):])
 		if err != nil {
 			return err
 		}

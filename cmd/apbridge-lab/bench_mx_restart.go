@@ -11,6 +11,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 )
 
 // mxSettle is how long a restart scenario watches the gateway after the
@@ -173,7 +174,7 @@ func mxBlips(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, 
 		return b, err
 	}
 	defer gw.Close()
-	proxy, err := testcluster.NewFaultProxy(gw.Addr())
+	proxy, err := faultproxy.New(gw.Addr())
 	if err != nil {
 		return b, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 )
 
 // The servers the sl-* scenarios run on (--server).
@@ -99,7 +100,7 @@ func (t *embeddedTarget) close()      { t.p.Close() }
 type nodeTarget struct {
 	tags    int
 	srv     [2]*nodeopcua.Server
-	proxies [2]*testcluster.FaultProxy
+	proxies [2]*faultproxy.Proxy
 }
 
 // nodeCounter names the interop server's counter by namespace URI.
@@ -147,7 +148,7 @@ func (t *nodeTarget) reset(ctx context.Context, levels [2]byte) error {
 		return first
 	}
 	for i, s := range t.srv {
-		p, err := testcluster.NewFaultProxy(s.Endpoint[len("opc.tcp://"):])
+		p, err := faultproxy.New(s.Endpoint[len("opc.tcp://"):])
 		if err != nil {
 			t.close()
 			return err

@@ -1,4 +1,4 @@
-package testcluster
+package faultproxy
 
 import (
 	"bufio"
@@ -48,9 +48,9 @@ func echoServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func newProxy(t *testing.T) (*FaultProxy, net.Conn, *bufio.Reader) {
+func newProxy(t *testing.T) (*Proxy, net.Conn, *bufio.Reader) {
 	t.Helper()
-	p, err := NewFaultProxy(echoServer(t))
+	p, err := New(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package testcluster
+package faultproxy
 
 import (
 	"errors"
@@ -9,14 +9,14 @@ import (
 	"time"
 )
 
-// FaultProxy is a TCP proxy that sits in front of one server and injects
+// Proxy is a TCP proxy that sits in front of one server and injects
 // network faults for real: added latency, connections reset (RST) or closed
 // (FIN), and a frozen link that passes no bytes in either direction while
 // both sockets stay open, as a blackholed route does. Heal undoes a freeze;
 // bytes held during it are then delivered, as TCP would after a partition.
 //
-// A FaultProxy is safe for concurrent use.
-type FaultProxy struct {
+// A Proxy is safe for concurrent use.
+type Proxy struct {
 	target string
 	ln     net.Listener
 
@@ -38,47 +38,49 @@ type proxiedConn struct {
 	done           chan struct{} // closed when the pair is closed
 }
 
-// NewFaultProxy listens on a free loopback port and forwards each accepted
+// New listens on a free loopback port and forwards each accepted
 // connection to target (host:port).
-func NewFaultProxy(target string) (*FaultProxy, error) {
-	return NewFaultProxyOn("127.0.0.1:0", target)
+func New(target string) (*Proxy, error) {
+	return NewOn("127.0.0.1:0", target)
 }
 
-// NewFaultProxyOn is NewFaultProxy with a chosen listen address, for a proxy
-// that must come back on the port it had.
-func NewFaultProxyOn(listen, target string) (*FaultProxy, error) {
+// NewOn is New with a chosen listen address, for a proxy that must come
+// back on the port it had.
+func NewOn(listen, target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, fmt.Errorf("testcluster: proxy listen %s: %w", listen, err)
+		return nil, fmt.Errorf("faultproxy: listen %s: %w", listen, err)
 	}
-	return newFaultProxy(ln, target), nil
+	return NewOnListener(ln, target), nil
 }
 
-// newFaultProxy serves on ln, which it owns from now on.
-func newFaultProxy(ln net.Listener, target string) *FaultProxy {
-	p := &FaultProxy{target: target, ln: ln, conns: make(map[*proxiedConn]struct{})}
+// NewOnListener is New serving on ln, which the proxy owns from now on
+// (Close closes it): for a listener whose port was chosen by the caller,
+// such as one of a block of ports held for restarts.
+func NewOnListener(ln net.Listener, target string) *Proxy {
+	p := &Proxy{target: target, ln: ln, conns: make(map[*proxiedConn]struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p
 }
 
 // Addr returns the proxy's listen address (host:port).
-func (p *FaultProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Target returns the address the proxy forwards to.
-func (p *FaultProxy) Target() string { return p.target }
+func (p *Proxy) Target() string { return p.target }
 
 // SetDelay adds d of latency to each direction, so a round trip through the
 // proxy costs 2*d more. Zero removes it. Bytes already queued keep their
 // order.
-func (p *FaultProxy) SetDelay(d time.Duration) {
+func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	p.delay = d
 	p.mu.Unlock()
 }
 
 // Delay returns the one-way latency the proxy adds.
-func (p *FaultProxy) Delay() time.Duration {
+func (p *Proxy) Delay() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.delay
@@ -87,7 +89,7 @@ func (p *FaultProxy) Delay() time.Duration {
 // Freeze stops forwarding in both directions without closing anything: the
 // peers see a silent link, as with a blackholed route. New connections are
 // accepted but pass nothing until Heal.
-func (p *FaultProxy) Freeze() {
+func (p *Proxy) Freeze() {
 	p.mu.Lock()
 	if p.frozen == nil {
 		p.frozen = make(chan struct{})
@@ -96,7 +98,7 @@ func (p *FaultProxy) Freeze() {
 }
 
 // Heal ends a freeze and stops refusing connections.
-func (p *FaultProxy) Heal() {
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	if p.frozen != nil {
 		close(p.frozen)
@@ -107,7 +109,7 @@ func (p *FaultProxy) Heal() {
 }
 
 // Frozen reports whether the link is frozen.
-func (p *FaultProxy) Frozen() bool {
+func (p *Proxy) Frozen() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.frozen != nil
@@ -115,7 +117,7 @@ func (p *FaultProxy) Frozen() bool {
 
 // Refuse makes the proxy close every new connection at once, as a host
 // with nothing listening does, until Heal.
-func (p *FaultProxy) Refuse() {
+func (p *Proxy) Refuse() {
 	p.mu.Lock()
 	p.refusing = true
 	p.mu.Unlock()
@@ -123,21 +125,21 @@ func (p *FaultProxy) Refuse() {
 
 // ResetAll aborts every open connection with a TCP RST on both sides.
 // It returns how many connections it reset.
-func (p *FaultProxy) ResetAll() int { return p.closeAll(true) }
+func (p *Proxy) ResetAll() int { return p.closeAll(true) }
 
 // DropAll closes every open connection normally (FIN) on both sides. It
 // returns how many connections it closed.
-func (p *FaultProxy) DropAll() int { return p.closeAll(false) }
+func (p *Proxy) DropAll() int { return p.closeAll(false) }
 
 // Conns returns the number of open proxied connections.
-func (p *FaultProxy) Conns() int {
+func (p *Proxy) Conns() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
 }
 
 // Accepted returns how many connections the proxy has accepted in all.
-func (p *FaultProxy) Accepted() int {
+func (p *Proxy) Accepted() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted
@@ -145,7 +147,7 @@ func (p *FaultProxy) Accepted() int {
 
 // Close stops listening, closes every connection and waits for the proxy's
 // goroutines. It is idempotent.
-func (p *FaultProxy) Close() error {
+func (p *Proxy) Close() error {
 	p.mu.Lock()
 	already := p.closed
 	p.closed = true
@@ -162,7 +164,7 @@ func (p *FaultProxy) Close() error {
 	return nil
 }
 
-func (p *FaultProxy) closeAll(reset bool) int {
+func (p *Proxy) closeAll(reset bool) int {
 	p.mu.Lock()
 	conns := make([]*proxiedConn, 0, len(p.conns))
 	for c := range p.conns {
@@ -197,7 +199,7 @@ func (c *proxiedConn) close(reset bool) (closed bool) {
 	return closed
 }
 
-func (p *FaultProxy) acceptLoop() {
+func (p *Proxy) acceptLoop() {
 	defer p.wg.Done()
 	for {
 		cc, err := p.ln.Accept()
@@ -223,7 +225,7 @@ func (p *FaultProxy) acceptLoop() {
 	}
 }
 
-func (p *FaultProxy) serve(cc net.Conn) {
+func (p *Proxy) serve(cc net.Conn) {
 	defer p.wg.Done()
 	sc, err := net.DialTimeout("tcp", p.target, 5*time.Second)
 	if err != nil {
@@ -264,7 +266,7 @@ type chunk struct {
 
 // pipe copies src to dst through a queue so that latency can be added
 // without reordering and a freeze holds bytes instead of dropping them.
-func (p *FaultProxy) pipe(c *proxiedConn, src, dst net.Conn) {
+func (p *Proxy) pipe(c *proxiedConn, src, dst net.Conn) {
 	q := make(chan chunk, 256)
 	writerDone := make(chan struct{})
 	go func() {
@@ -315,7 +317,7 @@ func (p *FaultProxy) pipe(c *proxiedConn, src, dst net.Conn) {
 
 // waitThaw blocks while the proxy is frozen. It returns false if c was
 // closed meanwhile.
-func (p *FaultProxy) waitThaw(c *proxiedConn) bool {
+func (p *Proxy) waitThaw(c *proxiedConn) bool {
 	p.mu.Lock()
 	ch := p.frozen
 	p.mu.Unlock()
