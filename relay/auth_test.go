@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/rs/zerolog"
 )
 
@@ -32,7 +33,7 @@ func TestRefusedCredentials(t *testing.T) {
 		return c
 	}
 	src := func() relay.Option {
-		return relay.WithSource(testcluster.NewSimSource("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}})
+		return relay.WithSource(simsource.New("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}})
 	}
 
 	var logs testutil.SyncBuffer
@@ -85,7 +86,7 @@ func TestUnreachableNATSLogged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	_, err = relay.Start(ctx, c, relay.WithLogger(zerolog.New(&logs)),
-		relay.WithSource(testcluster.NewSimSource("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}}))
+		relay.WithSource(simsource.New("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}}))
 	if err == nil {
 		t.Fatal("started without a broker")
 	}

@@ -12,18 +12,19 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
 
 // fleetRelay starts a fleet relay with the shared sources, each built
 // again (a new view) at every lease won.
-func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*testcluster.SharedSource) *relay.Relay {
+func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*simsource.Shared) *relay.Relay {
 	t.Helper()
 	return fleetRelayOn(t, cl.URLs(), id, srcs)
 }
 
 // fleetRelayOn is fleetRelay on the given servers.
-func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*testcluster.SharedSource, nopts ...nats.Option) *relay.Relay {
+func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*simsource.Shared, nopts ...nats.Option) *relay.Relay {
 	t.Helper()
 	off := ""
 	cfg := &relay.Config{
@@ -126,9 +127,9 @@ func (s *seen) publishers() map[string][]string {
 // all.
 func TestFleetRelaysDivideSources(t *testing.T) {
 	cl := testutil.StartCluster(t, testcluster.WithJetStream())
-	var srcs []*testcluster.SharedSource
+	var srcs []*simsource.Shared
 	for i := range 4 {
-		s := testcluster.NewSharedSource(fmt.Sprintf("line%d", i))
+		s := simsource.NewShared(fmt.Sprintf("line%d", i))
 		srcs = append(srcs, s)
 	}
 	nc, err := nats.Connect(cl.URLs()[0])
@@ -232,9 +233,9 @@ sources:
 // other relay takes them over.
 func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 	cl := testutil.StartCluster(t, testcluster.WithJetStream(), testcluster.WithProxies())
-	var srcs []*testcluster.SharedSource
+	var srcs []*simsource.Shared
 	for i := range 4 {
-		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
 	}
 	// ra reaches the cluster only through node 0's proxy.
 	a := fleetRelayOn(t, []string{cl.Node(0).URL()}, "ra", srcs, nats.IgnoreDiscoveredServers())
@@ -302,9 +303,9 @@ func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 // relay keeps every source it owns.
 func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
 	cl := testutil.StartCluster(t, testcluster.WithJetStream())
-	var srcs []*testcluster.SharedSource
+	var srcs []*simsource.Shared
 	for i := range 2 {
-		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
 	}
 	a := fleetRelay(t, cl, "ra", srcs)
 	for _, s := range srcs {

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
@@ -26,7 +27,7 @@ type jsRelay struct {
 	conn *apconn.Conn
 	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
-	view *testcluster.SharedRelay
+	view *simsource.Relay
 }
 
 func jsTags(n int) []bridge.TagConfig {
@@ -49,7 +50,7 @@ func startJSCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSC
 	return cl
 }
 
-func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, cfg jetstreamsink.Config,
+func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *simsource.Shared, cfg jetstreamsink.Config,
 	tags []bridge.TagConfig, log zerolog.Logger) *jsRelay {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,7 +97,7 @@ func (r *jsRelay) acked() uint64 { return r.sink.Stats().Acked }
 
 // flushAudit waits for the stream to acknowledge everything the relay
 // published, then audits the stream.
-func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, stream string) testcluster.StreamAudit {
+func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *simsource.Shared, stream string) testcluster.StreamAudit {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -107,7 +108,7 @@ func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *tes
 }
 
 // audit reads the stream back and compares it with what src produced.
-func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, b *bridge.Bridge, stream string) testcluster.StreamAudit {
+func audit(t *testing.T, cl *testcluster.NATSCluster, src *simsource.Shared, b *bridge.Bridge, stream string) testcluster.StreamAudit {
 	t.Helper()
 	stored := readStored(t, cl, stream)
 	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
@@ -215,7 +216,7 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 	}
 	for i, c := range causes {
 		t.Run(c.name, func(t *testing.T) {
-			src := testcluster.NewSharedSource(fmt.Sprintf("src%d", i))
+			src := simsource.NewShared(fmt.Sprintf("src%d", i))
 			stream := fmt.Sprintf("FAILOVER%d", i)
 			cfg := jetstreamsink.Config{Stream: stream, AckTimeout: 500 * time.Millisecond, HealthInterval: 200 * time.Millisecond}
 			r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
@@ -258,7 +259,7 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 // kills one of them mid-run: the stream holds one copy of every update.
 func TestJetStreamHotHot(t *testing.T) {
 	cl := startJSCluster(t)
-	src := testcluster.NewSharedSource("hot")
+	src := simsource.NewShared("hot")
 	cfg := jetstreamsink.Config{Stream: "HOTHOT", AckTimeout: 500 * time.Millisecond}
 	a := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
 	b := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
@@ -287,7 +288,7 @@ func TestJetStreamHotHot(t *testing.T) {
 // update is stored, once, in order.
 func TestJetStreamBackpressure(t *testing.T) {
 	cl := startJSCluster(t)
-	src := testcluster.NewSharedSource("bp").Synchronous()
+	src := simsource.NewShared("bp").Synchronous()
 	var logs testutil.SyncBuffer
 	cfg := jetstreamsink.Config{Stream: "BACKPRESSURE", MaxPending: 16, AckTimeout: 300 * time.Millisecond,
 		HealthInterval: 200 * time.Millisecond}
@@ -355,7 +356,7 @@ func TestJetStreamBackpressure(t *testing.T) {
 // replayed updates once and the refreshed ones as new updates.
 func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
 	cl := startJSCluster(t, testcluster.WithNodes(1))
-	src := testcluster.NewSharedSource("sf").Synchronous()
+	src := simsource.NewShared("sf").Synchronous()
 	r := startRelay(t, cl, src, jetstreamsink.Config{Stream: "SOURCEFAILOVER", Replicas: 1}, jsTags(5), zerolog.Nop())
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 5 })
 	for range 3 {
@@ -500,7 +501,7 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.AddSource(testcluster.NewSimSource("s"), jsTags(1)); err != nil {
+		if err := b.AddSource(simsource.New("s"), jsTags(1)); err != nil {
 			t.Fatal(err)
 		}
 		err = b.Start(ctx)

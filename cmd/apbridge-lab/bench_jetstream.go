@@ -17,6 +17,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
 )
@@ -40,11 +41,11 @@ type jsRelay struct {
 	conn *apconn.Conn
 	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
-	view *testcluster.SharedRelay
+	view *simsource.Relay
 }
 
 // startJSRelay starts a relay on a new view of src.
-func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src *testcluster.SharedSource,
+func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src *simsource.Shared,
 	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	view := src.Relay()
 	r, err := startJSRelayOn(ctx, cl, cfg, view, js, tags)
@@ -113,7 +114,7 @@ func waitMore(ctx context.Context, r *jsRelay, what string, n uint64) error {
 
 // finishAndAudit stops the source, lets r store everything it was handed,
 // and compares the stream with what the source produced.
-func finishAndAudit(ctx context.Context, cl *testcluster.NATSCluster, src *testcluster.SharedSource, r *jsRelay, stream string) (testcluster.StreamAudit, error) {
+func finishAndAudit(ctx context.Context, cl *testcluster.NATSCluster, src *simsource.Shared, r *jsRelay, stream string) (testcluster.StreamAudit, error) {
 	src.Close()
 	if err := waitCond(ctx, "the relay to take everything", 30*time.Second, r.view.Idle); err != nil {
 		return testcluster.StreamAudit{}, err
@@ -235,7 +236,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 	if err != nil {
 		return a, st, nil, err
 	}
-	src := testcluster.ShareSource(opc).Synchronous()
+	src := simsource.Share(opc).Synchronous()
 	defer src.Close()
 	var tags []bridge.TagConfig
 	for _, tg := range pair.Tags() {
@@ -364,7 +365,7 @@ func benchJSHotHot(ctx context.Context, cfg benchConfig) (*result, error) {
 func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
 	var a testcluster.StreamAudit
 	var sa, sb jetstreamsink.Stats
-	src := testcluster.NewSharedSource("hot" + strconv.Itoa(run))
+	src := simsource.NewShared("hot" + strconv.Itoa(run))
 	defer src.Close()
 	tags := make([]bridge.TagConfig, 50)
 	for i := range tags {
@@ -447,7 +448,7 @@ func benchJSThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 }
 
 func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
-	sim := testcluster.NewSimSource("tp" + strconv.Itoa(run))
+	sim := simsource.New("tp" + strconv.Itoa(run))
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
@@ -476,7 +477,7 @@ func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benc
 
 // flatOut emits every tag as fast as the relay takes them for window and
 // returns the rate at which count grew.
-func flatOut(ctx context.Context, sim *testcluster.SimSource, count func() uint64, window time.Duration) (float64, error) {
+func flatOut(ctx context.Context, sim *simsource.Source, count func() uint64, window time.Duration) (float64, error) {
 	// Warm up for a second, then measure.
 	warm := time.Now().Add(time.Second)
 	for time.Now().Before(warm) && ctx.Err() == nil {
@@ -505,7 +506,7 @@ func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg b
 	}
 	s.SetPendingLimits(-1, -1)
 	sub.Flush()
-	sim := testcluster.NewSimSource(name)
+	sim := simsource.New(name)
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}

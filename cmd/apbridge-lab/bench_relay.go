@@ -22,6 +22,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
 
@@ -263,7 +264,7 @@ func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	src := testcluster.NewSimSource("slow")
+	src := simsource.New("slow")
 	src.HangSubscribes(true)
 	tcs := make([]bridge.TagConfig, 244) // the incident's instance had 244 attributes
 	for i := range tcs {

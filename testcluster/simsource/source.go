@@ -1,4 +1,4 @@
-package testcluster
+package simsource
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 )
 
-// SimSource is a bridge.Source that needs no server: it emits counter
+// Source is a bridge.Source that needs no server: it emits counter
 // updates for its subscribed tags at a chosen rate, and its subscribe
 // requests can be made slow, failing or unanswered, to test the bridge's
 // subscribe-storm guard. Tags whose address starts with "bad:" fail to
 // subscribe; tags whose address starts with "ro:" refuse writes.
-type SimSource struct {
+type Source struct {
 	name string
 
 	mu          sync.Mutex
@@ -28,7 +28,7 @@ type SimSource struct {
 	failNext    int
 	hang        bool
 	health      bridge.Health
-	writes      []SimWrite
+	writes      []Write
 	started     bool
 	closed      bool
 	counts      map[uint32]uint64
@@ -41,15 +41,15 @@ type SimSource struct {
 	requests    atomic.Int64
 }
 
-// SimWrite is a write a SimSource received.
-type SimWrite struct {
+// Write is a write a Source received.
+type Write struct {
 	Tag   bridge.Tag
 	Value any
 }
 
-// NewSimSource returns a source named name.
-func NewSimSource(name string) *SimSource {
-	return &SimSource{
+// New returns a source named name.
+func New(name string) *Source {
+	return &Source{
 		name:       name,
 		subscribed: map[uint32]bridge.Tag{},
 		counts:     map[uint32]uint64{},
@@ -59,14 +59,14 @@ func NewSimSource(name string) *SimSource {
 }
 
 // Name implements bridge.Source.
-func (s *SimSource) Name() string { return s.name }
+func (s *Source) Name() string { return s.name }
 
 // Start implements bridge.Source.
-func (s *SimSource) Start(ctx context.Context, h bridge.Handler) error {
+func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
-		return errors.New("testcluster: sim source started twice")
+		return errors.New("simsource: sim source started twice")
 	}
 	s.started, s.h = true, h
 	h.HealthChanged(s.health)
@@ -74,14 +74,14 @@ func (s *SimSource) Start(ctx context.Context, h bridge.Handler) error {
 }
 
 // SetSubscribeDelay makes each subscribe request take d before it answers.
-func (s *SimSource) SetSubscribeDelay(d time.Duration) {
+func (s *Source) SetSubscribeDelay(d time.Duration) {
 	s.mu.Lock()
 	s.delay = d
 	s.mu.Unlock()
 }
 
 // FailSubscribes makes the next n subscribe requests fail as a whole.
-func (s *SimSource) FailSubscribes(n int) {
+func (s *Source) FailSubscribes(n int) {
 	s.mu.Lock()
 	s.failNext = n
 	s.mu.Unlock()
@@ -89,14 +89,14 @@ func (s *SimSource) FailSubscribes(n int) {
 
 // HangSubscribes makes subscribe requests never answer (until their
 // context ends) while on is true.
-func (s *SimSource) HangSubscribes(on bool) {
+func (s *Source) HangSubscribes(on bool) {
 	s.mu.Lock()
 	s.hang = on
 	s.mu.Unlock()
 }
 
 // Subscribe implements bridge.Source.
-func (s *SimSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
 	s.requests.Add(1)
 	s.mu.Lock()
 	// In flight: arrived, not answered, and still awaited by the caller
@@ -158,7 +158,7 @@ func (s *SimSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, 
 }
 
 // Unsubscribe implements bridge.Source.
-func (s *SimSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
+func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range tags {
@@ -168,7 +168,7 @@ func (s *SimSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 }
 
 // Write implements bridge.Source.
-func (s *SimSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.health.Writable {
@@ -177,19 +177,19 @@ func (s *SimSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.St
 	if len(tag.Address) >= 3 && tag.Address[:3] == "ro:" {
 		return bridge.StatusBadNotWritable, nil
 	}
-	s.writes = append(s.writes, SimWrite{Tag: tag, Value: v})
+	s.writes = append(s.writes, Write{Tag: tag, Value: v})
 	return bridge.StatusGood, nil
 }
 
 // Writes returns the writes received so far.
-func (s *SimSource) Writes() []SimWrite {
+func (s *Source) Writes() []Write {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]SimWrite(nil), s.writes...)
+	return append([]Write(nil), s.writes...)
 }
 
 // SetHealth reports h to the bridge.
-func (s *SimSource) SetHealth(h bridge.Health) {
+func (s *Source) SetHealth(h bridge.Health) {
 	s.mu.Lock()
 	s.health = h
 	hd := s.h
@@ -200,14 +200,14 @@ func (s *SimSource) SetHealth(h bridge.Health) {
 }
 
 // Health implements bridge.Source.
-func (s *SimSource) Health() bridge.Health {
+func (s *Source) Health() bridge.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.health
 }
 
 // Restore simulates a connection restored with its subscriptions lost.
-func (s *SimSource) Restore() {
+func (s *Source) Restore() {
 	s.mu.Lock()
 	s.subscribed = map[uint32]bridge.Tag{}
 	s.order = nil
@@ -219,7 +219,7 @@ func (s *SimSource) Restore() {
 }
 
 // Subscribed returns how many tags are subscribed.
-func (s *SimSource) Subscribed() int {
+func (s *Source) Subscribed() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.subscribed)
@@ -227,13 +227,13 @@ func (s *SimSource) Subscribed() int {
 
 // Requests returns how many subscribe requests arrived, and the most that
 // were in flight (arrived, not answered, context not ended) at once.
-func (s *SimSource) Requests() (total, maxInFlight int64) {
+func (s *Source) Requests() (total, maxInFlight int64) {
 	return s.requests.Load(), s.maxInFlight.Load()
 }
 
 // EmitAll sends one update for every subscribed tag: the next value of its
 // counter, Good, stamped now. It returns how many it sent.
-func (s *SimSource) EmitAll() int {
+func (s *Source) EmitAll() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h == nil || s.closed {
@@ -250,7 +250,7 @@ func (s *SimSource) EmitAll() int {
 // EmitSome sends one update for up to n subscribed tags, continuing where
 // the previous call stopped and wrapping around, so that a caller can
 // spread the tags evenly over time. It returns how many it sent.
-func (s *SimSource) EmitSome(n int) int {
+func (s *Source) EmitSome(n int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h == nil || s.closed || len(s.order) == 0 {
@@ -268,7 +268,7 @@ func (s *SimSource) EmitSome(n int) int {
 }
 
 // Emit sends one update for the tag with the given handle.
-func (s *SimSource) Emit(handle uint32, u bridge.Update) {
+func (s *Source) Emit(handle uint32, u bridge.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h != nil && !s.closed {
@@ -278,7 +278,7 @@ func (s *SimSource) Emit(handle uint32, u bridge.Update) {
 
 // Refresh frames a snapshot of every subscribed tag's current count, as a
 // source does after it switched servers.
-func (s *SimSource) Refresh(reason string) {
+func (s *Source) Refresh(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h == nil || s.closed {
@@ -294,7 +294,7 @@ func (s *SimSource) Refresh(reason string) {
 
 // Run emits every subscribed tag once per period on a goroutine of its own,
 // until Close.
-func (s *SimSource) Run(period time.Duration) {
+func (s *Source) Run(period time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -316,7 +316,7 @@ func (s *SimSource) Run(period time.Duration) {
 }
 
 // Counts returns the last value emitted for every handle.
-func (s *SimSource) Counts() map[uint32]uint64 {
+func (s *Source) Counts() map[uint32]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[uint32]uint64, len(s.counts))
@@ -327,7 +327,7 @@ func (s *SimSource) Counts() map[uint32]uint64 {
 }
 
 // Close implements bridge.Source.
-func (s *SimSource) Close() error {
+func (s *Source) Close() error {
 	s.mu.Lock()
 	cancel, done := s.emitCancel, s.emitDone
 	s.mu.Unlock()

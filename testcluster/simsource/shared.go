@@ -1,4 +1,4 @@
-package testcluster
+package simsource
 
 import (
 	"context"
@@ -8,23 +8,23 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 )
 
-// SharedSource is one source seen by several relays at once, as two
-// hot-hot relays see the same OPC UA server pair: a source (a SimSource, or
-// any bridge.Source) whose updates, refreshes and health reach every
-// relay's bridge with identical values and timestamps, each relay on a
-// goroutine of its own so that a slow or dead relay holds up no other. It records every update it
-// produced, so that a test can compare a stream with it (ExpectedIDs,
-// Audit).
+// Shared is one source seen by several relays at once, as two hot-hot
+// relays see the same OPC UA server pair: a source (a Source, or any
+// bridge.Source) whose updates, refreshes and health reach every relay's
+// bridge with identical values and timestamps, each relay on a goroutine
+// of its own so that a slow or dead relay holds up no other. It records
+// every update it produced, so that a test can compare a stream with it
+// (ExpectedIDs, natstest.Audit).
 //
 // Drive it through Sim (Run, EmitAll, Refresh) and ReplayLast; give each
 // bridge its own Relay.
-type SharedSource struct {
+type Shared struct {
 	src bridge.Source
-	sim *SimSource // src, when it is a simulation
+	sim *Source // src, when it is a simulation
 
 	mu      sync.Mutex
 	sync    bool
-	relays  []*SharedRelay
+	relays  []*Relay
 	started bool
 	names   map[uint32]string
 	last    map[uint32]bridge.Update
@@ -37,18 +37,17 @@ type produced struct {
 	u      bridge.Update
 }
 
-// NewSharedSource returns a shared source named name over a new
-// SimSource.
-func NewSharedSource(name string) *SharedSource {
-	s := ShareSource(NewSimSource(name))
+// NewShared returns a shared source named name over a new Source.
+func NewShared(name string) *Shared {
+	s := Share(New(name))
 	return s
 }
 
-// ShareSource shares any source (an OPCUASource on a test pair, say) the
-// same way: src is started once, by the first relay, and closed by Close.
-func ShareSource(src bridge.Source) *SharedSource {
-	s := &SharedSource{src: src, names: map[uint32]string{}, last: map[uint32]bridge.Update{}}
-	s.sim, _ = src.(*SimSource)
+// Share shares any source (an OPCUASource on a test pair, say) the same
+// way: src is started once, by the first relay, and closed by Close.
+func Share(src bridge.Source) *Shared {
+	s := &Shared{src: src, names: map[uint32]string{}, last: map[uint32]bridge.Update{}}
+	s.sim, _ = src.(*Source)
 	return s
 }
 
@@ -56,7 +55,7 @@ func ShareSource(src bridge.Source) *SharedSource {
 // own goroutine, one relay after the other, so that a relay that blocks
 // (backpressure) holds the simulation up as it would a real source. Call it
 // before the relays start.
-func (s *SharedSource) Synchronous() *SharedSource {
+func (s *Shared) Synchronous() *Shared {
 	s.mu.Lock()
 	s.sync = true
 	s.mu.Unlock()
@@ -64,24 +63,24 @@ func (s *SharedSource) Synchronous() *SharedSource {
 }
 
 // Sim returns the simulation that produces the updates, or nil if the
-// shared source is not a SimSource.
-func (s *SharedSource) Sim() *SimSource { return s.sim }
+// shared source is not a Source.
+func (s *Shared) Sim() *Source { return s.sim }
 
 // Name returns the source's name, the same for every relay.
-func (s *SharedSource) Name() string { return s.src.Name() }
+func (s *Shared) Name() string { return s.src.Name() }
 
 // Relay returns a new view of the source for one bridge.
-func (s *SharedSource) Relay() *SharedRelay {
-	return &SharedRelay{s: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func (s *Shared) Relay() *Relay {
+	return &Relay{s: s, wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Close stops the shared source. Relays are closed by their bridges.
-func (s *SharedSource) Close() error { return s.src.Close() }
+func (s *Shared) Close() error { return s.src.Close() }
 
 // fanLocked hands fs to every attached relay, in order: queued for each
 // relay's goroutine, or, for a synchronous source, returned as a function
 // that delivers them on the caller's goroutine once s.mu is released.
-func (s *SharedSource) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
+func (s *Shared) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
 	if !s.sync {
 		for _, r := range s.relays {
 			for _, f := range fs {
@@ -90,7 +89,7 @@ func (s *SharedSource) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
 		}
 		return func() {}
 	}
-	relays := append([]*SharedRelay(nil), s.relays...)
+	relays := append([]*Relay(nil), s.relays...)
 	return func() {
 		for _, r := range relays {
 			r.deliver(fs)
@@ -100,7 +99,7 @@ func (s *SharedSource) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
 
 // Update implements bridge.Handler for the simulation: record, then fan
 // out.
-func (s *SharedSource) Update(handle uint32, u bridge.Update) {
+func (s *Shared) Update(handle uint32, u bridge.Update) {
 	s.mu.Lock()
 	s.log = append(s.log, produced{handle, u})
 	if _, ok := s.last[handle]; !ok {
@@ -112,7 +111,7 @@ func (s *SharedSource) Update(handle uint32, u bridge.Update) {
 	deliver()
 }
 
-func (s *SharedSource) fan(f func(bridge.Handler)) {
+func (s *Shared) fan(f func(bridge.Handler)) {
 	s.mu.Lock()
 	deliver := s.fanLocked(f)
 	s.mu.Unlock()
@@ -120,27 +119,27 @@ func (s *SharedSource) fan(f func(bridge.Handler)) {
 }
 
 // RefreshStart implements bridge.Handler.
-func (s *SharedSource) RefreshStart(reason string) {
+func (s *Shared) RefreshStart(reason string) {
 	s.fan(func(h bridge.Handler) { h.RefreshStart(reason) })
 }
 
 // RefreshEnd implements bridge.Handler.
-func (s *SharedSource) RefreshEnd() { s.fan(func(h bridge.Handler) { h.RefreshEnd() }) }
+func (s *Shared) RefreshEnd() { s.fan(func(h bridge.Handler) { h.RefreshEnd() }) }
 
 // HealthChanged implements bridge.Handler.
-func (s *SharedSource) HealthChanged(hl bridge.Health) {
+func (s *Shared) HealthChanged(hl bridge.Health) {
 	s.fan(func(h bridge.Handler) { h.HealthChanged(hl) })
 }
 
 // Restored implements bridge.Handler.
-func (s *SharedSource) Restored() { s.fan(func(h bridge.Handler) { h.Restored() }) }
+func (s *Shared) Restored() { s.fan(func(h bridge.Handler) { h.Restored() }) }
 
 // ReplayLast sends every tag's last update again, unchanged (same value,
 // same timestamps), framed as a refresh: what the new server of an OPC UA
 // pair sends after a failover when both servers carry the device's source
 // timestamp. These are not new updates: a stream must not store them twice.
 // It returns how many it sent.
-func (s *SharedSource) ReplayLast(reason string) int {
+func (s *Shared) ReplayLast(reason string) int {
 	s.mu.Lock()
 	fs := []func(bridge.Handler){func(h bridge.Handler) { h.RefreshStart(reason) }}
 	for _, handle := range s.order {
@@ -157,7 +156,7 @@ func (s *SharedSource) ReplayLast(reason string) int {
 
 // Produced returns how many updates the source produced (replays not
 // counted).
-func (s *SharedSource) Produced() int {
+func (s *Shared) Produced() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.log)
@@ -167,7 +166,7 @@ func (s *SharedSource) Produced() int {
 // by subject, in production order: what a stream fed by the relays must
 // hold exactly once, in this order per subject. subject maps a tag name to
 // its subject (Bridge.Subject).
-func (s *SharedSource) ExpectedIDs(subject func(tag string) string) map[string][]string {
+func (s *Shared) ExpectedIDs(subject func(tag string) string) map[string][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[string][]string{}
@@ -181,9 +180,9 @@ func (s *SharedSource) ExpectedIDs(subject func(tag string) string) map[string][
 	return out
 }
 
-// SharedRelay is one relay's view of a SharedSource: a bridge.Source.
-type SharedRelay struct {
-	s *SharedSource
+// Relay is one relay's view of a Shared: a bridge.Source.
+type Relay struct {
+	s *Shared
 
 	mu      sync.Mutex
 	h       bridge.Handler
@@ -197,15 +196,15 @@ type SharedRelay struct {
 }
 
 // Name implements bridge.Source: the shared source's name.
-func (r *SharedRelay) Name() string { return r.s.src.Name() }
+func (r *Relay) Name() string { return r.s.src.Name() }
 
 // Start implements bridge.Source: attach, and start the simulation with
 // the first relay.
-func (r *SharedRelay) Start(ctx context.Context, h bridge.Handler) error {
+func (r *Relay) Start(ctx context.Context, h bridge.Handler) error {
 	r.mu.Lock()
 	if r.started {
 		r.mu.Unlock()
-		return errors.New("testcluster: shared relay started twice")
+		return errors.New("simsource: shared relay started twice")
 	}
 	r.started, r.h = true, h
 	r.exited = make(chan struct{})
@@ -232,7 +231,7 @@ func (r *SharedRelay) Start(ctx context.Context, h bridge.Handler) error {
 }
 
 // deliver runs fs on the caller's goroutine, unless the relay is stopped.
-func (r *SharedRelay) deliver(fs []func(bridge.Handler)) {
+func (r *Relay) deliver(fs []func(bridge.Handler)) {
 	r.mu.Lock()
 	h, stopped := r.h, r.stopped
 	if !stopped {
@@ -259,13 +258,13 @@ func (r *SharedRelay) deliver(fs []func(bridge.Handler)) {
 
 // Idle reports that the relay has been handed everything the source
 // produced so far: nothing queued, nothing being delivered.
-func (r *SharedRelay) Idle() bool {
+func (r *Relay) Idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.q) == 0 && !r.busy
 }
 
-func (r *SharedRelay) enqueue(f func(bridge.Handler)) {
+func (r *Relay) enqueue(f func(bridge.Handler)) {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
@@ -279,7 +278,7 @@ func (r *SharedRelay) enqueue(f func(bridge.Handler)) {
 	}
 }
 
-func (r *SharedRelay) run() {
+func (r *Relay) run() {
 	defer close(r.exited)
 	var batch []func(bridge.Handler)
 	for {
@@ -312,7 +311,7 @@ func (r *SharedRelay) run() {
 }
 
 // Subscribe implements bridge.Source on the shared simulation.
-func (r *SharedRelay) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+func (r *Relay) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
 	r.s.mu.Lock()
 	for _, t := range tags {
 		r.s.names[t.Handle] = t.Name
@@ -323,20 +322,20 @@ func (r *SharedRelay) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error
 
 // Unsubscribe implements bridge.Source. The tags stay subscribed for the
 // other relays.
-func (r *SharedRelay) Unsubscribe(ctx context.Context, tags []bridge.Tag) error { return nil }
+func (r *Relay) Unsubscribe(ctx context.Context, tags []bridge.Tag) error { return nil }
 
 // Write implements bridge.Source.
-func (r *SharedRelay) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (r *Relay) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
 	return r.s.src.Write(ctx, tag, v)
 }
 
 // Health implements bridge.Source.
-func (r *SharedRelay) Health() bridge.Health { return r.s.src.Health() }
+func (r *Relay) Health() bridge.Health { return r.s.src.Health() }
 
 // Kill stops deliveries to this relay at once, dropping what is queued, as
 // a relay process that dies loses what it had not relayed. It does not
 // wait; Close does.
-func (r *SharedRelay) Kill() {
+func (r *Relay) Kill() {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
@@ -359,7 +358,7 @@ func (r *SharedRelay) Kill() {
 
 // Close implements bridge.Source: detach and wait for the relay's
 // delivery goroutine. The simulation keeps running for the others.
-func (r *SharedRelay) Close() error {
+func (r *Relay) Close() error {
 	r.Kill()
 	r.mu.Lock()
 	exited := r.exited
