@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -23,14 +23,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type env struct {
-	cl   *testcluster.NATSCluster
+	cl   *natstest.Cluster
 	conn *apconn.Conn
 	nc   *nats.Conn // a plain consumer
 	src  *simsource.Source
 	b    *bridge.Bridge
 }
 
-func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.Option) *env {
+func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...natstest.Option) *env {
 	t.Helper()
 	cl, conn := testutil.ClusterConn(t, clusterOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -59,7 +59,7 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 // need a broker but no switch.
 func singleNodeConn(t *testing.T) *apconn.Conn {
 	t.Helper()
-	_, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	_, conn := testutil.ClusterConn(t, natstest.WithNodes(1))
 	return conn
 }
 
@@ -327,7 +327,7 @@ func TestBadTagsRetriedWithBackoff(t *testing.T) {
 	guard := bridge.GuardConfig{RetryFloor: 20 * time.Millisecond, RetryCeiling: 80 * time.Millisecond,
 		InFlightCeiling: time.Second, Jitter: 0}
 	tags := append(tagsN(2, false), bridge.TagConfig{Name: "Missing", Address: "bad:nope"})
-	e := setup(t, bridge.Config{Guard: guard}, tags, testcluster.WithNodes(2))
+	e := setup(t, bridge.Config{Guard: guard}, tags, natstest.WithNodes(2))
 	testutil.WaitFor(t, "good tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
 	testutil.WaitFor(t, "retries", 5*time.Second, func() bool { n, _ := e.src.Requests(); return n >= 5 })
 	st := e.b.Stats()[0]
@@ -376,7 +376,7 @@ func TestConfigErrors(t *testing.T) {
 // TestNoUpdateLostThroughLDM relays 20 tags at 100 Hz while the
 // connection's broker goes lame-duck, and checks every tag's sequence.
 func TestNoUpdateLostThroughLDM(t *testing.T) {
-	e := setup(t, bridge.Config{}, tagsN(20, false), testcluster.WithLameDuck(2500*time.Millisecond, 1500*time.Millisecond))
+	e := setup(t, bridge.Config{}, tagsN(20, false), natstest.WithLameDuck(2500*time.Millisecond, 1500*time.Millisecond))
 	// The consumer sits on the broker that is neither active nor passive:
 	// a plain nats.go consumer on the lame-duck broker would itself ride
 	// it down and miss messages while it reconnects.

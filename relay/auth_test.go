@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/rs/zerolog"
 )
@@ -22,7 +22,7 @@ import (
 // such at error level on each attempt; with failOnAuthError the start
 // fails at once with ErrAuthorization. The right password starts.
 func TestRefusedCredentials(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithNodes(1), testcluster.WithUser("relay", "right"))
+	cl := testutil.StartCluster(t, natstest.WithNodes(1), natstest.WithUser("relay", "right"))
 	cfg := func(password string, fail bool) *relay.Config {
 		c, err := relay.Parse(fmt.Appendf(nil, "nats: {servers: [%s], user: relay, password: %s, failOnAuthError: %v}\nhttp: {listen: ''}\nsources:\n  - {name: sim, endpoints: ['opc.tcp://127.0.0.1:4840'], tags: [{name: A, address: 'i=1'}]}\n",
 			cl.URLs()[0], password, fail))

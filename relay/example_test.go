@@ -8,6 +8,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -17,7 +18,7 @@ import (
 func ExampleStart() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx)
+	cluster, err := natstest.Start(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return

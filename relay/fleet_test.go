@@ -11,14 +11,14 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
 
 // fleetRelay starts a fleet relay with the shared sources, each built
 // again (a new view) at every lease won.
-func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*simsource.Shared) *relay.Relay {
+func fleetRelay(t *testing.T, cl *natstest.Cluster, id string, srcs []*simsource.Shared) *relay.Relay {
 	t.Helper()
 	return fleetRelayOn(t, cl.URLs(), id, srcs)
 }
@@ -64,7 +64,7 @@ const settleSubject = "apbridge._settle"
 // its server had processed every update it sent; a marker published
 // through each node after that reaches the subscriber behind those updates
 // (one route per node pair, in order).
-func (s *seen) settle(t *testing.T, cl *testcluster.NATSCluster) {
+func (s *seen) settle(t *testing.T, cl *natstest.Cluster) {
 	t.Helper()
 	s.mu.Lock()
 	want := s.markers + len(cl.Nodes())
@@ -126,7 +126,7 @@ func (s *seen) publishers() map[string][]string {
 // lease token in every update; when one shuts down the other runs them
 // all.
 func TestFleetRelaysDivideSources(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream())
+	cl := testutil.StartCluster(t, natstest.WithJetStream())
 	var srcs []*simsource.Shared
 	for i := range 4 {
 		s := simsource.NewShared(fmt.Sprintf("line%d", i))
@@ -232,7 +232,7 @@ sources:
 // sources' updates to NATS before the other relay can win them, and the
 // other relay takes them over.
 func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream(), testcluster.WithProxies())
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithProxies())
 	var srcs []*simsource.Shared
 	for i := range 4 {
 		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
@@ -302,7 +302,7 @@ func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 // mode at once, so that lease renewals never wait for the eviction: the
 // relay keeps every source it owns.
 func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream())
+	cl := testutil.StartCluster(t, natstest.WithJetStream())
 	var srcs []*simsource.Shared
 	for i := range 2 {
 		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
@@ -314,7 +314,7 @@ func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
 	}
 	testutil.WaitFor(t, "ra to own every source", 10*time.Second, func() bool { return len(a.Fleet().Owned()) == len(srcs) })
 	const name = "apbridge-ra-fleet"
-	on := func() (*testcluster.Node, uint64) {
+	on := func() (*natstest.Node, uint64) {
 		for _, n := range cl.Nodes() {
 			if ids := n.ClientIDs(name); len(ids) == 1 {
 				return n, ids[0]

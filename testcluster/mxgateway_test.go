@@ -17,7 +17,7 @@ func TestMxStartOptions(t *testing.T) {
 	if _, err := StartMxGateway(nil); err == nil {
 		t.Fatal("a gateway without data started")
 	}
-	for name, opt := range map[string]Option{"WithNodes": WithNodes(3), "WithClientRTT": WithClientRTT(time.Millisecond)} {
+	for name, opt := range map[string]Option{"WithTags": WithTags(3), "WithClientRTT": WithClientRTT(time.Millisecond)} {
 		if _, err := StartMxGateway(NewMxData(), opt); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("StartMxGateway(%s): %v, want an error naming it", name, err)
 		}

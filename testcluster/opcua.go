@@ -50,8 +50,8 @@ type OPCUAPair struct {
 // StartOPCUAPair starts a pair on free loopback ports and returns once
 // each server has answered a real client's read through its proxy.
 //
-// It returns the first error of opts, such as an option that only a NATS
-// cluster takes, before it starts anything.
+// It returns the first error of opts, such as a value out of range, before
+// it starts anything.
 func StartOPCUAPair(ctx context.Context, opts ...Option) (*OPCUAPair, error) {
 	cfg, err := opcuaOptions(opts)
 	if err != nil {

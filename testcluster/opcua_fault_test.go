@@ -3,10 +3,13 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/testcluster/internal/ports"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 )
@@ -305,5 +308,30 @@ func TestOPCUACloseIsFastAndIdempotent(t *testing.T) {
 	}
 	if err := p.A().Restart(ctx, 1); !errors.Is(err, ErrPairClosed) {
 		t.Fatalf("Restart on a closed pair: %v", err)
+	}
+}
+
+// A port freed by a kill must not be handed out as the source port of some
+// other outgoing connection, or the restart cannot bind it (CI saw one held
+// for 50 s): stable ports come from below the ephemeral range. The NATS
+// nodes' ports have the same test in natstest.
+func TestRestartablePortsAreOutsideTheEphemeralRange(t *testing.T) {
+	stableLow, ephemeralLow, ok := ports.StableRange()
+	if !ok {
+		t.Skip("the ephemeral range leaves no room below it")
+	}
+	p := startPair(t)
+	for _, s := range p.Servers() {
+		u, err := url.Parse(s.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := strconv.Atoi(u.Port())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < stableLow || port >= ephemeralLow {
+			t.Errorf("%s: port %d is outside %d-%d", s.Name(), port, stableLow, ephemeralLow-1)
+		}
 	}
 }

@@ -8,45 +8,28 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Option configures StartNATS or StartOPCUAPair, in nats.go's style: it
-// sets a field, or returns an error that the constructor returns.
+// Option configures StartOPCUAPair or StartMxGateway, in nats.go's style:
+// it sets a field, or returns an error that the constructor returns.
 //
 // One type serves both constructors so that what both have (a logger, a
-// client round-trip time, a readiness bound) has one name: WithLogger,
-// WithClientRTT and WithReadyTimeout apply to whichever is built. Every
-// other option belongs to one of them, and given to the other it makes the
-// constructor fail with an error that names the option and what it applies
-// to, rather than being ignored: a test that asks for 500 tags on a NATS
-// cluster has a mistake in it.
+// readiness bound) has one name: WithLogger and WithReadyTimeout apply to
+// whichever is built. Every other option belongs to the OPC UA pair, and
+// given to a gateway it makes StartMxGateway fail with an error that names
+// the option, rather than being ignored.
 type Option func(*options) error
 
 // options is what an Option sets: the settings both constructors share
-// and the configuration of the one thing being built. Exactly one of nats
-// and opcua is set; common points into it.
+// and, for an OPC UA pair, its configuration; common points into it.
 type options struct {
 	common *commonConfig
-	nats   *natsConfig
 	opcua  *opcuaConfig
 }
 
-// commonConfig is what a NATS cluster and an OPC UA pair both have.
+// commonConfig is what an OPC UA pair and an MxAccess gateway both have.
 type commonConfig struct {
 	logger    zerolog.Logger
 	delay     time.Duration // one-way latency through the proxies: rtt/2
 	readyWait time.Duration
-}
-
-type natsConfig struct {
-	commonConfig
-	nodes     int
-	jetStream bool
-	ldmDur    time.Duration
-	ldmGrace  time.Duration
-	tls       bool
-	proxies   bool
-	dir       string
-	user      string
-	password  string
 }
 
 type opcuaConfig struct {
@@ -63,20 +46,9 @@ type opcuaConfig struct {
 }
 
 const (
-	builtNATS  = "a NATS cluster"
+	builtMx    = "an MxAccess gateway"
 	builtOPCUA = "an OPC UA pair"
 )
-
-// natsOptions applies opts to the defaults of a NATS cluster.
-func natsOptions(opts []Option) (natsConfig, error) {
-	cfg := natsConfig{
-		commonConfig: commonConfig{logger: zerolog.Nop(), readyWait: 30 * time.Second},
-		nodes:        3,
-		ldmGrace:     10 * time.Second,
-	}
-	err := apply(&options{common: &cfg.commonConfig, nats: &cfg}, opts)
-	return cfg, err
-}
 
 // opcuaOptions applies opts to the defaults of an OPC UA pair.
 func opcuaOptions(opts []Option) (opcuaConfig, error) {
@@ -112,20 +84,10 @@ func apply(o *options, opts []Option) error {
 }
 
 func (o *options) built() string {
-	if o.nats != nil {
-		return builtNATS
+	if o.opcua != nil {
+		return builtOPCUA
 	}
-	return builtOPCUA
-}
-
-// natsOnly makes an option that only a NATS cluster takes.
-func natsOnly(name string, f func(*natsConfig) error) Option {
-	return func(o *options) error {
-		if o.nats == nil {
-			return notApplicable(name, builtNATS, o.built())
-		}
-		return f(o.nats)
-	}
+	return builtMx
 }
 
 // opcuaOnly makes an option that only an OPC UA pair takes.
@@ -146,7 +108,8 @@ func notApplicable(name, want, built string) error {
 
 // WithLogger sends the servers' log lines to l (default: no logging). An
 // OPC UA pair logs level changes, scripted events, kills and restarts at
-// Info.
+// Info; an MxAccess gateway logs sessions at Debug, faults and lifecycle
+// at Info.
 func WithLogger(l zerolog.Logger) Option {
 	return func(o *options) error {
 		o.common.logger = l
@@ -155,26 +118,21 @@ func WithLogger(l zerolog.Logger) Option {
 }
 
 // WithClientRTT adds rtt/2 of latency in each direction between clients
-// and every server, through FaultProxies. A NATS cluster gets a proxy in
-// front of every node for it, as WithProxies; an OPC UA pair's servers are
-// behind proxies anyway, and the latency survives their restarts (see
-// OPCUAServer.SetLatency).
+// and an OPC UA pair's servers, through the proxies they are behind; the
+// latency survives their restarts (see OPCUAServer.SetLatency).
 func WithClientRTT(rtt time.Duration) Option {
 	return func(o *options) error {
 		if rtt < 0 {
 			return fmt.Errorf("testcluster: WithClientRTT(%v): a round-trip time cannot be negative", rtt)
 		}
 		o.common.delay = rtt / 2
-		if o.nats != nil {
-			o.nats.proxies = true
-		}
 		return nil
 	}
 }
 
 // WithReadyTimeout bounds how long the constructor and a Restart wait for
-// readiness: a NATS cluster forwarding end to end (default 30 s), an OPC
-// UA server answering a client's read (default 10 s).
+// readiness: an OPC UA server answering a client's read (default 10 s), an
+// MxAccess gateway's port free again (default 10 s).
 func WithReadyTimeout(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
@@ -183,71 +141,6 @@ func WithReadyTimeout(d time.Duration) Option {
 		o.common.readyWait = d
 		return nil
 	}
-}
-
-// ---- NATS cluster options ----
-
-// WithNodes sets the number of nodes (default 3, at least 1).
-func WithNodes(n int) Option {
-	return natsOnly("WithNodes", func(c *natsConfig) error {
-		if n < 1 {
-			return fmt.Errorf("testcluster: WithNodes(%d): a cluster needs at least 1 node", n)
-		}
-		c.nodes = n
-		return nil
-	})
-}
-
-// WithJetStream enables JetStream on every node with a store in a temporary
-// directory that Close removes.
-func WithJetStream() Option {
-	return natsOnly("WithJetStream", func(c *natsConfig) error { c.jetStream = true; return nil })
-}
-
-// WithLameDuck sets the lame-duck duration and grace period of every node.
-// The grace period is how long a node waits after announcing LDM before it
-// evicts its clients; the duration bounds the whole eviction. The defaults
-// are a 10 s grace, as nats-server ships, and a duration 1 s longer so that
-// every client is gone soon after the grace period ends; a duration of 0
-// means that default. nats-server requires the grace to be shorter than
-// the duration.
-func WithLameDuck(duration, grace time.Duration) Option {
-	return natsOnly("WithLameDuck", func(c *natsConfig) error {
-		c.ldmDur, c.ldmGrace = duration, grace
-		return nil
-	})
-}
-
-// WithTLS serves TLS on every client port, with a certificate signed by a CA
-// generated at start (see NATSCluster.CA).
-func WithTLS() Option {
-	return natsOnly("WithTLS", func(c *natsConfig) error { c.tls = true; return nil })
-}
-
-// WithUser makes every node require this user and password of clients;
-// ClientOptions carries them. For tests of refused credentials.
-func WithUser(user, password string) Option {
-	return natsOnly("WithUser", func(c *natsConfig) error {
-		if user == "" || password == "" {
-			return fmt.Errorf("WithUser: user and password must not be empty")
-		}
-		c.user, c.password = user, password
-		return nil
-	})
-}
-
-// WithProxies puts a faultproxy.Proxy in front of every node's client
-// port. The URLs the cluster hands out, and the ones nodes advertise to
-// clients, go through the proxies. (An OPC UA pair's servers always have
-// one.)
-func WithProxies() Option {
-	return natsOnly("WithProxies", func(c *natsConfig) error { c.proxies = true; return nil })
-}
-
-// WithDir keeps server state (JetStream store, CA file) under dir instead of
-// a temporary directory. The directory is not removed by Close.
-func WithDir(dir string) Option {
-	return natsOnly("WithDir", func(c *natsConfig) error { c.dir = dir; return nil })
 }
 
 // ---- OPC UA pair options ----

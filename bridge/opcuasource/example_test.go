@@ -10,6 +10,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -19,7 +20,7 @@ import (
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx)
+	cluster, err := natstest.Start(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return

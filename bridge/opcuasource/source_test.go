@@ -13,12 +13,13 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
 // opcuaEnv is a relay of a Warm OPC UA pair onto the embedded cluster.
 type opcuaEnv struct {
-	cl   *testcluster.NATSCluster
+	cl   *natstest.Cluster
 	pair *testcluster.OPCUAPair
 	conn *apconn.Conn
 	src  *opcuasource.Source

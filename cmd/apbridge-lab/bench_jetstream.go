@@ -17,6 +17,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
@@ -30,8 +31,8 @@ func jsScenarios() []scenario {
 	}
 }
 
-func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*testcluster.NATSCluster, error) {
-	return startBenchCluster(ctx, cfg, testcluster.WithJetStream())
+func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*natstest.Cluster, error) {
+	return startBenchCluster(ctx, cfg, natstest.WithJetStream())
 }
 
 // jsRelay is one relay of a benchmark: ApConnection, JetStream sink,
@@ -45,7 +46,7 @@ type jsRelay struct {
 }
 
 // startJSRelay starts a relay on a new view of src.
-func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src *simsource.Shared,
+func startJSRelay(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src *simsource.Shared,
 	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	view := src.Relay()
 	r, err := startJSRelayOn(ctx, cl, cfg, view, js, tags)
@@ -57,7 +58,7 @@ func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchCon
 }
 
 // startJSRelayOn starts a relay on any source.
-func startJSRelayOn(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
+func startJSRelayOn(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src bridge.Source,
 	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	rl, err := startSimRelay(ctx, cl, cfg, src, tags, relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: js})
 	if err != nil {
@@ -114,27 +115,27 @@ func waitMore(ctx context.Context, r *jsRelay, what string, n uint64) error {
 
 // finishAndAudit stops the source, lets r store everything it was handed,
 // and compares the stream with what the source produced.
-func finishAndAudit(ctx context.Context, cl *testcluster.NATSCluster, src *simsource.Shared, r *jsRelay, stream string) (testcluster.StreamAudit, error) {
+func finishAndAudit(ctx context.Context, cl *natstest.Cluster, src *simsource.Shared, r *jsRelay, stream string) (natstest.StreamAudit, error) {
 	src.Close()
 	if err := waitCond(ctx, "the relay to take everything", 30*time.Second, r.view.Idle); err != nil {
-		return testcluster.StreamAudit{}, err
+		return natstest.StreamAudit{}, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := r.sink.Flush(fctx); err != nil {
-		return testcluster.StreamAudit{}, fmt.Errorf("flush: %w", err)
+		return natstest.StreamAudit{}, fmt.Errorf("flush: %w", err)
 	}
 	nc, err := nats.Connect(cl.URLs()[0], append(cl.ClientOptions(), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return testcluster.StreamAudit{}, err
+		return natstest.StreamAudit{}, err
 	}
 	defer nc.Close()
-	stored, err := testcluster.ReadStream(fctx, nc, stream)
+	stored, err := natstest.ReadStream(fctx, nc, stream)
 	if err != nil {
-		return testcluster.StreamAudit{}, fmt.Errorf("read the stream back: %w", err)
+		return natstest.StreamAudit{}, fmt.Errorf("read the stream back: %w", err)
 	}
 	expected := src.ExpectedIDs(func(tag string) string { s, _ := r.b.Subject(src.Name(), tag); return s })
-	a := testcluster.Audit(expected, stored)
+	a := natstest.Audit(expected, stored)
 	// The bench keeps the disk tidy: the bridge itself never deletes a
 	// stream.
 	if mgr, err := jsm.New(nc); err == nil {
@@ -149,7 +150,7 @@ type jsTotals struct {
 	republished, timeouts, duplicates, conflicts       uint64
 }
 
-func (t *jsTotals) add(a testcluster.StreamAudit, s ...jetstreamsink.Stats) {
+func (t *jsTotals) add(a natstest.StreamAudit, s ...jetstreamsink.Stats) {
 	t.expected += a.Expected
 	t.stored += a.Stored
 	t.lost += a.Lost
@@ -218,8 +219,8 @@ func benchJSMaintenance(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, []float64, error) {
-	var a testcluster.StreamAudit
+func jsMaintenanceOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run int) (natstest.StreamAudit, jetstreamsink.Stats, []float64, error) {
+	var a natstest.StreamAudit
 	var st jetstreamsink.Stats
 	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(jsMaintTags), testcluster.WithTagInterval(jsMaintPeriod),
 		testcluster.WithServiceLevels(250, 90))
@@ -329,7 +330,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 
 // restartCurrent restarts a node that went down and waits until the
 // stream's replicas are all current again.
-func restartCurrent(ctx context.Context, cl *testcluster.NATSCluster, n *testcluster.Node, stream string) error {
+func restartCurrent(ctx context.Context, cl *natstest.Cluster, n *natstest.Node, stream string) error {
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := n.Restart(rctx); err != nil {
@@ -362,8 +363,8 @@ func benchJSHotHot(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
-	var a testcluster.StreamAudit
+func jsHotHotOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run int) (natstest.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
+	var a natstest.StreamAudit
 	var sa, sb jetstreamsink.Stats
 	src := simsource.NewShared("hot" + strconv.Itoa(run))
 	defer src.Close()
@@ -447,7 +448,7 @@ func benchJSThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 	return res, nil
 }
 
-func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
+func jsThroughputOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
 	sim := simsource.New("tp" + strconv.Itoa(run))
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
@@ -492,7 +493,7 @@ func flatOut(ctx context.Context, sim *simsource.Source, count func() uint64, wi
 	return float64(c1-c0) / t1.Sub(t0).Seconds(), ctx.Err()
 }
 
-func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, error) {
+func plainThroughputOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run, tags int, window time.Duration) (float64, error) {
 	sub, err := nats.Connect(cl.Node(2).URL(), cl.ClientOptions()...)
 	if err != nil {
 		return 0, err
@@ -524,7 +525,7 @@ func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg b
 
 // startSimRelay starts a relay, as relay.Start builds it from a config, on
 // the embedded cluster with a source built here.
-func startSimRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
+func startSimRelay(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src bridge.Source,
 	tags []bridge.TagConfig, sink relay.SinkConfig) (*relay.Relay, error) {
 	return relay.Start(ctx, &relay.Config{NATS: relay.NATSConfig{Servers: cl.URLs()}, SinkConfig: sink},
 		relay.WithNATSOptions(cl.ClientOptions()...), relay.WithLogger(cfg.log), relay.WithSource(src, tags))

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -379,7 +380,7 @@ type mxRelayOpts struct {
 
 // startMxRelay subscribes a consumer to the tags' subjects, then starts a
 // relay on cl whose one source, name, is an mxsource on the gateways.
-func startMxRelay(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, name string,
+func startMxRelay(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, name string,
 	mc mxsource.Config, tags []bridge.TagConfig, o mxRelayOpts) (*mxRelay, error) {
 	r := &mxRelay{}
 	var err error

@@ -12,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
 // mxSettle is how long a restart scenario watches the gateway after the
@@ -167,7 +168,7 @@ type mxBlipCounts struct{ lost, resumes, sessions, bulk uint64 }
 // cfg.runs times, through a fault proxy (its own gateway and relay: a
 // proxy that accepts while its gateway is down would change what (b)
 // measures), and counts what the blips cost.
-func mxBlips(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData, tags []bridge.TagConfig) (mxBlipCounts, error) {
+func mxBlips(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *testcluster.MxData, tags []bridge.TagConfig) (mxBlipCounts, error) {
 	var b mxBlipCounts
 	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
 // mxStormTags is the incident's instance: 244 attributes.
@@ -88,7 +89,7 @@ func runMxStorm(ctx context.Context, cfg benchConfig, t stormTiming) (*result, e
 // mxStormWedge is phase A: the gateway's worker wedges as it picks up the
 // first subscribe, for t.wedge, with every command taking t.latency
 // meanwhile; then it recovers at once.
-func mxStormWedge(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData,
+func mxStormWedge(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *testcluster.MxData,
 	tags []bridge.TagConfig, t stormTiming, r *result) error {
 	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
 	if err != nil {
@@ -164,7 +165,7 @@ func mxStormWedge(ctx context.Context, cfg benchConfig, cl *testcluster.NATSClus
 // mxStormCommands is phase B: a fresh relay subscribes every tag on a
 // healthy gateway that advertises the supervisory bulk subscribe, then on
 // one that does not; each gateway counts the commands.
-func mxStormCommands(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData,
+func mxStormCommands(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *testcluster.MxData,
 	tags []bridge.TagConfig, r *result) error {
 	once := func(name string, caps []string) (testcluster.MxGatewayStats, error) {
 		gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -38,7 +39,7 @@ var mxTPRates = []float64{30_000, 50_000, 70_000, 100_000, 150_000, 200_000, 300
 // mxTP is the throughput rig: one gateway, the relay, a counting consumer.
 type mxTP struct {
 	cfg      benchConfig
-	cl       *testcluster.NATSCluster
+	cl       *natstest.Cluster
 	data     *testcluster.MxData
 	gw       *testcluster.MxGateway
 	rl       *mxRelay

@@ -16,6 +16,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -57,7 +58,7 @@ func soakScenarios() []scenario {
 type soakRig struct {
 	cfg      benchConfig
 	rng      *rand.Rand
-	cl       *testcluster.NATSCluster
+	cl       *natstest.Cluster
 	uas      []*soakUA
 	gwps     []*soakGW
 	stopData func()
@@ -204,9 +205,9 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 // start brings everything up and starts the relay processes.
 func (r *soakRig) start(ctx context.Context) (err error) {
 	cfg := r.cfg
-	var copts []testcluster.Option
+	var copts []natstest.Option
 	if cfg.sink == soakSinkJetStream {
-		copts = append(copts, testcluster.WithJetStream())
+		copts = append(copts, natstest.WithJetStream())
 	}
 	if r.cl, err = startBenchCluster(ctx, cfg, copts...); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
 // soakFault is one kind of fault the soak applies once per cycle. run
@@ -40,7 +41,7 @@ func soakFaults(fleet bool) []soakFault {
 
 // activeBroker is the node the relay publishes through; with the fleet,
 // a relay drawn from the seed.
-func (r *soakRig) activeBroker() (*testcluster.Node, error) {
+func (r *soakRig) activeBroker() (*natstest.Node, error) {
 	rel := r.relays[0]
 	if len(r.relays) > 1 {
 		rel = r.relays[r.rng.IntN(len(r.relays))]
@@ -59,7 +60,7 @@ func (r *soakRig) activeBroker() (*testcluster.Node, error) {
 // restartNode starts a node the fault stopped and, with the JetStream
 // sink, waits for the stream to be whole on it: a second node down before
 // that would take the stream's quorum, a fault the soak does not model.
-func (r *soakRig) restartNode(ctx context.Context, n *testcluster.Node) error {
+func (r *soakRig) restartNode(ctx context.Context, n *natstest.Node) error {
 	if err := n.Restart(ctx); err != nil {
 		return err
 	}

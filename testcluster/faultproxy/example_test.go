@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -16,7 +16,7 @@ import (
 func ExampleProxy() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx, testcluster.WithProxies())
+	cluster, err := natstest.Start(ctx, natstest.WithProxies())
 	if err != nil {
 		fmt.Println(err)
 		return

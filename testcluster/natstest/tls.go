@@ -1,4 +1,4 @@
-package testcluster
+package natstest
 
 import (
 	"crypto/ecdsa"
@@ -79,7 +79,7 @@ func newCA(dir string) (*CA, error) {
 	if dir != "" {
 		ca.caFile = filepath.Join(dir, "ca.pem")
 		if err := os.WriteFile(ca.caFile, ca.caPEM, 0o600); err != nil {
-			return nil, fmt.Errorf("testcluster: write CA: %w", err)
+			return nil, fmt.Errorf("natstest: write CA: %w", err)
 		}
 	}
 	return ca, nil

@@ -1,4 +1,4 @@
-package testcluster
+package natstest
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 // NodeByName returns the node whose server name is name (n1, n2, ...), or
 // nil.
-func (c *NATSCluster) NodeByName(name string) *Node {
+func (c *Cluster) NodeByName(name string) *Node {
 	for _, n := range c.nodes {
 		if n.name == name {
 			return n
@@ -23,7 +23,7 @@ func (c *NATSCluster) NodeByName(name string) *Node {
 
 // connectAny connects a short-lived client to the first running node that
 // answers.
-func (c *NATSCluster) connectAny() (*nats.Conn, error) {
+func (c *Cluster) connectAny() (*nats.Conn, error) {
 	var lastErr error = errors.New("no node is running")
 	for _, n := range c.nodes {
 		if !n.Running() {
@@ -54,7 +54,7 @@ type StreamState struct {
 }
 
 // StreamState asks a running node for the stream's cluster state.
-func (c *NATSCluster) StreamState(ctx context.Context, stream string) (StreamState, error) {
+func (c *Cluster) StreamState(ctx context.Context, stream string) (StreamState, error) {
 	nc, err := c.connectAny()
 	if err != nil {
 		return StreamState{}, err
@@ -93,7 +93,7 @@ func (c *NATSCluster) StreamState(ctx context.Context, stream string) (StreamSta
 // it. A node that leads a Raft group hands the leadership over and waits a
 // hard-coded second before it sends its LDM notice to clients (nats-server
 // does so in lameDuckMode).
-func (c *NATSCluster) StreamLeader(ctx context.Context, stream string) (*Node, error) {
+func (c *Cluster) StreamLeader(ctx context.Context, stream string) (*Node, error) {
 	var lastErr error
 	for {
 		st, err := c.StreamState(ctx, stream)
@@ -106,7 +106,7 @@ func (c *NATSCluster) StreamLeader(ctx context.Context, stream string) (*Node, e
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("testcluster: stream %q leader: %w (last: %v)", stream, ctx.Err(), lastErr)
+			return nil, fmt.Errorf("natstest: stream %q leader: %w (last: %v)", stream, ctx.Err(), lastErr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -115,7 +115,7 @@ func (c *NATSCluster) StreamLeader(ctx context.Context, stream string) (*Node, e
 // WaitStreamCurrent waits until the stream has a leader and every replica
 // is online and caught up: after a node is restarted, before the next
 // fault.
-func (c *NATSCluster) WaitStreamCurrent(ctx context.Context, stream string) error {
+func (c *Cluster) WaitStreamCurrent(ctx context.Context, stream string) error {
 	var last StreamState
 	var lastErr error
 	for {
@@ -126,7 +126,7 @@ func (c *NATSCluster) WaitStreamCurrent(ctx context.Context, stream string) erro
 		last, lastErr = st, err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testcluster: stream %q not current: %w (last state %+v, error %v)", stream, ctx.Err(), last, lastErr)
+			return fmt.Errorf("natstest: stream %q not current: %w (last state %+v, error %v)", stream, ctx.Err(), last, lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -156,7 +156,7 @@ func ReadStream(ctx context.Context, nc *nats.Conn, stream string) ([]StoredMsg,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("testcluster: read stream %q: %w (last error: %v)", stream, ctx.Err(), err)
+			return nil, fmt.Errorf("natstest: read stream %q: %w (last error: %v)", stream, ctx.Err(), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -182,7 +182,7 @@ func readStream(ctx context.Context, nc *nats.Conn, stream string) ([]StoredMsg,
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("testcluster: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
+			return nil, fmt.Errorf("natstest: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -221,7 +221,7 @@ func readStream(ctx context.Context, nc *nats.Conn, stream string) ([]StoredMsg,
 			return nil, err
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("testcluster: stream %q: read %d of %d messages, then nothing more", stream, len(out), total)
+			return nil, fmt.Errorf("natstest: stream %q: read %d of %d messages, then nothing more", stream, len(out), total)
 		}
 	}
 	return out, nil

@@ -1,9 +1,8 @@
-package testcluster
+package natstest
 
 import (
 	"context"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,27 +198,15 @@ func TestJetStreamReady(t *testing.T) {
 
 // A port freed by a kill must not be handed out as the source port of some
 // other outgoing connection, or the restart cannot bind it (CI saw one held
-// for 50 s): stable ports come from below the ephemeral range.
+// for 50 s): stable ports come from below the ephemeral range. The OPC UA
+// servers' endpoints have the same test in uaserver.
 func TestRestartablePortsAreOutsideTheEphemeralRange(t *testing.T) {
 	stableLow, ephemeralLow, ok := ports.StableRange()
 	if !ok {
 		t.Skip("the ephemeral range leaves no room below it")
 	}
 	c := startCluster(t, WithNodes(2))
-	p := startPair(t)
-	ports := []int{c.Node(0).clientPort, c.Node(0).clusterPort, c.Node(1).clientPort, c.Node(1).clusterPort}
-	for _, s := range []*OPCUAServer{p.A(), p.B()} {
-		u, err := url.Parse(s.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		port, err := strconv.Atoi(u.Port())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, port)
-	}
-	for _, port := range ports {
+	for _, port := range []int{c.Node(0).clientPort, c.Node(0).clusterPort, c.Node(1).clientPort, c.Node(1).clusterPort} {
 		if port < stableLow || port >= ephemeralLow {
 			t.Errorf("port %d is outside %d-%d", port, stableLow, ephemeralLow-1)
 		}

@@ -1,20 +1,20 @@
-package testcluster_test
+package natstest_test
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
 // A test starts the cluster, connects a client and puts a broker into
 // lame-duck mode under it.
-func ExampleStartNATS() {
+func ExampleStart() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx, testcluster.WithLameDuck(time.Second, 100*time.Millisecond))
+	cluster, err := natstest.Start(ctx, natstest.WithLameDuck(time.Second, 100*time.Millisecond))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -41,16 +41,15 @@ func ExampleStartNATS() {
 	// node 0 running: false
 }
 
-// The logger, the client round-trip time and the readiness bound are
-// options of both constructors; every other option belongs to one, and the
-// other constructor refuses it by name before it starts anything.
+// Options are checked before anything starts: a value no cluster could
+// use is an error that names the option.
 func ExampleOption() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := testcluster.StartNATS(ctx,
-		testcluster.WithReadyTimeout(10*time.Second),
-		testcluster.WithSetpoints(4),
+	_, err := natstest.Start(ctx,
+		natstest.WithReadyTimeout(10*time.Second),
+		natstest.WithNodes(0),
 	)
 	fmt.Println(err)
-	// Output: testcluster: WithSetpoints applies to an OPC UA pair, not a NATS cluster
+	// Output: natstest: WithNodes(0): a cluster needs at least 1 node
 }

@@ -1,4 +1,4 @@
-package testcluster
+package natstest
 
 import (
 	"context"
@@ -46,8 +46,8 @@ func NewTraffic(pub Publisher, subj string, period time.Duration) *Traffic {
 	return &Traffic{pub: pub, subj: subj, period: period, seen: map[uint64]int{}}
 }
 
-// PayloadSize is the size of a Traffic payload.
-const PayloadSize = 16
+// TrafficPayloadSize is the size of a Traffic payload.
+const TrafficPayloadSize = 16
 
 // Start begins publishing on a goroutine of its own; Stop ends it.
 func (t *Traffic) Start() {
@@ -61,7 +61,7 @@ func (t *Traffic) run(ctx context.Context) {
 	defer close(t.done)
 	tick := time.NewTicker(t.period)
 	defer tick.Stop()
-	buf := make([]byte, PayloadSize)
+	buf := make([]byte, TrafficPayloadSize)
 	for {
 		select {
 		case <-ctx.Done():
@@ -99,7 +99,7 @@ func (t *Traffic) Stop() {
 // Observe records a received payload.
 func (t *Traffic) Observe(data []byte) {
 	now := time.Now()
-	if len(data) < PayloadSize {
+	if len(data) < TrafficPayloadSize {
 		return
 	}
 	seq := binary.BigEndian.Uint64(data[0:8])
@@ -135,7 +135,7 @@ func (t *Traffic) WaitReceived(ctx context.Context, n uint64) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testcluster: traffic: received %d of %d", got, n)
+			return fmt.Errorf("natstest: traffic: received %d of %d", got, n)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

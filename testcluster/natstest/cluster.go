@@ -1,4 +1,4 @@
-package testcluster
+package natstest
 
 import (
 	"bytes"
@@ -22,9 +22,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// NATSCluster is an embedded nats-server cluster on loopback.
-type NATSCluster struct {
-	cfg     natsConfig
+// Cluster is an embedded nats-server cluster on loopback.
+type Cluster struct {
+	cfg     config
 	dir     string
 	ownDir  bool
 	ca      *CA
@@ -34,9 +34,9 @@ type NATSCluster struct {
 	closed  bool
 }
 
-// Node is one server of a NATSCluster.
+// Node is one server of a Cluster.
 type Node struct {
-	c           *NATSCluster
+	c           *Cluster
 	index       int
 	name        string
 	clientPort  int
@@ -48,16 +48,16 @@ type Node struct {
 	ldmDone chan struct{}
 }
 
-// StartNATS starts an N-node cluster (default 3) on free loopback ports and
+// Start starts an N-node cluster (default 3) on free loopback ports and
 // returns once every node forwards to every other node end to end: a
 // message published on each node reaches a subscriber on each node. A route
 // listed in Routez is not enough; a node can take a second more before it
 // forwards (the route readiness trap).
 //
-// It returns the first error of opts, such as an option that only an OPC
-// UA pair takes, before it starts anything.
-func StartNATS(ctx context.Context, opts ...Option) (*NATSCluster, error) {
-	cfg, err := natsOptions(opts)
+// It returns the first error of opts, such as a value out of range, before
+// it starts anything.
+func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -65,9 +65,9 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATSCluster, error) {
 		cfg.ldmDur = cfg.ldmGrace + time.Second
 	}
 	if cfg.ldmGrace >= cfg.ldmDur {
-		return nil, fmt.Errorf("testcluster: lame-duck grace %v must be shorter than the duration %v", cfg.ldmGrace, cfg.ldmDur)
+		return nil, fmt.Errorf("natstest: lame-duck grace %v must be shorter than the duration %v", cfg.ldmGrace, cfg.ldmDur)
 	}
-	c := &NATSCluster{cfg: cfg, dir: cfg.dir}
+	c := &Cluster{cfg: cfg, dir: cfg.dir}
 	if c.dir == "" {
 		d, err := os.MkdirTemp("", "apbridge-nats-")
 		if err != nil {
@@ -183,7 +183,7 @@ func (n *Node) start(ctx context.Context) error {
 		if err == nil {
 			srv, err = server.NewServer(o)
 			if err != nil {
-				return fmt.Errorf("testcluster: node %s: %w", n.name, err)
+				return fmt.Errorf("natstest: node %s: %w", n.name, err)
 			}
 			if n.c.cfg.logger.GetLevel() != zerolog.Disabled {
 				srv.SetLoggerV2(&serverLogger{l: n.c.cfg.logger.With().Str("node", n.name).Logger()}, false, false, false)
@@ -196,11 +196,11 @@ func (n *Node) start(ctx context.Context) error {
 			err = fmt.Errorf("not ready for connections")
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
+			return fmt.Errorf("natstest: node %s did not start on ports %d (client) and %d (cluster): %w",
 				n.name, n.clientPort, n.clusterPort, err)
 		}
 		if cerr := ctxtime.Sleep(ctx, 100*time.Millisecond); cerr != nil {
-			return fmt.Errorf("testcluster: node %s did not start on ports %d (client) and %d (cluster): %w",
+			return fmt.Errorf("natstest: node %s did not start on ports %d (client) and %d (cluster): %w",
 				n.name, n.clientPort, n.clusterPort, errors.Join(cerr, err))
 		}
 	}
@@ -212,20 +212,20 @@ func (n *Node) start(ctx context.Context) error {
 }
 
 // CA returns the certificate authority of a cluster started WithTLS, or nil.
-func (c *NATSCluster) CA() *CA { return c.ca }
+func (c *Cluster) CA() *CA { return c.ca }
 
 // Dir returns the directory that holds the cluster's state.
-func (c *NATSCluster) Dir() string { return c.dir }
+func (c *Cluster) Dir() string { return c.dir }
 
 // Nodes returns the cluster's nodes in order.
-func (c *NATSCluster) Nodes() []*Node { return append([]*Node(nil), c.nodes...) }
+func (c *Cluster) Nodes() []*Node { return append([]*Node(nil), c.nodes...) }
 
 // Node returns the i-th node (0-based).
-func (c *NATSCluster) Node(i int) *Node { return c.nodes[i] }
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 
 // URLs returns every node's client URL (through its proxy if the cluster
 // has proxies).
-func (c *NATSCluster) URLs() []string {
+func (c *Cluster) URLs() []string {
 	urls := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		urls[i] = n.URL()
@@ -234,7 +234,7 @@ func (c *NATSCluster) URLs() []string {
 }
 
 // NodeByServerID returns the running node whose server ID is id, or nil.
-func (c *NATSCluster) NodeByServerID(id string) *Node {
+func (c *Cluster) NodeByServerID(id string) *Node {
 	for _, n := range c.nodes {
 		if n.ServerID() == id {
 			return n
@@ -245,7 +245,7 @@ func (c *NATSCluster) NodeByServerID(id string) *Node {
 
 // NodeByURL returns the node whose client URL or direct URL has the same
 // host:port as u, or nil.
-func (c *NATSCluster) NodeByURL(u string) *Node {
+func (c *Cluster) NodeByURL(u string) *Node {
 	hp := hostPort(u)
 	for _, n := range c.nodes {
 		if hostPort(n.URL()) == hp || hostPort(n.DirectURL()) == hp {
@@ -264,7 +264,7 @@ func hostPort(u string) string {
 
 // ClientOptions returns nats.go options that a client of this cluster
 // needs: the CA when the cluster serves TLS, the user (WithUser).
-func (c *NATSCluster) ClientOptions() []nats.Option {
+func (c *Cluster) ClientOptions() []nats.Option {
 	var opts []nats.Option
 	if c.ca != nil {
 		opts = append(opts, nats.Secure(c.ca.ClientConfig()))
@@ -278,7 +278,7 @@ func (c *NATSCluster) ClientOptions() []nats.Option {
 // WaitReady waits until every running node forwards to every other running
 // node end to end, and, with JetStream, until every node answers the
 // JetStream API.
-func (c *NATSCluster) WaitReady(ctx context.Context) error {
+func (c *Cluster) WaitReady(ctx context.Context) error {
 	var lastErr error
 	for {
 		err := c.probe(ctx)
@@ -288,13 +288,13 @@ func (c *NATSCluster) WaitReady(ctx context.Context) error {
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("testcluster: cluster not ready: %w (last probe: %v)", ctx.Err(), lastErr)
+			return fmt.Errorf("natstest: cluster not ready: %w (last probe: %v)", ctx.Err(), lastErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-func (c *NATSCluster) probe(ctx context.Context) error {
+func (c *Cluster) probe(ctx context.Context) error {
 	var running []*Node
 	for _, n := range c.nodes {
 		if n.Running() {
@@ -406,7 +406,7 @@ func metaSeesAll(running []*Node) error {
 
 // Close shuts every node down and removes the temporary state directory.
 // It is idempotent.
-func (c *NATSCluster) Close() {
+func (c *Cluster) Close() {
 	c.closeMu.Lock()
 	if c.closed {
 		c.closeMu.Unlock()
@@ -501,7 +501,7 @@ func (n *Node) EnterLameDuck() <-chan struct{} {
 func (n *Node) LDMClientByID(cid uint64) error {
 	s := n.Server()
 	if s == nil {
-		return fmt.Errorf("testcluster: node %s is down", n.name)
+		return fmt.Errorf("natstest: node %s is down", n.name)
 	}
 	return s.LDMClientByID(cid)
 }
