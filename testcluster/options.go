@@ -8,14 +8,8 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Option configures StartOPCUAPair or StartMxGateway, in nats.go's style:
-// it sets a field, or returns an error that the constructor returns.
-//
-// One type serves both constructors so that what both have (a logger, a
-// readiness bound) has one name: WithLogger and WithReadyTimeout apply to
-// whichever is built. Every other option belongs to the OPC UA pair, and
-// given to a gateway it makes StartMxGateway fail with an error that names
-// the option, rather than being ignored.
+// Option configures StartOPCUAPair, in nats.go's style: it sets a field,
+// or returns an error that the constructor returns.
 type Option func(*options) error
 
 // options is what an Option sets: the settings both constructors share

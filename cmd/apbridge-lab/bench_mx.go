@@ -14,7 +14,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
@@ -72,7 +72,7 @@ func mxCounterTags(prefix string, n int) []bridge.TagConfig {
 }
 
 // mxSubscribeCommands sums the gateway's subscribe commands of every kind.
-func mxSubscribeCommands(st testcluster.MxGatewayStats) uint64 {
+func mxSubscribeCommands(st mxsim.Stats) uint64 {
 	c := st.CommandsByKind
 	return c["SubscribeBulk"] + c["AddItemBulk"] + c["AdviseSupervisory"] + c["AdviseItemBulk"]
 }
@@ -461,7 +461,7 @@ func (r *mxRelay) close() {
 
 // mxCounterValue is the value the counters of RunCounters(prefix, ...)
 // hold now.
-func mxCounterValue(data *testcluster.MxData, prefix string) int64 {
+func mxCounterValue(data *mxsim.Data, prefix string) int64 {
 	v, _, _, _ := data.Get(prefix + "0.Value")
 	n, _ := v.(int64)
 	return n

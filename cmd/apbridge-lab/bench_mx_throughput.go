@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/procstat"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
@@ -40,8 +40,8 @@ var mxTPRates = []float64{30_000, 50_000, 70_000, 100_000, 150_000, 200_000, 300
 type mxTP struct {
 	cfg      benchConfig
 	cl       *natstest.Cluster
-	data     *testcluster.MxData
-	gw       *testcluster.MxGateway
+	data     *mxsim.Data
+	gw       *mxsim.Gateway
 	rl       *mxRelay
 	prefixes []string
 	got      atomic.Uint64
@@ -72,7 +72,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	p := &mxTP{cfg: cfg, cl: cl, data: testcluster.NewMxData()}
+	p := &mxTP{cfg: cfg, cl: cl, data: mxsim.NewData()}
 	var tags []bridge.TagConfig
 	per := mxTPTags / mxTPGroups
 	for g := range mxTPGroups {
@@ -83,7 +83,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 			p.data.Define(t.Address, int64(0))
 		}
 	}
-	if p.gw, err = testcluster.StartMxGateway(p.data, testcluster.WithLogger(cfg.log)); err != nil {
+	if p.gw, err = mxsim.Start(p.data, mxsim.WithLogger(cfg.log)); err != nil {
 		return nil, err
 	}
 	defer p.gw.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,7 +98,7 @@ type soakUA struct {
 // soakGW is a gateway pair and the name of the source that reads it.
 type soakGW struct {
 	name string
-	gws  [2]*testcluster.MxGateway
+	gws  [2]*mxsim.Gateway
 }
 
 type soakWindow struct {
@@ -231,13 +232,13 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 		r.uas = append(r.uas, &soakUA{name: name, pair: pair})
 	}
 	// The gateway pairs serve one Galaxy: its counters tick once for all.
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	r.stopData = data.RunCounters("Galaxy_", soakGalaxyTags, soakPeriod)
 	for _, name := range gwNames {
 		gw := &soakGW{name: name}
 		r.gwps = append(r.gwps, gw)
 		for i := range gw.gws {
-			if gw.gws[i], err = testcluster.StartMxGateway(data); err != nil {
+			if gw.gws[i], err = mxsim.Start(data); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
@@ -233,7 +234,7 @@ func (r *soakRig) gwTarget() *soakGW {
 }
 
 // gatewayActive returns the gateway the relay reads gw from and the other.
-func (r *soakRig) gatewayActive(gw *soakGW) (active, other *testcluster.MxGateway, err error) {
+func (r *soakRig) gatewayActive(gw *soakGW) (active, other *mxsim.Gateway, err error) {
 	h, err := r.source(gw.name)
 	if err != nil {
 		return nil, nil, err
@@ -246,7 +247,7 @@ func (r *soakRig) gatewayActive(gw *soakGW) (active, other *testcluster.MxGatewa
 	return nil, nil, fmt.Errorf("the relay reads %s from %q, neither gateway", gw.name, h.Endpoint)
 }
 
-func (r *soakRig) waitGatewayOn(ctx context.Context, gw *soakGW, g *testcluster.MxGateway) error {
+func (r *soakRig) waitGatewayOn(ctx context.Context, gw *soakGW, g *mxsim.Gateway) error {
 	return r.poll(ctx, gw.name+" on "+g.Addr(), 20*time.Second, func() (bool, error) {
 		h, err := r.source(gw.name)
 		return h.Endpoint == g.Addr(), err

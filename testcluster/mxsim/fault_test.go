@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// The MxGateway's faults and lifecycle: event queue overflow, a graceful
+// The Gateway's faults and lifecycle: event queue overflow, a graceful
 // end of the streams, a kill and a restart.
 
 func TestMxEventOverflowNoReader(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Level", float64(0))
 	g := startMx(t, data, 1)[0]
 	g.SetEventQueueSize(4)
@@ -25,12 +25,12 @@ func TestMxEventOverflowNoReader(t *testing.T) {
 	s := openMx(t, c, 0, 0)
 	s.handle(true, "Tank.Level") // the initial value: 1 queued
 	for i := 1; i <= 3; i++ {
-		data.Set("Tank.Level", float64(i), MxQualityGood)
+		data.Set("Tank.Level", float64(i), QualityGood)
 	}
 	if st := g.Stats(); st.Faults != 0 || st.Sessions != 1 {
 		t.Fatalf("with the queue just full: %+v", st)
 	}
-	data.Set("Tank.Level", 4.0, MxQualityGood) // one too many
+	data.Set("Tank.Level", 4.0, QualityGood) // one too many
 	if st := g.Stats(); st.Faults != 1 || st.Sessions != 0 || st.Advised != 0 {
 		t.Fatalf("after the overflow: %+v", st)
 	}
@@ -47,7 +47,7 @@ func TestMxEventOverflowNoReader(t *testing.T) {
 // queue: the session faults, and a reader that comes back gets what was
 // in flight, the SessionFault, then RESOURCE_EXHAUSTED.
 func TestMxEventOverflowStalledReader(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Log", "")
 	g := startMx(t, data, 1)[0]
 	g.SetEventQueueSize(16)
@@ -75,7 +75,7 @@ func TestMxEventOverflowStalledReader(t *testing.T) {
 		if i > 10_000 {
 			t.Fatal("10000 changes and no overflow")
 		}
-		data.Set("Tank.Log", big, MxQualityGood)
+		data.Set("Tank.Log", big, QualityGood)
 		<-tick.C
 	}
 	var fault *mxpb.SessionFault
@@ -112,7 +112,7 @@ func TestMxEventOverflowStalledReader(t *testing.T) {
 }
 
 func TestMxEndStreams(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Level", float64(0))
 	g := startMx(t, data, 1)[0]
 	c := dialMx(t, g.Addr())
@@ -121,7 +121,7 @@ func TestMxEndStreams(t *testing.T) {
 	ev := s.events()
 	ev.next(t, 5*time.Second) // the initial value
 	idle := openMx(t, c, 0, 0)
-	data.Set("Tank.Level", 9.0, MxQualityGood)
+	data.Set("Tank.Level", 9.0, QualityGood)
 
 	g.EndStreams()
 	evs, err := ev.end(t, 5*time.Second)
@@ -144,7 +144,7 @@ func TestMxEndStreams(t *testing.T) {
 }
 
 func TestMxKillRestart(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Level", float64(0))
 	g := startMx(t, data, 1)[0]
 	c := dialMx(t, g.Addr())
@@ -196,7 +196,7 @@ func TestMxKillRestart(t *testing.T) {
 
 	g.Close()
 	g.Close()
-	if err := g.Restart(); !errors.Is(err, ErrMxGatewayClosed) {
+	if err := g.Restart(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Restart after Close: %v", err)
 	}
 }

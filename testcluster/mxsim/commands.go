@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 //
 // Lock order: the data's lock, then the session's. A command that reads
 // or writes the data takes no session lock meanwhile, except through
-// MxData.locked, where the order is kept.
+// Data.locked, where the order is kept.
 
 // mxKind names a command for the stats and the OnCommand hook; "" for an
 // empty one.
@@ -72,7 +72,7 @@ func (s *mxSession) execute(c *mxCall) *mxpb.MxCommandReply {
 			} else {
 				// What a gateway without the capability does: it does not
 				// know the field. The client's writes will be refused.
-				s.g.log.Debug().Str("session", s.id).Msg("testcluster: mx SubscribeBulk supervisory ignored: capability not advertised")
+				s.g.log.Debug().Str("session", s.id).Msg("mxsim: SubscribeBulk supervisory ignored: capability not advertised")
 			}
 		}
 		rep.Status, rep.Reply = s.addItems(sb.GetServerHandle(), sb.GetTagAddresses(), kind)
@@ -256,7 +256,7 @@ func (s *mxSession) write(w *mxpb.WriteCommand) *mxpb.MxStatus {
 	if !ok || !sameMxType(v, cur) {
 		return mxErr(mxpb.MxStatusCode_MX_STATUS_CODE_WRONG_TYPE, "item %q holds a %T, the write a %T", addr, cur, v)
 	}
-	s.g.data.Set(addr, v, MxQualityGood)
+	s.g.data.Set(addr, v, QualityGood)
 	return mxOK()
 }
 

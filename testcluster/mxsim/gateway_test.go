@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"context"
@@ -13,31 +13,32 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
+// TestMxStartOptions: Start refuses a gateway without data, and a value
+// no gateway could use with an error that names the option. (An option of
+// another package's servers no longer compiles.)
 func TestMxStartOptions(t *testing.T) {
-	if _, err := StartMxGateway(nil); err == nil {
+	if _, err := Start(nil); err == nil {
 		t.Fatal("a gateway without data started")
 	}
-	for name, opt := range map[string]Option{"WithTags": WithTags(3), "WithClientRTT": WithClientRTT(time.Millisecond)} {
-		if _, err := StartMxGateway(NewMxData(), opt); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("StartMxGateway(%s): %v, want an error naming it", name, err)
-		}
+	if _, err := Start(NewData(), nil, WithReadyTimeout(0)); err == nil || !strings.HasPrefix(err.Error(), "mxsim: WithReadyTimeout(") {
+		t.Errorf("Start(WithReadyTimeout(0)): %v, want an error naming it", err)
 	}
 }
 
 func TestMxOpenSession(t *testing.T) {
-	g := startMx(t, NewMxData(), 1)[0]
+	g := startMx(t, NewData(), 1)[0]
 	c := dialMx(t, g.Addr())
 	ctx := ctx5s(t)
 
 	s := openMx(t, c, 0, 0)
 	_, port, _ := strings.Cut(g.Addr(), ":")
 	if r := s.open; r.GetDefaultCommandTimeout().AsDuration() != DefaultCommandTimeout ||
-		!slices.Equal(r.GetCapabilities(), MxDefaultCapabilities()) || r.GetGatewayId() != "mxgw-"+port ||
+		!slices.Equal(r.GetCapabilities(), DefaultCapabilities()) || r.GetGatewayId() != "mxgw-"+port ||
 		r.GetGatewayProtocolVersion() != 1 || r.GetHeartbeatInterval().AsDuration() != time.Second || r.GetSessionId() == "" {
 		t.Fatalf("default session: %v", r)
 	}
-	if len(MxDefaultCapabilities()) != 11 || !slices.Contains(MxDefaultCapabilities(), "bulk-subscribe-supervisory") {
-		t.Fatalf("default capabilities %v", MxDefaultCapabilities())
+	if len(DefaultCapabilities()) != 11 || !slices.Contains(DefaultCapabilities(), "bulk-subscribe-supervisory") {
+		t.Fatalf("default capabilities %v", DefaultCapabilities())
 	}
 	if r := openMx(t, c, 0, 2*time.Second).open; r.GetDefaultCommandTimeout().AsDuration() != 2*time.Second {
 		t.Fatalf("command_timeout 2s echoed as %v", r.GetDefaultCommandTimeout().AsDuration())
@@ -82,7 +83,7 @@ func TestMxOpenSession(t *testing.T) {
 }
 
 func TestMxOneCommandAtATime(t *testing.T) {
-	g := startMx(t, NewMxData(), 1)[0]
+	g := startMx(t, NewData(), 1)[0]
 	s := openMx(t, dialMx(t, g.Addr()), 0, 0)
 	const n, latency = 16, 10 * time.Millisecond
 	g.SetCommandLatency(latency)
@@ -115,19 +116,19 @@ func TestMxOneCommandAtATime(t *testing.T) {
 }
 
 func TestMxPendingLimit(t *testing.T) {
-	g := startMx(t, NewMxData(), 1)[0]
+	g := startMx(t, NewData(), 1)[0]
 	s := openMx(t, dialMx(t, g.Addr()), 0, 0)
 	g.SetCommandLatency(time.Hour) // a wedged worker
 	var wg sync.WaitGroup
-	errs := make(chan error, MxMaxPending)
-	for range MxMaxPending {
+	errs := make(chan error, MaxPending)
+	for range MaxPending {
 		wg.Go(func() {
 			if _, err := s.invoke(pingCmd()); err != nil {
 				errs <- err
 			}
 		})
 	}
-	waitMx(t, 5*time.Second, "128 commands pending", func() bool { return g.Stats().MaxPending == MxMaxPending })
+	waitMx(t, 5*time.Second, "128 commands pending", func() bool { return g.Stats().MaxPending == MaxPending })
 	_, err := s.invoke(pingCmd())
 	wantCode(t, "the 129th command", err, codes.ResourceExhausted)
 	g.SetCommandLatency(0)
@@ -136,14 +137,14 @@ func TestMxPendingLimit(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("a pending command: %v", err)
 	}
-	if st := g.Stats(); st.Refused != 1 || st.CommandsByKind["Ping"] != MxMaxPending || st.MaxPending != MxMaxPending {
+	if st := g.Stats(); st.Refused != 1 || st.CommandsByKind["Ping"] != MaxPending || st.MaxPending != MaxPending {
 		t.Fatalf("stats %+v", st)
 	}
 	s.must(pingCmd()) // room again
 }
 
 func TestMxCommandTimeout(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Level", float64(1))
 	g := startMx(t, data, 1)[0]
 	s := openMx(t, dialMx(t, g.Addr()), 0, 150*time.Millisecond)
@@ -199,12 +200,12 @@ func TestMxCommandTimeout(t *testing.T) {
 }
 
 func TestMxSubscribeBulkSupervisory(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Pump.Speed", float64(10))
 	data.Define("Pump.Run", true)
 	gs := startMx(t, data, 2)
 	cur, old := gs[0], gs[1]
-	old.SetCapabilities(slices.DeleteFunc(MxDefaultCapabilities(), func(c string) bool { return c == MxCapBulkSubscribeSupervisory }))
+	old.SetCapabilities(slices.DeleteFunc(DefaultCapabilities(), func(c string) bool { return c == CapBulkSubscribeSupervisory }))
 
 	// A current gateway honours supervisory: writes work.
 	s := openMx(t, dialMx(t, cur.Addr()), 0, 0)
@@ -220,7 +221,7 @@ func TestMxSubscribeBulkSupervisory(t *testing.T) {
 	if c := s.write(r[0].GetItemHandle(), float64(12.5), 0); c != mxpb.MxStatusCode_MX_STATUS_CODE_OK {
 		t.Fatalf("write on a current gateway: %v", c)
 	}
-	if v, q, _, _ := data.Get("Pump.Speed"); v != 12.5 || q != MxQualityGood {
+	if v, q, _, _ := data.Get("Pump.Speed"); v != 12.5 || q != QualityGood {
 		t.Fatalf("Pump.Speed = %v (%d)", v, q)
 	}
 	if st := cur.Stats(); st.SupervisoryBulk != 2 || st.CommandsByKind["SubscribeBulk"] != 2 || st.Advised != 2 {
@@ -244,7 +245,7 @@ func TestMxSubscribeBulkSupervisory(t *testing.T) {
 }
 
 func TestMxWriteRules(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Valve.Open", false)
 	data.Define("Valve.Pos", int32(0))
 	g := startMx(t, data, 1)[0]
@@ -312,7 +313,7 @@ func TestMxWriteRules(t *testing.T) {
 		return rep
 	}
 	vals := read(open, pos).GetRead().GetValues()
-	if len(vals) != 2 || !vals[0].GetValue().GetBoolValue() || vals[0].GetQuality() != MxQualityGood ||
+	if len(vals) != 2 || !vals[0].GetValue().GetBoolValue() || vals[0].GetQuality() != QualityGood ||
 		vals[1].GetValue().GetKind() == nil || vals[1].GetTimestamp().AsTime().IsZero() {
 		t.Fatalf("Read: %v", vals)
 	}
@@ -351,7 +352,7 @@ func TestMxWriteRules(t *testing.T) {
 }
 
 func TestMxEvents(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Tank.Level", float64(1.5))
 	data.Define("Tank.Temp", float32(20))
 	g := startMx(t, data, 1)[0]
@@ -379,12 +380,12 @@ func TestMxEvents(t *testing.T) {
 			t.Fatalf("OnDataChange %v, want %v (%d)", dc, want, quality)
 		}
 	}
-	change(1.5, MxQualityGood)
-	data.Set("Tank.Level", 2.5, MxQualityGood)
-	change(2.5, MxQualityGood)
+	change(1.5, QualityGood)
+	data.Set("Tank.Level", 2.5, QualityGood)
+	change(2.5, QualityGood)
 	data.Set("Tank.Level", 2.5, 0)
 	change(2.5, 0)
-	data.Set("Tank.Temp", float32(21), MxQualityGood) // not advised: no event
+	data.Set("Tank.Temp", float32(21), QualityGood) // not advised: no event
 
 	// Idle: a heartbeat, in the same sequence.
 	if hb := next().GetHeartbeat(); hb == nil || hb.GetAt().AsTime().IsZero() {
@@ -419,7 +420,7 @@ func TestMxEvents(t *testing.T) {
 }
 
 func TestMxTwoGatewaysOneData(t *testing.T) {
-	data := NewMxData()
+	data := NewData()
 	data.Define("Line.Setpoint", float64(0))
 	stop := data.RunCounters("Line", 3, 5*time.Millisecond)
 	defer stop()

@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"context"
@@ -15,18 +15,30 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// The helpers of the MxGateway tests: a gateway that the test's cleanup
+// The helpers of the Gateway tests: a gateway that the test's cleanup
 // closes, a real gRPC client, and a session harness.
+
+// TestMain fails the run if any goroutine outlives the tests: the
+// gateways, sessions and clients started here must all be stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// ctx5s is a context that ends after 5 s or with the test.
+func ctx5s(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // startMx starts n gateways over data that the test's cleanup closes, and
 // fails the test if they leave a goroutine behind.
-func startMx(t *testing.T, data *MxData, n int) []*MxGateway {
+func startMx(t *testing.T, data *Data, n int) []*Gateway {
 	t.Helper()
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
-	gs := make([]*MxGateway, n)
+	gs := make([]*Gateway, n)
 	for i := range gs {
-		g, err := StartMxGateway(data)
+		g, err := Start(data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"context"
@@ -55,16 +55,16 @@ type mxCall struct {
 // command queue drained by one worker goroutine, and an event queue
 // drained by at most one StreamEvents.
 type mxSession struct {
-	g         *MxGateway
+	g         *Gateway
 	id        string
 	client    string
 	writeUser int32
 	timeout   time.Duration
 	heartbeat time.Duration
-	bulkSup   bool // the gateway advertised MxCapBulkSubscribeSupervisory at open
-	resumable bool // the gateway advertised MxCapEventResume at open
+	bulkSup   bool // the gateway advertised CapBulkSubscribeSupervisory at open
+	resumable bool // the gateway advertised CapEventResume at open
 
-	cmds       chan *mxCall       // capacity MxMaxPending: pending is checked first, so a send never blocks
+	cmds       chan *mxCall       // capacity MaxPending: pending is checked first, so a send never blocks
 	events     chan *mxpb.MxEvent // the event queue; a full one faults the session
 	done       chan struct{}      // closed when the session ends
 	workerDone chan struct{}
@@ -78,7 +78,7 @@ type mxSession struct {
 	takeover   chan struct{} // closed to make the subscriber leave
 	subLeft    chan struct{} // closed when it left
 	// sent holds the last events sent, oldest first, for a subscriber
-	// that resumes after a broken stream (MxCapEventResume): a sent event
+	// that resumes after a broken stream (CapEventResume): a sent event
 	// may be lost in transit.
 	sent     []*mxpb.MxEvent
 	server   int32 // the server handle, 0 until Register
@@ -94,7 +94,7 @@ func (s *mxSession) openReply(gatewayID string, caps []string) *mxpb.OpenSession
 		Capabilities:           append([]string(nil), caps...),
 		DefaultCommandTimeout:  durationpb.New(s.timeout),
 		HeartbeatInterval:      durationpb.New(s.heartbeat),
-		GatewayProtocolVersion: MxProtocolVersion,
+		GatewayProtocolVersion: ProtocolVersion,
 	}
 }
 
@@ -116,9 +116,9 @@ func (s *mxSession) endLocked(reason mxEndReason) {
 	if reason == mxEndOverflow {
 		s.g.stats.fault()
 		s.g.log.Info().Str("session", s.id).Int("queue", cap(s.events)).
-			Msg("testcluster: mx session faulted: event queue overflow")
+			Msg("mxsim: session faulted: event queue overflow")
 	} else {
-		s.g.log.Debug().Str("session", s.id).Msg("testcluster: mx session ended")
+		s.g.log.Debug().Str("session", s.id).Msg("mxsim: session ended")
 	}
 }
 
@@ -137,7 +137,7 @@ func (s *mxSession) submit(c *mxCall) error {
 	if s.ended != mxOpen {
 		return status.Errorf(codes.NotFound, "session %s ended", s.id)
 	}
-	if s.pending >= MxMaxPending {
+	if s.pending >= MaxPending {
 		s.g.stats.refuse()
 		return status.Errorf(codes.ResourceExhausted, "session %s has %d commands pending", s.id, s.pending)
 	}
@@ -169,7 +169,7 @@ func (s *mxSession) run(c *mxCall) {
 	if c.ctx.Err() != nil || s.endReason() != mxOpen {
 		s.finished(0)
 		s.g.stats.drop()
-		s.g.log.Debug().Str("session", s.id).Str("kind", c.kind).Msg("testcluster: mx command dropped unrun: its caller gave up")
+		s.g.log.Debug().Str("session", s.id).Str("kind", c.kind).Msg("mxsim: command dropped unrun: its caller gave up")
 		return
 	}
 	if hook := s.g.commandHook(); hook != nil {
@@ -374,9 +374,9 @@ func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent], after u
 	}
 }
 
-// MxReplaySize is how many sent events a session keeps for a subscriber
+// ReplaySize is how many sent events a session keeps for a subscriber
 // that resumes.
-const MxReplaySize = 10000
+const ReplaySize = 10000
 
 // keepSent remembers ev for a resume, on a gateway that offers one.
 func (s *mxSession) keepSent(ev *mxpb.MxEvent) {
@@ -384,9 +384,9 @@ func (s *mxSession) keepSent(ev *mxpb.MxEvent) {
 		return
 	}
 	s.mu.Lock()
-	if len(s.sent) >= MxReplaySize {
+	if len(s.sent) >= ReplaySize {
 		// Drop the oldest quarter at once: amortised, not a copy per event.
-		s.sent = append(s.sent[:0], s.sent[MxReplaySize/4:]...)
+		s.sent = append(s.sent[:0], s.sent[ReplaySize/4:]...)
 	}
 	s.sent = append(s.sent, ev)
 	s.mu.Unlock()
@@ -449,11 +449,11 @@ func (s *mxSession) finish(out grpc.ServerStreamingServer[mxpb.MxEvent]) error {
 
 // ---- the gRPC service ----
 
-// mxService is the gateway's gRPC face, kept apart so that MxGateway's
+// mxService is the gateway's gRPC face, kept apart so that Gateway's
 // own methods are the test controls only.
 type mxService struct {
 	mxpb.UnimplementedMxAccessGatewayServer
-	g *MxGateway
+	g *Gateway
 }
 
 // OpenSession opens a session with the request's command timeout, or the
@@ -468,7 +468,7 @@ func (x *mxService) OpenSession(_ context.Context, req *mxpb.OpenSessionRequest)
 	}
 	s, rep := x.g.newSession(req.GetClientName(), req.GetWriteUserId(), timeout)
 	x.g.log.Debug().Str("session", s.id).Str("client", s.client).Int32("user", s.writeUser).
-		Dur("timeout", s.timeout).Msg("testcluster: mx session opened")
+		Dur("timeout", s.timeout).Msg("mxsim: session opened")
 	return rep, nil
 }
 

@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"context"
@@ -20,44 +20,44 @@ import (
 
 // The MxAccess gateway's defaults, as the real gateway documents them.
 const (
-	// DefaultCommandTimeout is an MxGateway session's command timeout when
+	// DefaultCommandTimeout is a Gateway session's command timeout when
 	// OpenSession asks for none (see SetDefaultCommandTimeout).
 	DefaultCommandTimeout = 30 * time.Second
-	// MxDefaultHeartbeat is how often an idle event stream gets a
+	// DefaultHeartbeat is how often an idle event stream gets a
 	// Heartbeat (see SetHeartbeatInterval).
-	MxDefaultHeartbeat = time.Second
-	// MxDefaultEventQueue is how many events a session holds for its
+	DefaultHeartbeat = time.Second
+	// DefaultEventQueue is how many events a session holds for its
 	// subscriber before it faults (see SetEventQueueSize).
-	MxDefaultEventQueue = 10000
-	// MxMaxPending is how many commands a session takes at once, the one
+	DefaultEventQueue = 10000
+	// MaxPending is how many commands a session takes at once, the one
 	// running included; Invoke refuses more with RESOURCE_EXHAUSTED.
-	MxMaxPending = 128
-	// MxProtocolVersion is the gateway_protocol_version an MxGateway
+	MaxPending = 128
+	// ProtocolVersion is the gateway_protocol_version a Gateway
 	// reports.
-	MxProtocolVersion = 1
-	// MxCapBulkSubscribeSupervisory is the capability of a gateway whose
+	ProtocolVersion = 1
+	// CapBulkSubscribeSupervisory is the capability of a gateway whose
 	// SubscribeBulk honours supervisory=true. Without it the flag is
 	// ignored and the items are advised plainly, as an older gateway does.
-	MxCapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
-	// MxCapEventResume: a session whose event stream broke is kept, and a
+	CapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
+	// CapEventResume: a session whose event stream broke is kept, and a
 	// new stream may resume after the last event its client received.
-	MxCapEventResume = "event-resume"
+	CapEventResume = "event-resume"
 )
 
-// MxDefaultCapabilities returns the capabilities an MxGateway advertises
+// DefaultCapabilities returns the capabilities a Gateway advertises
 // unless SetCapabilities says otherwise: those of a current gateway,
-// MxCapBulkSubscribeSupervisory included. The slice is the caller's.
-func MxDefaultCapabilities() []string {
+// CapBulkSubscribeSupervisory included. The slice is the caller's.
+func DefaultCapabilities() []string {
 	return []string{
 		"unary-open-session", "unary-close-session", "unary-invoke",
 		"server-stream-events", "bulk-subscribe-commands", "bulk-read-commands",
 		"bulk-write-commands", "unary-acknowledge-alarm", "server-stream-active-alarms",
-		MxCapBulkSubscribeSupervisory, MxCapEventResume,
+		CapBulkSubscribeSupervisory, CapEventResume,
 	}
 }
 
-// MxGateway simulates an MxAccess gateway: the gRPC service of
-// mxaccess_gateway.v1 on a loopback TCP port, in front of an MxData. Like
+// Gateway simulates an MxAccess gateway: the gRPC service of
+// mxaccess_gateway.v1 on a loopback TCP port, in front of a Data. Like
 // the real one it runs every session's commands one at a time on a worker
 // of the session's own (MXAccess is single-threaded), bounds the commands
 // queued, times them out, and faults a session whose event queue overflows.
@@ -69,8 +69,8 @@ func MxDefaultCapabilities() []string {
 // opened afterwards, as a reconfigured gateway would.
 //
 // All methods are safe for concurrent use.
-type MxGateway struct {
-	data      *MxData
+type Gateway struct {
+	data      *Data
 	log       zerolog.Logger
 	readyWait time.Duration
 	ports     ports.Blocks // the port, ours until Close so that Restart gets it back
@@ -99,57 +99,53 @@ type MxGateway struct {
 	stats      mxStats
 }
 
-// StartMxGateway starts a gateway over data on a free loopback port. Of
-// the Options it takes WithLogger (it logs sessions at Debug, faults and
-// lifecycle at Info) and WithReadyTimeout (how long Restart waits for its
-// port, default 10 s); the others are an error. The gateway's own settings
-// have Set methods.
-func StartMxGateway(data *MxData, opts ...Option) (*MxGateway, error) {
+// Start starts a gateway over data on a free loopback port. It takes no
+// client round-trip time, unlike natstest.Start and uaserver.StartPair:
+// SetCommandLatency delays the commands instead. The gateway's own
+// settings have Set methods.
+func Start(data *Data, opts ...Option) (*Gateway, error) {
 	if data == nil {
-		return nil, errors.New("testcluster: StartMxGateway: nil MxData")
+		return nil, errors.New("mxsim: Start: nil Data")
 	}
-	common := commonConfig{logger: zerolog.Nop(), readyWait: 10 * time.Second}
-	if err := apply(&options{common: &common}, opts); err != nil {
-		return nil, fmt.Errorf("%w (an MxAccess gateway takes WithLogger and WithReadyTimeout only)", err)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
-	if common.delay != 0 {
-		return nil, errors.New("testcluster: WithClientRTT does not apply to an MxAccess gateway: use MxGateway.SetCommandLatency")
-	}
-	g := &MxGateway{
+	g := &Gateway{
 		data:      data,
-		readyWait: common.readyWait,
+		readyWait: cfg.readyWait,
 		sessions:  map[string]*mxSession{},
-		caps:      MxDefaultCapabilities(),
+		caps:      DefaultCapabilities(),
 		timeout:   DefaultCommandTimeout,
-		heartbeat: MxDefaultHeartbeat,
-		queueSize: MxDefaultEventQueue,
+		heartbeat: DefaultHeartbeat,
+		queueSize: DefaultEventQueue,
 		latencyCh: make(chan struct{}),
 	}
 	g.stats.reset()
 	ln, err := g.ports.Listen()
 	if err != nil {
 		g.ports.Release()
-		return nil, fmt.Errorf("testcluster: mx gateway listen: %w", err)
+		return nil, fmt.Errorf("mxsim: gateway listen: %w", err)
 	}
 	g.addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(g.addr)
 	g.name = "mxgw-" + port
-	g.log = common.logger.With().Str("mxgw", g.addr).Logger()
+	g.log = cfg.logger.With().Str("mxgw", g.addr).Logger()
 	g.serve(ln)
 	data.addListener(g)
-	g.log.Info().Msg("testcluster: mx gateway up")
+	g.log.Info().Msg("mxsim: gateway up")
 	return g, nil
 }
 
 // Addr returns the gateway's host:port. It stays the same across Kill and
 // Restart.
-func (g *MxGateway) Addr() string { return g.addr }
+func (g *Gateway) Addr() string { return g.addr }
 
 // Data returns the data the gateway serves.
-func (g *MxGateway) Data() *MxData { return g.data }
+func (g *Gateway) Data() *Data { return g.data }
 
 // Running reports whether the gateway is up (not killed or closed).
-func (g *MxGateway) Running() bool {
+func (g *Gateway) Running() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.srv != nil
@@ -159,17 +155,17 @@ func (g *MxGateway) Running() bool {
 
 // SetName sets the gateway_id that OpenSession reports (default
 // "mxgw-<port>").
-func (g *MxGateway) SetName(name string) {
+func (g *Gateway) SetName(name string) {
 	g.mu.Lock()
 	g.name = name
 	g.mu.Unlock()
 }
 
 // SetCapabilities replaces the capabilities advertised to new sessions
-// (default MxDefaultCapabilities). A session whose gateway did not
-// advertise MxCapBulkSubscribeSupervisory gets plain advises from a
+// (default DefaultCapabilities). A session whose gateway did not
+// advertise CapBulkSubscribeSupervisory gets plain advises from a
 // supervisory SubscribeBulk.
-func (g *MxGateway) SetCapabilities(caps []string) {
+func (g *Gateway) SetCapabilities(caps []string) {
 	g.mu.Lock()
 	g.caps = slices.Clone(caps)
 	g.mu.Unlock()
@@ -177,9 +173,9 @@ func (g *MxGateway) SetCapabilities(caps []string) {
 
 // SetDefaultCommandTimeout sets the command timeout of new sessions that
 // ask for none (default DefaultCommandTimeout). It panics unless d > 0.
-func (g *MxGateway) SetDefaultCommandTimeout(d time.Duration) {
+func (g *Gateway) SetDefaultCommandTimeout(d time.Duration) {
 	if d <= 0 {
-		panic(fmt.Sprintf("testcluster: SetDefaultCommandTimeout(%v): the timeout must be positive", d))
+		panic(fmt.Sprintf("mxsim: SetDefaultCommandTimeout(%v): the timeout must be positive", d))
 	}
 	g.mu.Lock()
 	g.timeout = d
@@ -188,10 +184,10 @@ func (g *MxGateway) SetDefaultCommandTimeout(d time.Duration) {
 
 // SetHeartbeatInterval sets how long the event stream of a new session
 // stays idle before the gateway sends a Heartbeat (default
-// MxDefaultHeartbeat; 0 sends none). It panics if d < 0.
-func (g *MxGateway) SetHeartbeatInterval(d time.Duration) {
+// DefaultHeartbeat; 0 sends none). It panics if d < 0.
+func (g *Gateway) SetHeartbeatInterval(d time.Duration) {
 	if d < 0 {
-		panic(fmt.Sprintf("testcluster: SetHeartbeatInterval(%v): the interval cannot be negative", d))
+		panic(fmt.Sprintf("mxsim: SetHeartbeatInterval(%v): the interval cannot be negative", d))
 	}
 	g.mu.Lock()
 	g.heartbeat = d
@@ -199,12 +195,12 @@ func (g *MxGateway) SetHeartbeatInterval(d time.Duration) {
 }
 
 // SetEventQueueSize sets how many events a new session holds for its
-// subscriber (default MxDefaultEventQueue); one more faults the session.
+// subscriber (default DefaultEventQueue); one more faults the session.
 // A small queue makes the overflow fault easy to reach. It panics if
 // n < 1.
-func (g *MxGateway) SetEventQueueSize(n int) {
+func (g *Gateway) SetEventQueueSize(n int) {
 	if n < 1 {
-		panic(fmt.Sprintf("testcluster: SetEventQueueSize(%d): a queue holds at least 1 event", n))
+		panic(fmt.Sprintf("mxsim: SetEventQueueSize(%d): a queue holds at least 1 event", n))
 	}
 	g.mu.Lock()
 	g.queueSize = n
@@ -215,9 +211,9 @@ func (g *MxGateway) SetEventQueueSize(n int) {
 // runs (default 0): a slow MXAccess, or with a long d a wedged one. A
 // change applies at once, to the command being delayed too, so that
 // setting 0 releases a wedged worker promptly. It panics if d < 0.
-func (g *MxGateway) SetCommandLatency(d time.Duration) {
+func (g *Gateway) SetCommandLatency(d time.Duration) {
 	if d < 0 {
-		panic(fmt.Sprintf("testcluster: SetCommandLatency(%v): the latency cannot be negative", d))
+		panic(fmt.Sprintf("mxsim: SetCommandLatency(%v): the latency cannot be negative", d))
 	}
 	g.mu.Lock()
 	g.latency = d
@@ -228,23 +224,23 @@ func (g *MxGateway) SetCommandLatency(d time.Duration) {
 
 // OnCommand calls f on the worker each time a worker starts a command,
 // before the command latency, with the session's ID and the command's kind
-// (see MxGatewayStats.CommandsByKind); nil removes the hook. It lets a test
+// (see Stats.CommandsByKind); nil removes the hook. It lets a test
 // know that a worker has picked a command up. f must not block for long:
 // the worker waits for it.
-func (g *MxGateway) OnCommand(f func(session, kind string)) {
+func (g *Gateway) OnCommand(f func(session, kind string)) {
 	g.mu.Lock()
 	g.onCommand = f
 	g.mu.Unlock()
 }
 
 // commandLatency returns the latency and a channel closed when it changes.
-func (g *MxGateway) commandLatency() (time.Duration, <-chan struct{}) {
+func (g *Gateway) commandLatency() (time.Duration, <-chan struct{}) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.latency, g.latencyCh
 }
 
-func (g *MxGateway) commandHook() func(session, kind string) {
+func (g *Gateway) commandHook() func(session, kind string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.onCommand
@@ -253,7 +249,7 @@ func (g *MxGateway) commandHook() func(session, kind string) {
 // ---- lifecycle ----
 
 // serve starts a gRPC server of a new generation on ln.
-func (g *MxGateway) serve(ln net.Listener) {
+func (g *Gateway) serve(ln net.Listener) {
 	// WaitForHandlers makes Stop wait for the handlers to return, so that
 	// Kill and Close leave no goroutine of theirs behind.
 	srv := grpc.NewServer(grpc.WaitForHandlers(true))
@@ -266,7 +262,7 @@ func (g *MxGateway) serve(ln net.Listener) {
 	go func() {
 		defer close(serving)
 		if err := srv.Serve(ln); err != nil {
-			g.log.Debug().Err(err).Msg("testcluster: mx gateway serve ended")
+			g.log.Debug().Err(err).Msg("mxsim: gateway serve ended")
 		}
 	}()
 }
@@ -275,13 +271,13 @@ func (g *MxGateway) serve(ln net.Listener) {
 // connections break without a graceful end (clients see UNAVAILABLE) and
 // every session is lost. It returns when the gateway is down. Restart
 // brings it back.
-func (g *MxGateway) Kill() {
+func (g *Gateway) Kill() {
 	g.lifeMu.Lock()
 	defer g.lifeMu.Unlock()
 	g.kill("killed")
 }
 
-func (g *MxGateway) kill(why string) {
+func (g *Gateway) kill(why string) {
 	g.mu.Lock()
 	srv, serving := g.srv, g.serving
 	g.srv = nil
@@ -294,14 +290,14 @@ func (g *MxGateway) kill(why string) {
 	srv.Stop()
 	<-serving
 	g.endSessions(mxEndKilled)
-	g.log.Info().Str("why", why).Msg("testcluster: mx gateway down")
+	g.log.Info().Str("why", why).Msg("mxsim: gateway down")
 }
 
 // Restart starts a killed gateway again on the same address, with no
 // sessions and the same data and settings, and returns once it listens.
 // A running gateway is killed first. If the port is briefly unavailable it
 // retries, for at most the WithReadyTimeout duration.
-func (g *MxGateway) Restart() error {
+func (g *Gateway) Restart() error {
 	g.lifeMu.Lock()
 	defer g.lifeMu.Unlock()
 	g.kill("restart")
@@ -309,7 +305,7 @@ func (g *MxGateway) Restart() error {
 	closed := g.closed
 	g.mu.Unlock()
 	if closed {
-		return ErrMxGatewayClosed
+		return ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.readyWait)
 	defer cancel()
@@ -319,11 +315,11 @@ func (g *MxGateway) Restart() error {
 		ln, err := net.Listen("tcp", g.addr)
 		if err == nil {
 			g.serve(ln)
-			g.log.Info().Msg("testcluster: mx gateway restarted")
+			g.log.Info().Msg("mxsim: gateway restarted")
 			return nil
 		}
 		if werr := ctxtime.Sleep(ctx, 20*time.Millisecond); werr != nil {
-			return fmt.Errorf("testcluster: mx gateway restart on %s: %w (last: %v)", g.addr, werr, err)
+			return fmt.Errorf("mxsim: gateway restart on %s: %w (last: %v)", g.addr, werr, err)
 		}
 	}
 }
@@ -332,19 +328,19 @@ func (g *MxGateway) Restart() error {
 // gracefully does: each event stream delivers what it holds and ends with
 // status OK (the client's Recv returns io.EOF), and the sessions are gone.
 // The gateway itself stays up for new sessions.
-func (g *MxGateway) EndStreams() {
+func (g *Gateway) EndStreams() {
 	g.lifeMu.Lock()
 	defer g.lifeMu.Unlock()
 	n := g.endSessions(mxEndGraceful)
-	g.log.Info().Int("sessions", n).Msg("testcluster: mx gateway ended its sessions")
+	g.log.Info().Int("sessions", n).Msg("mxsim: gateway ended its sessions")
 }
 
-// ErrMxGatewayClosed is returned by Restart after Close.
-var ErrMxGatewayClosed = errors.New("testcluster: mx gateway closed")
+// ErrClosed is returned by Restart after Close.
+var ErrClosed = errors.New("mxsim: gateway closed")
 
 // Close stops the gateway for good and waits for all its goroutines. It
 // can be called more than once.
-func (g *MxGateway) Close() {
+func (g *Gateway) Close() {
 	g.lifeMu.Lock()
 	defer g.lifeMu.Unlock()
 	g.mu.Lock()
@@ -362,7 +358,7 @@ func (g *MxGateway) Close() {
 
 // endSessions ends every session for reason and waits for their workers.
 // It returns how many there were.
-func (g *MxGateway) endSessions(reason mxEndReason) int {
+func (g *Gateway) endSessions(reason mxEndReason) int {
 	all := g.openSessions()
 	for _, s := range all {
 		s.end(reason)
@@ -378,7 +374,7 @@ func (g *MxGateway) endSessions(reason mxEndReason) int {
 
 // newSession opens a session with the gateway's current settings.
 // timeout is the one the client asked for, 0 for the default.
-func (g *MxGateway) newSession(client string, writeUser int32, timeout time.Duration) (*mxSession, *mxpb.OpenSessionReply) {
+func (g *Gateway) newSession(client string, writeUser int32, timeout time.Duration) (*mxSession, *mxpb.OpenSessionReply) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if timeout == 0 {
@@ -392,9 +388,9 @@ func (g *MxGateway) newSession(client string, writeUser int32, timeout time.Dura
 		writeUser:  writeUser,
 		timeout:    timeout,
 		heartbeat:  g.heartbeat,
-		bulkSup:    slices.Contains(g.caps, MxCapBulkSubscribeSupervisory),
-		resumable:  slices.Contains(g.caps, MxCapEventResume),
-		cmds:       make(chan *mxCall, MxMaxPending),
+		bulkSup:    slices.Contains(g.caps, CapBulkSubscribeSupervisory),
+		resumable:  slices.Contains(g.caps, CapEventResume),
+		cmds:       make(chan *mxCall, MaxPending),
 		events:     make(chan *mxpb.MxEvent, g.queueSize),
 		done:       make(chan struct{}),
 		workerDone: make(chan struct{}),
@@ -410,7 +406,7 @@ func (g *MxGateway) newSession(client string, writeUser int32, timeout time.Dura
 // session returns the open session id, or nil. An ended session is
 // forgotten here: the paths that end a session (a fault among them) do not
 // take the gateway's lock.
-func (g *MxGateway) session(id string) *mxSession {
+func (g *Gateway) session(id string) *mxSession {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.sessions[id]
@@ -422,7 +418,7 @@ func (g *MxGateway) session(id string) *mxSession {
 }
 
 // openSessions returns the open sessions, forgetting the ended ones.
-func (g *MxGateway) openSessions() []*mxSession {
+func (g *Gateway) openSessions() []*mxSession {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	all := make([]*mxSession, 0, len(g.sessions))
@@ -439,7 +435,7 @@ func (g *MxGateway) openSessions() []*mxSession {
 // dataChanged hands a batch of changes to the sessions that advised the
 // items. The data's lock is held, which keeps each item's changes in
 // order.
-func (g *MxGateway) dataChanged(batch []*mxSample) {
+func (g *Gateway) dataChanged(batch []*mxSample) {
 	for _, s := range g.openSessions() {
 		s.dataChanged(batch)
 	}
@@ -447,7 +443,7 @@ func (g *MxGateway) dataChanged(batch []*mxSample) {
 
 // String names the gateway and its address, for logs and test failure
 // messages.
-func (g *MxGateway) String() string {
+func (g *Gateway) String() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return "mx gateway " + g.name + " " + g.addr

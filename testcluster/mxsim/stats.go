@@ -1,14 +1,14 @@
-package testcluster
+package mxsim
 
 import (
 	"maps"
 	"sync"
 )
 
-// MxGatewayStats is what a gateway did since it started or since
+// Stats is what a gateway did since it started or since
 // ResetStats: for tests that check how a client drives it, and for
 // benchmarks.
-type MxGatewayStats struct {
+type Stats struct {
 	// Commands is the number of commands run to completion.
 	Commands uint64
 	// CommandsByKind counts them by kind: "Register", "AddItemBulk",
@@ -21,7 +21,7 @@ type MxGatewayStats struct {
 	Items map[string]uint64
 	// SupervisoryBulk counts the SubscribeBulk commands that advised
 	// supervisory: supervisory=true on a session whose gateway advertised
-	// MxCapBulkSubscribeSupervisory.
+	// CapBulkSubscribeSupervisory.
 	SupervisoryBulk uint64
 	// Dropped counts the commands never run because their caller gave up
 	// (its deadline, or the command timeout) before the worker reached
@@ -32,7 +32,7 @@ type MxGatewayStats struct {
 	// Cancelled counts the Invokes that ended because the client went
 	// (cancelled, or its connection broke) before the reply.
 	Cancelled uint64
-	// Refused counts the Invokes refused RESOURCE_EXHAUSTED: MxMaxPending
+	// Refused counts the Invokes refused RESOURCE_EXHAUSTED: MaxPending
 	// commands were pending already.
 	Refused uint64
 	// MaxPending is the most commands pending on one session at once, the
@@ -54,12 +54,12 @@ type MxGatewayStats struct {
 // lock and never held while taking one.
 type mxStats struct {
 	mu sync.Mutex
-	s  MxGatewayStats
+	s  Stats
 }
 
 func (m *mxStats) reset() {
 	m.mu.Lock()
-	m.s = MxGatewayStats{CommandsByKind: map[string]uint64{}, Items: map[string]uint64{}}
+	m.s = Stats{CommandsByKind: map[string]uint64{}, Items: map[string]uint64{}}
 	m.mu.Unlock()
 }
 
@@ -76,29 +76,29 @@ func (m *mxStats) items(kind string, n int) {
 	m.mu.Unlock()
 }
 
-func (m *mxStats) add(f func(s *MxGatewayStats)) {
+func (m *mxStats) add(f func(s *Stats)) {
 	m.mu.Lock()
 	f(&m.s)
 	m.mu.Unlock()
 }
 
-func (m *mxStats) supervisoryBulk() { m.add(func(s *MxGatewayStats) { s.SupervisoryBulk++ }) }
-func (m *mxStats) drop()            { m.add(func(s *MxGatewayStats) { s.Dropped++ }) }
-func (m *mxStats) deadline()        { m.add(func(s *MxGatewayStats) { s.DeadlineExceeded++ }) }
-func (m *mxStats) cancel()          { m.add(func(s *MxGatewayStats) { s.Cancelled++ }) }
-func (m *mxStats) refuse()          { m.add(func(s *MxGatewayStats) { s.Refused++ }) }
-func (m *mxStats) fault()           { m.add(func(s *MxGatewayStats) { s.Faults++ }) }
+func (m *mxStats) supervisoryBulk() { m.add(func(s *Stats) { s.SupervisoryBulk++ }) }
+func (m *mxStats) drop()            { m.add(func(s *Stats) { s.Dropped++ }) }
+func (m *mxStats) deadline()        { m.add(func(s *Stats) { s.DeadlineExceeded++ }) }
+func (m *mxStats) cancel()          { m.add(func(s *Stats) { s.Cancelled++ }) }
+func (m *mxStats) refuse()          { m.add(func(s *Stats) { s.Refused++ }) }
+func (m *mxStats) fault()           { m.add(func(s *Stats) { s.Faults++ }) }
 
 func (m *mxStats) pendingNow(n int) {
-	m.add(func(s *MxGatewayStats) { s.MaxPending = max(s.MaxPending, n) })
+	m.add(func(s *Stats) { s.MaxPending = max(s.MaxPending, n) })
 }
 
 func (m *mxStats) concurrentNow(n int) {
-	m.add(func(s *MxGatewayStats) { s.MaxConcurrent = max(s.MaxConcurrent, n) })
+	m.add(func(s *Stats) { s.MaxConcurrent = max(s.MaxConcurrent, n) })
 }
 
 // Stats returns the gateway's counters. The map is the caller's.
-func (g *MxGateway) Stats() MxGatewayStats {
+func (g *Gateway) Stats() Stats {
 	g.stats.mu.Lock()
 	st := g.stats.s
 	st.CommandsByKind = maps.Clone(st.CommandsByKind)
@@ -121,4 +121,4 @@ func (g *MxGateway) Stats() MxGatewayStats {
 
 // ResetStats sets the counters to zero. Sessions and Advised describe the
 // present and are not counters.
-func (g *MxGateway) ResetStats() { g.stats.reset() }
+func (g *Gateway) ResetStats() { g.stats.reset() }

@@ -1,4 +1,4 @@
-package testcluster
+package mxsim
 
 import (
 	"fmt"
@@ -10,12 +10,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// MxQualityGood is the OPC DA quality of a good value, as MXAccess reports
+// QualityGood is the OPC DA quality of a good value, as MXAccess reports
 // it: what Define, RunCounters and a gateway Write give an item.
-const MxQualityGood int32 = 192
+const QualityGood int32 = 192
 
-// MxData is the plant behind MxGateways: items, their values, qualities and
-// timestamps. Several gateways can serve one MxData, as two gateways in
+// Data is the plant behind MxGateways: items, their values, qualities and
+// timestamps. Several gateways can serve one Data, as two gateways in
 // front of the same Galaxy serve the same values; a change reaches every
 // gateway's sessions that advised the item.
 //
@@ -24,7 +24,7 @@ const MxQualityGood int32 = 192
 // test and panics.
 //
 // All methods are safe for concurrent use.
-type MxData struct {
+type Data struct {
 	// mu is held while a change is handed to the gateways, so that every
 	// session sees the changes of an item in the order they were made, and
 	// while a gateway advises, so that no change falls between an item's
@@ -32,7 +32,7 @@ type MxData struct {
 	// locks under it, never the other way round.
 	mu        sync.Mutex
 	items     map[string]*mxSample
-	listeners map[*MxGateway]struct{}
+	listeners map[*Gateway]struct{}
 }
 
 // mxSample is an item's state at one moment. A stored sample is replaced,
@@ -44,21 +44,21 @@ type mxSample struct {
 	at      time.Time
 }
 
-// NewMxData returns an empty data source.
-func NewMxData() *MxData {
-	return &MxData{items: map[string]*mxSample{}, listeners: map[*MxGateway]struct{}{}}
+// NewData returns an empty data source.
+func NewData() *Data {
+	return &Data{items: map[string]*mxSample{}, listeners: map[*Gateway]struct{}{}}
 }
 
 // Define creates the item addr (the form is Object.Attribute, but any
 // string goes) with value v, good quality and the time now, or resets an
 // existing one the same way. Only a defined item can be added to a gateway
 // session.
-func (d *MxData) Define(addr string, v any) { d.Set(addr, v, MxQualityGood) }
+func (d *Data) Define(addr string, v any) { d.Set(addr, v, QualityGood) }
 
 // Set gives item addr value v and quality (OPC DA: 192 good) stamped
 // now, and sends the change to every session that advised it, on every
 // gateway of d. An item not defined yet is defined by it.
-func (d *MxData) Set(addr string, v any, quality int32) {
+func (d *Data) Set(addr string, v any, quality int32) {
 	mustMxType(addr, v)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -69,7 +69,7 @@ func (d *MxData) Set(addr string, v any, quality int32) {
 
 // Get returns item addr's value, quality and timestamp; ok is false for an
 // item that was never defined.
-func (d *MxData) Get(addr string) (v any, quality int32, at time.Time, ok bool) {
+func (d *Data) Get(addr string) (v any, quality int32, at time.Time, ok bool) {
 	d.mu.Lock()
 	s := d.items[addr]
 	d.mu.Unlock()
@@ -85,9 +85,9 @@ func (d *MxData) Get(addr string) (v any, quality int32, at time.Time, ok bool) 
 // as a scan of the plant would. It uses one goroutine whatever n is, so
 // that thousands of items cost no more than the work. stop ends it and
 // returns once the goroutine is gone; calling it again does nothing.
-func (d *MxData) RunCounters(prefix string, n int, period time.Duration) (stop func()) {
+func (d *Data) RunCounters(prefix string, n int, period time.Duration) (stop func()) {
 	if n < 0 || period <= 0 {
-		panic(fmt.Sprintf("testcluster: RunCounters(%q, %d, %v): need n >= 0 and a positive period", prefix, n, period))
+		panic(fmt.Sprintf("mxsim: RunCounters(%q, %d, %v): need n >= 0 and a positive period", prefix, n, period))
 	}
 	addrs := make([]string, n)
 	for i := range addrs {
@@ -118,20 +118,20 @@ func (d *MxData) RunCounters(prefix string, n int, period time.Duration) (stop f
 }
 
 // setAll gives every item of addrs the value v, stamped with one time.
-func (d *MxData) setAll(addrs []string, v int64) {
+func (d *Data) setAll(addrs []string, v int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := time.Now()
 	batch := make([]*mxSample, len(addrs))
 	for i, a := range addrs {
-		batch[i] = &mxSample{addr: a, v: v, quality: MxQualityGood, at: now}
+		batch[i] = &mxSample{addr: a, v: v, quality: QualityGood, at: now}
 		d.items[a] = batch[i]
 	}
 	d.notifyLocked(batch)
 }
 
 // notifyLocked hands a batch of changes to every gateway. d.mu is held.
-func (d *MxData) notifyLocked(batch []*mxSample) {
+func (d *Data) notifyLocked(batch []*mxSample) {
 	for g := range d.listeners {
 		g.dataChanged(batch)
 	}
@@ -140,19 +140,19 @@ func (d *MxData) notifyLocked(batch []*mxSample) {
 // locked runs f with d.mu held and the current sample of every item, for
 // an advise that must see no change slip between the value it reports
 // and the registration that gets the next one.
-func (d *MxData) locked(f func(current func(addr string) *mxSample)) {
+func (d *Data) locked(f func(current func(addr string) *mxSample)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	f(func(addr string) *mxSample { return d.items[addr] })
 }
 
-func (d *MxData) addListener(g *MxGateway) {
+func (d *Data) addListener(g *Gateway) {
 	d.mu.Lock()
 	d.listeners[g] = struct{}{}
 	d.mu.Unlock()
 }
 
-func (d *MxData) removeListener(g *MxGateway) {
+func (d *Data) removeListener(g *Gateway) {
 	d.mu.Lock()
 	delete(d.listeners, g)
 	d.mu.Unlock()
@@ -166,7 +166,7 @@ func mustMxType(addr string, v any) {
 	switch v.(type) {
 	case bool, int32, int64, float32, float64, string, time.Time:
 	default:
-		panic(fmt.Sprintf("testcluster: MxData item %q: a value of type %T; want bool, int32, int64, float32, float64, string or time.Time", addr, v))
+		panic(fmt.Sprintf("mxsim: Data item %q: a value of type %T; want bool, int32, int64, float32, float64, string or time.Time", addr, v))
 	}
 }
 
