@@ -7,8 +7,8 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,7 +24,7 @@ func ExampleStart() {
 		return
 	}
 	defer cluster.Close()
-	servers, err := testcluster.StartOPCUAPair(ctx, testcluster.WithServiceLevels(250, 90))
+	servers, err := uaserver.StartPair(ctx, uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -16,9 +16,9 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
 )
@@ -222,8 +222,8 @@ func benchJSMaintenance(ctx context.Context, cfg benchConfig) (*result, error) {
 func jsMaintenanceOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run int) (natstest.StreamAudit, jetstreamsink.Stats, []float64, error) {
 	var a natstest.StreamAudit
 	var st jetstreamsink.Stats
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(jsMaintTags), testcluster.WithTagInterval(jsMaintPeriod),
-		testcluster.WithServiceLevels(250, 90))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(jsMaintTags), uaserver.WithTagInterval(jsMaintPeriod),
+		uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		return a, st, nil, err
 	}
@@ -316,7 +316,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfi
 	if err := waitMore(ctx, r, "traffic after the OPC UA failover", 2000); err != nil {
 		return a, st, nil, err
 	}
-	if err := primary.Boot(testcluster.BootSteps(testcluster.LevelStandby, 200*time.Millisecond)...).Wait(ctx); err != nil {
+	if err := primary.Boot(uaserver.BootSteps(uaserver.LevelStandby, 200*time.Millisecond)...).Wait(ctx); err != nil {
 		return a, st, nil, err
 	}
 	if err := waitMore(ctx, r, "traffic at the end", 1000); err != nil {

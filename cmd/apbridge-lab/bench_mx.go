@@ -20,7 +20,7 @@ import (
 )
 
 // The mx-* scenarios run the relay's MxAccess gateway source
-// (bridge/mxsource) against testcluster's gateway simulator over real
+// (bridge/mxsource) against mxsim's gateway simulator over real
 // gRPC, publishing through the embedded NATS cluster to a consumer
 // subscribed to the tag subjects. Fields are described in
 // docs/benchmarks.md.

@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
-// benchMxFailover runs a gateway pair on one MxData, --tags counters at
+// benchMxFailover runs a gateway pair on one mxsim.Data, --tags counters at
 // 10 Hz, and kills the active gateway cfg.runs times, alternating: the
 // killed one is restarted and waited for as the prepared standby before
 // the next run.

@@ -15,9 +15,9 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -92,7 +92,7 @@ type soakRig struct {
 // soakUA is an OPC UA pair and the name of the source that reads it.
 type soakUA struct {
 	name string
-	pair *testcluster.OPCUAPair
+	pair *uaserver.Pair
 }
 
 // soakGW is a gateway pair and the name of the source that reads it.
@@ -224,8 +224,8 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 		tags = cfg.tags
 	}
 	for _, name := range uaNames {
-		pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags), testcluster.WithTagInterval(soakPeriod),
-			testcluster.WithServiceLevels(testcluster.LevelPrimary, testcluster.LevelHealthyFollower))
+		pair, err := uaserver.StartPair(ctx, uaserver.WithTags(tags), uaserver.WithTagInterval(soakPeriod),
+			uaserver.WithServiceLevels(uaserver.LevelPrimary, uaserver.LevelHealthyFollower))
 		if err != nil {
 			return err
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // soakFault is one kind of fault the soak applies once per cycle. run
@@ -148,7 +148,7 @@ func (r *soakRig) uaTarget() *soakUA {
 }
 
 // opcuaActive returns the server the relay reads ua from and the other.
-func (r *soakRig) opcuaActive(ua *soakUA) (active, other *testcluster.OPCUAServer, err error) {
+func (r *soakRig) opcuaActive(ua *soakUA) (active, other *uaserver.Server, err error) {
 	h, err := r.source(ua.name)
 	if err != nil {
 		return nil, nil, err
@@ -157,7 +157,7 @@ func (r *soakRig) opcuaActive(ua *soakUA) (active, other *testcluster.OPCUAServe
 }
 
 // at returns the server of the pair at endpoint and the other.
-func (ua *soakUA) at(endpoint string) (at, other *testcluster.OPCUAServer, err error) {
+func (ua *soakUA) at(endpoint string) (at, other *uaserver.Server, err error) {
 	for i, s := range ua.pair.Servers() {
 		if s.Endpoint() == endpoint {
 			return s, ua.pair.Server(1 - i), nil
@@ -167,7 +167,7 @@ func (ua *soakUA) at(endpoint string) (at, other *testcluster.OPCUAServer, err e
 }
 
 // waitOPCUAOn waits until the relay reads ua from s.
-func (r *soakRig) waitOPCUAOn(ctx context.Context, ua *soakUA, s *testcluster.OPCUAServer) error {
+func (r *soakRig) waitOPCUAOn(ctx context.Context, ua *soakUA, s *uaserver.Server) error {
 	return r.poll(ctx, ua.name+" on "+s.Name(), 20*time.Second, func() (bool, error) {
 		h, err := r.source(ua.name)
 		return h.Endpoint == s.Endpoint(), err
@@ -187,7 +187,7 @@ func (r *soakRig) opcuaGraceful(ctx context.Context) error {
 	if err := act.GracefulStop(300 * time.Millisecond).Wait(ctx); err != nil {
 		return err
 	}
-	return act.Boot(testcluster.BootSteps(testcluster.LevelHealthyFollower, 100*time.Millisecond)...).Wait(ctx)
+	return act.Boot(uaserver.BootSteps(uaserver.LevelHealthyFollower, 100*time.Millisecond)...).Wait(ctx)
 }
 
 // opcuaKill kills the active server's process; its peer becomes the
@@ -204,7 +204,7 @@ func (r *soakRig) opcuaKill(ctx context.Context) error {
 	if err := r.waitOPCUAOn(ctx, ua, other); err != nil {
 		return err
 	}
-	return act.Restart(ctx, testcluster.LevelHealthyFollower)
+	return act.Restart(ctx, uaserver.LevelHealthyFollower)
 }
 
 // opcuaFreeze freezes the link to the active server (no error, no data)
@@ -219,7 +219,7 @@ func (r *soakRig) opcuaFreeze(ctx context.Context) error {
 	act.Freeze()
 	err = r.waitOPCUAOn(ctx, ua, other)
 	other.Promote()
-	act.SetLevel(testcluster.LevelHealthyFollower)
+	act.SetLevel(uaserver.LevelHealthyFollower)
 	act.Heal()
 	return err
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -71,7 +71,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return err
 	}
 	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(nTags), testcluster.WithServiceLevels(250, 90))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(nTags), uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return err
 	}
 	if err := step("the old primary comes back as the standby (boot 1, 50, then 90)", func() error {
-		return pair.A().Boot(testcluster.BootSteps(testcluster.LevelStandby, 200*time.Millisecond)...).Wait(ctx)
+		return pair.A().Boot(uaserver.BootSteps(uaserver.LevelStandby, 200*time.Millisecond)...).Wait(ctx)
 	}); err != nil {
 		return err
 	}

@@ -19,14 +19,14 @@ import (
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
 
-func writeRelayConfig(t *testing.T, cl *natstest.Cluster, pair *testcluster.OPCUAPair, extra string) string {
+func writeRelayConfig(t *testing.T, cl *natstest.Cluster, pair *uaserver.Pair, extra string) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: test\nhttp: {listen: '127.0.0.1:0'}\nnats:\n  servers: [%s]\n", strings.Join(cl.URLs(), ", "))
@@ -44,14 +44,14 @@ func writeRelayConfig(t *testing.T, cl *natstest.Cluster, pair *testcluster.OPCU
 
 // startServers starts a NATS cluster and an OPC UA pair with tags tags,
 // closed at the end of the test.
-func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...natstest.Option) (*natstest.Cluster, *testcluster.OPCUAPair) {
+func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...natstest.Option) (*natstest.Cluster, *uaserver.Pair) {
 	t.Helper()
 	cl, err := natstest.Start(ctx, natsOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(tags))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -37,7 +37,7 @@ const (
 // channel. Each connection has its own goroutine that reads requests and
 // answers them, so a client that stops reading stalls only itself.
 type uaConn struct {
-	s   *OPCUAServer
+	s   *Server
 	tcp *net.TCPConn
 	ucp *uacp.Conn
 	sc  *uasc.SecureChannel
@@ -53,7 +53,7 @@ func (c *uaConn) close() { c.once.Do(func() { c.tcp.Close() }) }
 
 // acceptLoop accepts connections from the proxy until the listener is
 // closed.
-func (s *OPCUAServer) acceptLoop() {
+func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	for {
 		nc, err := s.ln.Accept()
@@ -84,7 +84,7 @@ func (s *OPCUAServer) acceptLoop() {
 }
 
 // serveConn runs one connection until the client or the server closes it.
-func (s *OPCUAServer) serveConn(c *uaConn) {
+func (s *Server) serveConn(c *uaConn) {
 	defer s.wg.Done()
 	defer close(c.done)
 	defer func() {
@@ -98,12 +98,12 @@ func (s *OPCUAServer) serveConn(c *uaConn) {
 	// the test binary.
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error().Interface("panic", v).Msg("testcluster: opcua connection panicked; closing it")
+			s.log.Error().Interface("panic", v).Msg("uaserver: connection panicked; closing it")
 		}
 	}()
 
 	if err := c.handshake(); err != nil {
-		s.log.Debug().Err(err).Msg("testcluster: opcua handshake failed")
+		s.log.Debug().Err(err).Msg("uaserver: handshake failed")
 		return
 	}
 	var seed [4]byte
@@ -187,10 +187,10 @@ func (c *uaConn) handshake() error {
 
 // dispatch answers one request. It returns nil for a request answered
 // later (Publish).
-func (s *OPCUAServer) dispatch(c *uaConn, reqID uint32, req ua.Request) (resp ua.Response) {
+func (s *Server) dispatch(c *uaConn, reqID uint32, req ua.Request) (resp ua.Response) {
 	defer func() {
 		if v := recover(); v != nil {
-			s.log.Error().Interface("panic", v).Str("request", fmt.Sprintf("%T", req)).Msg("testcluster: opcua handler panicked")
+			s.log.Error().Interface("panic", v).Str("request", fmt.Sprintf("%T", req)).Msg("uaserver: handler panicked")
 			resp = serviceFault(req, ua.StatusBadInternalError)
 		}
 	}()
@@ -265,7 +265,7 @@ func (s *OPCUAServer) dispatch(c *uaConn, reqID uint32, req ua.Request) (resp ua
 	// tooManyOps), so this only ever rejects a read-only answer.
 	if n := encodedSize(resp); n > c.maxBody {
 		s.log.Warn().Int("bytes", n).Int("limit", c.maxBody).Str("response", fmt.Sprintf("%T", resp)).
-			Msg("testcluster: opcua response too large for one chunk")
+			Msg("uaserver: response too large for one chunk")
 		resp = serviceFault(req, ua.StatusBadResponseTooLarge)
 	}
 	return resp

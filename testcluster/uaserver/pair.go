@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// OPCUAPair is a redundant pair of OPC UA servers, A and B, on loopback,
+// Pair is a redundant pair of OPC UA servers, A and B, on loopback,
 // each behind a faultproxy.Proxy, serving one simulated process: at every
 // tick both servers serve the same tag values with the same source
 // timestamps.
@@ -27,12 +27,12 @@ import (
 // service layer: sessions, subscriptions and monitored items behave as OPC
 // UA Part 4 asks rather than as gopcua v0.8.0's server package does (see
 // docs/testcluster.md for the differences).
-type OPCUAPair struct {
-	cfg       opcuaConfig
+type Pair struct {
+	cfg       config
 	gen       []Tag // generated tags, by index
 	setpoints []Tag
 	byName    map[string]Tag
-	servers   [2]*OPCUAServer
+	servers   [2]*Server
 	ports     ports.Blocks // the endpoints' ports, theirs until Close
 
 	tick    atomic.Pointer[simTick]
@@ -47,17 +47,17 @@ type OPCUAPair struct {
 	closeOnce sync.Once
 }
 
-// StartOPCUAPair starts a pair on free loopback ports and returns once
+// StartPair starts a pair on free loopback ports and returns once
 // each server has answered a real client's read through its proxy.
 //
 // It returns the first error of opts, such as a value out of range, before
 // it starts anything.
-func StartOPCUAPair(ctx context.Context, opts ...Option) (*OPCUAPair, error) {
-	cfg, err := opcuaOptions(opts)
+func StartPair(ctx context.Context, opts ...Option) (*Pair, error) {
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	p := &OPCUAPair{cfg: cfg, byName: make(map[string]Tag), wsig: make(chan struct{}), stop: make(chan struct{})}
+	p := &Pair{cfg: cfg, byName: make(map[string]Tag), wsig: make(chan struct{}), stop: make(chan struct{})}
 	for i := range cfg.tags {
 		k := TagKind(i % 4)
 		t := Tag{Name: fmt.Sprintf("%s%04d", k, i), Kind: k, index: i}
@@ -74,7 +74,7 @@ func StartOPCUAPair(ctx context.Context, opts ...Option) (*OPCUAPair, error) {
 	}
 	p.tick.Store(newSimTick(p.gen, 0, start))
 	for i := range p.servers {
-		s, err := newOPCUAServer(p, i)
+		s, err := newServer(p, i)
 		if err != nil {
 			p.Close()
 			return nil, err
@@ -105,7 +105,7 @@ func StartOPCUAPair(ctx context.Context, opts ...Option) (*OPCUAPair, error) {
 // run is the pair's clock: it ticks the simulated process, samples the
 // servers' heartbeat and expires idle sessions. Everything it calls only
 // queues work, so a stuck client cannot stall it.
-func (p *OPCUAPair) run() {
+func (p *Pair) run() {
 	defer p.wg.Done()
 	var tagC <-chan time.Time
 	if len(p.gen) > 0 {
@@ -144,7 +144,7 @@ func (p *OPCUAPair) run() {
 // advance moves the simulated process to its next tick, at now or, if
 // the clock has not moved past the last tick, just after it: a tag's
 // source time never goes back, whatever the clock does.
-func (p *OPCUAPair) advance(now time.Time) {
+func (p *Pair) advance(now time.Time) {
 	prev := p.tick.Load()
 	if !now.After(prev.at) {
 		now = prev.at.Add(time.Microsecond)
@@ -158,43 +158,43 @@ func (p *OPCUAPair) advance(now time.Time) {
 }
 
 // A returns server A, the primary at start.
-func (p *OPCUAPair) A() *OPCUAServer { return p.servers[0] }
+func (p *Pair) A() *Server { return p.servers[0] }
 
 // B returns server B.
-func (p *OPCUAPair) B() *OPCUAServer { return p.servers[1] }
+func (p *Pair) B() *Server { return p.servers[1] }
 
 // Server returns server i: 0 is A, 1 is B. It panics for other i.
-func (p *OPCUAPair) Server(i int) *OPCUAServer { return p.servers[i] }
+func (p *Pair) Server(i int) *Server { return p.servers[i] }
 
 // Servers returns both servers, A first.
-func (p *OPCUAPair) Servers() []*OPCUAServer { return []*OPCUAServer{p.servers[0], p.servers[1]} }
+func (p *Pair) Servers() []*Server { return []*Server{p.servers[0], p.servers[1]} }
 
 // Endpoints returns both servers' endpoints, A first.
-func (p *OPCUAPair) Endpoints() []string {
+func (p *Pair) Endpoints() []string {
 	return []string{p.servers[0].Endpoint(), p.servers[1].Endpoint()}
 }
 
 // Tags returns the simulated tags, generated tags by index and then the
 // setpoints.
-func (p *OPCUAPair) Tags() []Tag {
+func (p *Pair) Tags() []Tag {
 	return append(append([]Tag(nil), p.gen...), p.setpoints...)
 }
 
 // Setpoints returns the writable tags.
-func (p *OPCUAPair) Setpoints() []Tag { return append([]Tag(nil), p.setpoints...) }
+func (p *Pair) Setpoints() []Tag { return append([]Tag(nil), p.setpoints...) }
 
 // Tag returns the tag with the given name.
-func (p *OPCUAPair) Tag(name string) (Tag, bool) {
+func (p *Pair) Tag(name string) (Tag, bool) {
 	t, ok := p.byName[name]
 	return t, ok
 }
 
 // Tick returns the number of the current tick of the simulated process
 // (0 before the first tick).
-func (p *OPCUAPair) Tick() uint64 { return p.tick.Load().n }
+func (p *Pair) Tick() uint64 { return p.tick.Load().n }
 
 // Setpoint returns a setpoint's current value.
-func (p *OPCUAPair) Setpoint(name string) (float64, bool) {
+func (p *Pair) Setpoint(name string) (float64, bool) {
 	t, ok := p.byName[name]
 	if !ok || t.Kind != TagSetpoint {
 		return 0, false
@@ -204,7 +204,7 @@ func (p *OPCUAPair) Setpoint(name string) (float64, bool) {
 }
 
 // Writes returns every write the servers have accepted, oldest first.
-func (p *OPCUAPair) Writes() []Write {
+func (p *Pair) Writes() []Write {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	return append([]Write(nil), p.writes...)
@@ -212,7 +212,7 @@ func (p *OPCUAPair) Writes() []Write {
 
 // WaitWrites waits until the servers have accepted at least n writes and
 // returns them all, or returns ctx's error.
-func (p *OPCUAPair) WaitWrites(ctx context.Context, n int) ([]Write, error) {
+func (p *Pair) WaitWrites(ctx context.Context, n int) ([]Write, error) {
 	for {
 		p.wmu.Lock()
 		if len(p.writes) >= n {
@@ -232,7 +232,7 @@ func (p *OPCUAPair) WaitWrites(ctx context.Context, n int) ([]Write, error) {
 
 // writeSetpoint records a write that server s accepted and serves the new
 // value on both servers, which share the process.
-func (p *OPCUAPair) writeSetpoint(s *OPCUAServer, j int, v float64, src time.Time) {
+func (p *Pair) writeSetpoint(s *Server, j int, v float64, src time.Time) {
 	now := time.Now()
 	if src.IsZero() {
 		src = now
@@ -243,7 +243,7 @@ func (p *OPCUAPair) writeSetpoint(s *OPCUAServer, j int, v float64, src time.Tim
 	close(p.wsig)
 	p.wsig = make(chan struct{})
 	p.wmu.Unlock()
-	s.log.Info().Str("tag", p.setpoints[j].Name).Float64("value", v).Msg("testcluster: opcua write")
+	s.log.Info().Str("tag", p.setpoints[j].Name).Float64("value", v).Msg("uaserver: write")
 	for _, srv := range p.servers {
 		srv.eng.notify(srv.setpointNodes[j])
 	}
@@ -252,7 +252,7 @@ func (p *OPCUAPair) writeSetpoint(s *OPCUAServer, j int, v float64, src time.Tim
 // Close stops both servers, closes every connection and waits for every
 // goroutine of the pair. It takes milliseconds, is idempotent, and may be
 // called concurrently.
-func (p *OPCUAPair) Close() {
+func (p *Pair) Close() {
 	p.closeOnce.Do(func() {
 		close(p.stop)
 		p.wg.Wait()

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"fmt"
@@ -398,7 +398,7 @@ func (a *uaSpace) translate(bp *ua.BrowsePath) *ua.BrowsePathResult {
 }
 
 // buildSpace builds the address space of one server of the pair.
-func (s *OPCUAServer) buildSpace() *uaSpace {
+func (s *Server) buildSpace() *uaSpace {
 	a := newUASpace()
 	p := s.pair
 

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func (e *uaEngine) run(sub *uaSub, interval time.Duration) {
 	defer close(sub.exited)
 	defer func() {
 		if v := recover(); v != nil {
-			e.s.log.Error().Interface("panic", v).Uint32("subscription", sub.id).Msg("testcluster: opcua subscription panicked; deleting it")
+			e.s.log.Error().Interface("panic", v).Uint32("subscription", sub.id).Msg("uaserver: subscription panicked; deleting it")
 			e.mu.Lock()
 			e.deleteSubLocked(sub)
 			e.mu.Unlock()
@@ -154,7 +154,7 @@ func (e *uaEngine) run(sub *uaSub, interval time.Duration) {
 			close(flushed)
 		}
 		if expired {
-			e.s.log.Debug().Uint32("subscription", sub.id).Msg("testcluster: opcua subscription lifetime expired")
+			e.s.log.Debug().Uint32("subscription", sub.id).Msg("uaserver: subscription lifetime expired")
 			e.mu.Lock()
 			e.deleteSubLocked(sub)
 			e.mu.Unlock()
@@ -334,7 +334,7 @@ func (e *uaEngine) sendOne(o pubOut) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("panic sending a PublishResponse: %v", v)
-			e.s.log.Error().Err(err).Msg("testcluster: opcua")
+			e.s.log.Error().Err(err).Msg("uaserver")
 		}
 	}()
 	return o.conn.sc.SendResponseWithContext(context.Background(), o.reqID, o.resp)

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -36,7 +36,7 @@ var (
 // startPair starts an OPC UA pair that the test's cleanup closes, and
 // checks after every other cleanup that no goroutine of the pair or of the
 // test's clients is left.
-func startPair(t *testing.T, opts ...Option) *OPCUAPair {
+func startPair(t *testing.T, opts ...Option) *Pair {
 	t.Helper()
 	// Registered first, so it runs last: after the pair and every client
 	// of the test are closed, none of their goroutines may remain.
@@ -44,7 +44,7 @@ func startPair(t *testing.T, opts ...Option) *OPCUAPair {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	p, err := StartOPCUAPair(ctx, opts...)
+	p, err := StartPair(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

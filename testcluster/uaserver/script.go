@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func (sc *Script) Cancel() {
 // the next; a server that is down is restarted on its endpoint first,
 // already publishing the first step's level. With no steps it runs
 // BootSteps(the server's initial level, 200ms).
-func (s *OPCUAServer) Boot(steps ...LevelStep) *Script {
+func (s *Server) Boot(steps ...LevelStep) *Script {
 	if len(steps) == 0 {
 		steps = BootSteps(s.pair.cfg.levels[s.index], 200*time.Millisecond)
 	}
@@ -83,7 +83,7 @@ func (s *OPCUAServer) Boot(steps ...LevelStep) *Script {
 // once, keeps serving for delay, pushes out what subscriptions have
 // queued, then stops: connections closed, port closed, as Kill. Clients
 // subscribed to ServiceLevel see the 0 before their connection closes.
-func (s *OPCUAServer) GracefulStop(delay time.Duration) *Script {
+func (s *Server) GracefulStop(delay time.Duration) *Script {
 	return s.runScript(func(ctx context.Context) error {
 		s.setState(ua.ServerStateShutdown)
 		s.setLevel(LevelMaintenance, "graceful stop")
@@ -98,7 +98,7 @@ func (s *OPCUAServer) GracefulStop(delay time.Duration) *Script {
 	})
 }
 
-func (s *OPCUAServer) runScript(f func(context.Context) error) *Script {
+func (s *Server) runScript(f func(context.Context) error) *Script {
 	ctx, cancel := context.WithCancel(context.Background())
 	sc := &Script{done: make(chan struct{}), cancel: cancel}
 	s.mu.Lock()
@@ -131,7 +131,7 @@ func (s *OPCUAServer) runScript(f func(context.Context) error) *Script {
 }
 
 // stopScript cancels the running script and waits for it.
-func (s *OPCUAServer) stopScript() {
+func (s *Server) stopScript() {
 	s.mu.Lock()
 	sc := s.script
 	s.script = nil

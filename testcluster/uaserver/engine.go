@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"cmp"
@@ -62,7 +62,7 @@ const (
 // opcua_subs.go, the publishing loop in opcua_publish.go, and monitored
 // items and sampling in opcua_items.go.
 type uaEngine struct {
-	s *OPCUAServer
+	s *Server
 
 	mu       sync.Mutex
 	closed   bool
@@ -83,7 +83,7 @@ type uaEngine struct {
 	overflows     atomic.Uint64
 }
 
-func newUAEngine(s *OPCUAServer) *uaEngine {
+func newUAEngine(s *Server) *uaEngine {
 	return &uaEngine{
 		s:        s,
 		sessions: make(map[string]*uaSession),
@@ -118,8 +118,8 @@ func (e *uaEngine) stop() {
 	e.wg.Wait()
 }
 
-// OPCUAStats counts what a server has served since the pair started.
-type OPCUAStats struct {
+// Stats counts what a server has served since the pair started.
+type Stats struct {
 	Sessions        int    // open sessions
 	Subscriptions   int    // live subscriptions
 	MonitoredItems  int    // monitored items in live subscriptions
@@ -134,9 +134,9 @@ type OPCUAStats struct {
 	NodesRead       uint64 // attributes asked for by Read requests since the start
 }
 
-func (e *uaEngine) stats() OPCUAStats {
+func (e *uaEngine) stats() Stats {
 	e.mu.Lock()
-	st := OPCUAStats{Sessions: len(e.sessions), Subscriptions: len(e.subs)}
+	st := Stats{Sessions: len(e.sessions), Subscriptions: len(e.subs)}
 	for _, sub := range e.subs {
 		st.MonitoredItems += len(sub.items)
 		for _, it := range sub.items {
@@ -159,7 +159,7 @@ func (e *uaEngine) stats() OPCUAStats {
 	return st
 }
 
-// SubscriptionInfo describes one live subscription of an OPCUAServer.
+// SubscriptionInfo describes one live subscription of a Server.
 type SubscriptionInfo struct {
 	ID       uint32
 	Priority byte          // as the client asked for it

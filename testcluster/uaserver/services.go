@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"crypto/rand"
@@ -18,7 +18,7 @@ const (
 	maxContinuationPoints = 16
 )
 
-func (s *OPCUAServer) appDescription() *ua.ApplicationDescription {
+func (s *Server) appDescription() *ua.ApplicationDescription {
 	return &ua.ApplicationDescription{
 		ApplicationURI:  s.uri,
 		ProductURI:      "urn:apbridge:testcluster",
@@ -30,7 +30,7 @@ func (s *OPCUAServer) appDescription() *ua.ApplicationDescription {
 
 // endpointDescription is the server's only endpoint: the proxy's address,
 // security None, anonymous users.
-func (s *OPCUAServer) endpointDescription() *ua.EndpointDescription {
+func (s *Server) endpointDescription() *ua.EndpointDescription {
 	return &ua.EndpointDescription{
 		EndpointURL:       s.endpoint,
 		Server:            s.appDescription(),
@@ -45,14 +45,14 @@ func (s *OPCUAServer) endpointDescription() *ua.EndpointDescription {
 	}
 }
 
-func (s *OPCUAServer) getEndpoints(r *ua.GetEndpointsRequest) ua.Response {
+func (s *Server) getEndpoints(r *ua.GetEndpointsRequest) ua.Response {
 	return &ua.GetEndpointsResponse{
 		ResponseHeader: respHeader(r, ua.StatusOK),
 		Endpoints:      []*ua.EndpointDescription{s.endpointDescription()},
 	}
 }
 
-func (s *OPCUAServer) findServers(r *ua.FindServersRequest) ua.Response {
+func (s *Server) findServers(r *ua.FindServersRequest) ua.Response {
 	servers := []*ua.ApplicationDescription{}
 	match := len(r.ServerURIs) == 0
 	for _, u := range r.ServerURIs {
@@ -70,7 +70,7 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-func (s *OPCUAServer) createSession(c *uaConn, r *ua.CreateSessionRequest) ua.Response {
+func (s *Server) createSession(c *uaConn, r *ua.CreateSessionRequest) ua.Response {
 	timeout := defaultSessionTimeout
 	if t := r.RequestedSessionTimeout; !math.IsNaN(t) && t > 0 {
 		timeout = time.Duration(t * float64(time.Millisecond))
@@ -95,7 +95,7 @@ func (s *OPCUAServer) createSession(c *uaConn, r *ua.CreateSessionRequest) ua.Re
 	}
 }
 
-func (s *OPCUAServer) activateSession(c *uaConn, r *ua.ActivateSessionRequest) ua.Response {
+func (s *Server) activateSession(c *uaConn, r *ua.ActivateSessionRequest) ua.Response {
 	if tok := r.UserIdentityToken; tok != nil && tok.Value != nil {
 		if _, ok := tok.Value.(*ua.AnonymousIdentityToken); !ok {
 			return serviceFault(r, ua.StatusBadIdentityTokenRejected)
@@ -117,14 +117,14 @@ func (s *OPCUAServer) activateSession(c *uaConn, r *ua.ActivateSessionRequest) u
 	}
 }
 
-func (s *OPCUAServer) closeSession(r *ua.CloseSessionRequest) ua.Response {
+func (s *Server) closeSession(r *ua.CloseSessionRequest) ua.Response {
 	if code := s.eng.closeSession(r.RequestHeader.AuthenticationToken); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
 	return &ua.CloseSessionResponse{ResponseHeader: respHeader(r, ua.StatusOK)}
 }
 
-func (s *OPCUAServer) cancel(r *ua.CancelRequest) ua.Response {
+func (s *Server) cancel(r *ua.CancelRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -133,7 +133,7 @@ func (s *OPCUAServer) cancel(r *ua.CancelRequest) ua.Response {
 	return &ua.CancelResponse{ResponseHeader: respHeader(r, ua.StatusOK)}
 }
 
-func (s *OPCUAServer) readService(c *uaConn, r *ua.ReadRequest) ua.Response {
+func (s *Server) readService(c *uaConn, r *ua.ReadRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -158,7 +158,7 @@ func (s *OPCUAServer) readService(c *uaConn, r *ua.ReadRequest) ua.Response {
 	}
 }
 
-func (s *OPCUAServer) writeService(c *uaConn, r *ua.WriteRequest) ua.Response {
+func (s *Server) writeService(c *uaConn, r *ua.WriteRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -184,7 +184,7 @@ func (s *OPCUAServer) writeService(c *uaConn, r *ua.WriteRequest) ua.Response {
 // refuses writes with Bad_OutOfService, as a warm standby gates writes to a
 // shared device. gopcua's server panicked on a write to an unknown
 // namespace; here that is Bad_NodeIdUnknown.
-func (s *OPCUAServer) write(wv *ua.WriteValue) ua.StatusCode {
+func (s *Server) write(wv *ua.WriteValue) ua.StatusCode {
 	if wv == nil || wv.NodeID == nil {
 		return ua.StatusBadNodeIDInvalid
 	}
@@ -220,7 +220,7 @@ func (s *OPCUAServer) write(wv *ua.WriteValue) ua.StatusCode {
 	return ua.StatusOK
 }
 
-func (s *OPCUAServer) browseService(c *uaConn, r *ua.BrowseRequest) ua.Response {
+func (s *Server) browseService(c *uaConn, r *ua.BrowseRequest) ua.Response {
 	sess, code := s.eng.session(r.RequestHeader)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
@@ -247,7 +247,7 @@ func (s *OPCUAServer) browseService(c *uaConn, r *ua.BrowseRequest) ua.Response 
 	}
 }
 
-func (s *OPCUAServer) browseNext(c *uaConn, r *ua.BrowseNextRequest) ua.Response {
+func (s *Server) browseNext(c *uaConn, r *ua.BrowseNextRequest) ua.Response {
 	sess, code := s.eng.session(r.RequestHeader)
 	if code != ua.StatusOK {
 		return serviceFault(r, code)
@@ -266,7 +266,7 @@ func (s *OPCUAServer) browseNext(c *uaConn, r *ua.BrowseNextRequest) ua.Response
 	}
 }
 
-func (s *OPCUAServer) translateService(c *uaConn, r *ua.TranslateBrowsePathsToNodeIDsRequest) ua.Response {
+func (s *Server) translateService(c *uaConn, r *ua.TranslateBrowsePathsToNodeIDsRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -284,7 +284,7 @@ func (s *OPCUAServer) translateService(c *uaConn, r *ua.TranslateBrowsePathsToNo
 	}
 }
 
-func (s *OPCUAServer) registerNodes(r *ua.RegisterNodesRequest) ua.Response {
+func (s *Server) registerNodes(r *ua.RegisterNodesRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -296,7 +296,7 @@ func (s *OPCUAServer) registerNodes(r *ua.RegisterNodesRequest) ua.Response {
 	return &ua.RegisterNodesResponse{ResponseHeader: respHeader(r, ua.StatusOK), RegisteredNodeIDs: r.NodesToRegister}
 }
 
-func (s *OPCUAServer) unregisterNodes(r *ua.UnregisterNodesRequest) ua.Response {
+func (s *Server) unregisterNodes(r *ua.UnregisterNodesRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -307,7 +307,7 @@ func (s *OPCUAServer) unregisterNodes(r *ua.UnregisterNodesRequest) ua.Response 
 }
 
 // callService answers method calls: the address space has no methods.
-func (s *OPCUAServer) callService(c *uaConn, r *ua.CallRequest) ua.Response {
+func (s *Server) callService(c *uaConn, r *ua.CallRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
@@ -331,7 +331,7 @@ func (s *OPCUAServer) callService(c *uaConn, r *ua.CallRequest) ua.Response {
 }
 
 // historyRead answers that no node keeps history.
-func (s *OPCUAServer) historyRead(c *uaConn, r *ua.HistoryReadRequest) ua.Response {
+func (s *Server) historyRead(c *uaConn, r *ua.HistoryReadRequest) ua.Response {
 	if _, code := s.eng.session(r.RequestHeader); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}

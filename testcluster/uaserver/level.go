@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"time"
@@ -75,7 +75,7 @@ type levelState struct {
 }
 
 // Level returns the ServiceLevel the server publishes.
-func (s *OPCUAServer) Level() byte { return s.lvl.Load().v }
+func (s *Server) Level() byte { return s.lvl.Load().v }
 
 // SetLevel publishes a ServiceLevel: subscribers get it within one
 // publishing interval. Crossing 200 also flips the status of every
@@ -83,19 +83,19 @@ func (s *OPCUAServer) Level() byte { return s.lvl.Load().v }
 // get that change too. SetLevel cancels a running script. On a server that
 // is down it only records the level; Restart sets the level it comes back
 // with.
-func (s *OPCUAServer) SetLevel(l byte) {
+func (s *Server) SetLevel(l byte) {
 	s.stopScript()
 	s.setLevel(l, "set")
 }
 
 // Promote publishes 250, the primary's level.
-func (s *OPCUAServer) Promote() { s.SetLevel(LevelPrimary) }
+func (s *Server) Promote() { s.SetLevel(LevelPrimary) }
 
 // Demote publishes 90, a warm standby's level: its tags turn
 // Bad_OutOfService and it refuses writes.
-func (s *OPCUAServer) Demote() { s.SetLevel(LevelStandby) }
+func (s *Server) Demote() { s.SetLevel(LevelStandby) }
 
-func (s *OPCUAServer) setLevel(l byte, why string) {
+func (s *Server) setLevel(l byte, why string) {
 	s.lvlMu.Lock()
 	old := s.lvl.Load().v
 	if old == l {
@@ -104,7 +104,7 @@ func (s *OPCUAServer) setLevel(l byte, why string) {
 	}
 	s.lvl.Store(&levelState{v: l, at: time.Now()})
 	s.lvlMu.Unlock()
-	s.log.Info().Uint8("from", old).Uint8("to", l).Str("why", why).Msg("testcluster: opcua ServiceLevel")
+	s.log.Info().Uint8("from", old).Uint8("to", l).Str("why", why).Msg("uaserver: ServiceLevel")
 	// notify samples the current value, so concurrent changes converge on
 	// the last one even if their notifications cross.
 	s.eng.notify(s.nodeServiceLevel)
@@ -135,9 +135,9 @@ const (
 // SetLevelEncoding changes how the server serves its ServiceLevel, at once
 // for reads and for subscribers; it persists across Kill and Restart. The
 // level itself (Level, SetLevel, scripts) is unaffected.
-func (s *OPCUAServer) SetLevelEncoding(e LevelEncoding) {
+func (s *Server) SetLevelEncoding(e LevelEncoding) {
 	if LevelEncoding(s.lvlEnc.Swap(int32(e))) != e {
-		s.log.Info().Int32("encoding", int32(e)).Msg("testcluster: opcua ServiceLevel encoding")
+		s.log.Info().Int32("encoding", int32(e)).Msg("uaserver: ServiceLevel encoding")
 		s.eng.notify(s.nodeServiceLevel)
 	}
 }
@@ -146,7 +146,7 @@ func (s *OPCUAServer) SetLevelEncoding(e LevelEncoding) {
 // the level is f(health) now and after every UpdateHealth. Scripted events
 // still publish their own levels; the next UpdateHealth recomputes. A nil f
 // returns the level to manual control.
-func (s *OPCUAServer) SetLevelFunc(f LevelFunc) {
+func (s *Server) SetLevelFunc(f LevelFunc) {
 	s.mu.Lock()
 	s.levelFn = f
 	h := s.health
@@ -158,7 +158,7 @@ func (s *OPCUAServer) SetLevelFunc(f LevelFunc) {
 
 // UpdateHealth changes the server's health inputs and, if a LevelFunc is
 // set, publishes the level it computes. It returns the server's level.
-func (s *OPCUAServer) UpdateHealth(update func(*Health)) byte {
+func (s *Server) UpdateHealth(update func(*Health)) byte {
 	s.mu.Lock()
 	update(&s.health)
 	f, h := s.levelFn, s.health
@@ -170,13 +170,13 @@ func (s *OPCUAServer) UpdateHealth(update func(*Health)) byte {
 }
 
 // Health returns the server's health inputs.
-func (s *OPCUAServer) Health() Health {
+func (s *Server) Health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.health
 }
 
-func (s *OPCUAServer) serviceLevelValue() *ua.DataValue {
+func (s *Server) serviceLevelValue() *ua.DataValue {
 	l := s.lvl.Load()
 	dv := &ua.DataValue{Value: ua.MustVariant(l.v), SourceTimestamp: l.at, ServerTimestamp: time.Now()}
 	switch LevelEncoding(s.lvlEnc.Load()) {

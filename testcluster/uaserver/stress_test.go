@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"errors"
@@ -377,7 +377,7 @@ func TestOPCUAClientsVanishingMidPublish(t *testing.T) {
 	for _, tg := range p.Tags() {
 		nids = append(nids, tg.NodeID())
 	}
-	faults := []func(*OPCUAServer) int{(*OPCUAServer).ResetConns, (*OPCUAServer).DropConns}
+	faults := []func(*Server) int{(*Server).ResetConns, (*Server).DropConns}
 	for i := range 12 {
 		c := dial(t, p.A().Endpoint(), opcua.SessionTimeout(time.Second))
 		sub := c.subscribe(10 * time.Millisecond)
@@ -531,7 +531,7 @@ func TestOPCUAStartCost(t *testing.T) {
 	runtime.ReadMemStats(&m0)
 	g0 := runtime.NumGoroutine()
 	start := time.Now()
-	var ps []*OPCUAPair
+	var ps []*Pair
 	for range pairs {
 		ps = append(ps, startPair(t))
 	}
@@ -553,7 +553,7 @@ func TestOPCUAStartCost(t *testing.T) {
 		}
 		<-tick.C
 	}
-	t.Logf("StartOPCUAPair (16 tags, both servers ready): %v per pair; %d goroutines per pair; heap %.3f MiB per server (-race=%v)",
+	t.Logf("StartPair (16 tags, both servers ready): %v per pair; %d goroutines per pair; heap %.3f MiB per server (-race=%v)",
 		per.Round(time.Microsecond), g, float64(heap)/(1<<20), opcuaRaceEnabled)
 	if g > maxGoroutinesPerPair {
 		t.Errorf("an idle pair runs %d goroutines, want at most %d (%d expected)", g, maxGoroutinesPerPair, goroutinesPerPair)

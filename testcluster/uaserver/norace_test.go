@@ -1,5 +1,5 @@
 //go:build !race
 
-package testcluster
+package uaserver
 
 const opcuaRaceEnabled = false

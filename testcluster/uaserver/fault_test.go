@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -215,10 +215,10 @@ func TestOPCUAResetAndDropAreSeenByTheClient(t *testing.T) {
 	p := startPair(t)
 	for _, tc := range []struct {
 		name  string
-		fault func(*OPCUAServer) int
+		fault func(*Server) int
 	}{
-		{"reset", (*OPCUAServer).ResetConns},
-		{"drop", (*OPCUAServer).DropConns},
+		{"reset", (*Server).ResetConns},
+		{"drop", (*Server).DropConns},
 	} {
 		c := dial(t, p.A().Endpoint())
 		sub := c.subscribe(20 * time.Millisecond)
@@ -267,7 +267,7 @@ func TestOPCUALatencyThroughTheProxy(t *testing.T) {
 func TestOPCUACloseIsFastAndIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := StartOPCUAPair(ctx, WithTags(100), WithTagInterval(10*time.Millisecond))
+	p, err := StartPair(ctx, WithTags(100), WithTagInterval(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"fmt"
@@ -173,7 +173,7 @@ func (e *uaEngine) expireSessions(now time.Time) {
 	for _, sess := range e.sessions {
 		pruneLocked(sess, now)
 		if len(sess.pubq) == 0 && now.Sub(sess.lastSeen) > sess.timeout {
-			e.s.log.Debug().Str("session", sess.name).Msg("testcluster: opcua session timed out")
+			e.s.log.Debug().Str("session", sess.name).Msg("uaserver: session timed out")
 			e.deleteSessionLocked(sess)
 		}
 	}

@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// OPCUAServer is one server of an OPCUAPair: an OPC UA server on a
+// Server is one server of a Pair: an OPC UA server on a
 // loopback port behind a faultproxy.Proxy, whose address is the server's
 // stable endpoint.
 //
 // All methods are safe for concurrent use.
-type OPCUAServer struct {
-	pair     *OPCUAPair
+type Server struct {
+	pair     *Pair
 	index    int
 	name     string
 	uri      string
@@ -62,11 +62,11 @@ type OPCUAServer struct {
 	scripts sync.WaitGroup
 }
 
-// newOPCUAServer builds server index of pair p and starts listening. The
+// newServer builds server index of pair p and starts listening. The
 // caller waits for it to be ready.
-func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
+func newServer(p *Pair, index int) (*Server, error) {
 	name := string(rune('A' + index))
-	s := &OPCUAServer{
+	s := &Server{
 		pair:  p,
 		index: index,
 		name:  name,
@@ -84,7 +84,7 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 	s.eng = newUAEngine(s)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("testcluster: opcua %s listen: %w", name, err)
+		return nil, fmt.Errorf("uaserver: %s listen: %w", name, err)
 	}
 	s.ln = ln
 	// The endpoint must survive Kill and Restart: its port comes from the
@@ -107,57 +107,57 @@ func newOPCUAServer(p *OPCUAPair, index int) (*OPCUAServer, error) {
 }
 
 // Name returns "A" or "B".
-func (s *OPCUAServer) Name() string { return s.name }
+func (s *Server) Name() string { return s.name }
 
 // Index returns 0 for A and 1 for B.
-func (s *OPCUAServer) Index() int { return s.index }
+func (s *Server) Index() int { return s.index }
 
 // ApplicationURI returns the server's ApplicationUri, as listed in both
 // servers' ServerArray.
-func (s *OPCUAServer) ApplicationURI() string { return s.uri }
+func (s *Server) ApplicationURI() string { return s.uri }
 
 // Endpoint returns the URL clients use, opc.tcp://127.0.0.1:<port>. It goes
 // through the server's faultproxy.Proxy and stays the same across Kill and
 // Restart.
-func (s *OPCUAServer) Endpoint() string { return s.endpoint }
+func (s *Server) Endpoint() string { return s.endpoint }
 
 // Proxy returns the faultproxy.Proxy in front of the server, or nil while
 // the server is down. A restart puts a new proxy on the same address; the
 // latency set with SetLatency carries over, a freeze does not.
-func (s *OPCUAServer) Proxy() *faultproxy.Proxy {
+func (s *Server) Proxy() *faultproxy.Proxy {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.proxy
 }
 
 // Running reports whether the server is up (not killed or stopped).
-func (s *OPCUAServer) Running() bool {
+func (s *Server) Running() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running
 }
 
 // Stats returns what the server has served.
-func (s *OPCUAServer) Stats() OPCUAStats { return s.eng.stats() }
+func (s *Server) Stats() Stats { return s.eng.stats() }
 
 // Subscriptions lists the server's live subscriptions, oldest first.
-func (s *OPCUAServer) Subscriptions() []SubscriptionInfo { return s.eng.subscriptions() }
+func (s *Server) Subscriptions() []SubscriptionInfo { return s.eng.subscriptions() }
 
 // ErrPairClosed is returned by Restart, and by scripted events started,
 // after the pair was closed.
-var ErrPairClosed = errors.New("testcluster: opcua pair closed")
+var ErrPairClosed = errors.New("uaserver: pair closed")
 
 // ---- process death and restart ----
 
 // Kill kills the server's process: the port closes and every connection is
 // closed, with no ServiceLevel 0 first; sessions and subscriptions are
 // lost. It returns when the server is down. It cancels a running script.
-func (s *OPCUAServer) Kill() {
+func (s *Server) Kill() {
 	s.stopScript()
 	s.kill("killed")
 }
 
-func (s *OPCUAServer) kill(why string) {
+func (s *Server) kill(why string) {
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
 	s.mu.Lock()
@@ -185,19 +185,19 @@ func (s *OPCUAServer) kill(why string) {
 		<-c.done
 	}
 	s.eng.reset()
-	s.log.Info().Str("why", why).Msg("testcluster: opcua server down")
+	s.log.Info().Str("why", why).Msg("uaserver: server down")
 }
 
 // Restart starts a server that is down again on its endpoint, publishing
 // level, and returns once it answers a client's read. A running server is
 // killed first. Clients must create new sessions, as after any server
 // restart.
-func (s *OPCUAServer) Restart(ctx context.Context, level byte) error {
+func (s *Server) Restart(ctx context.Context, level byte) error {
 	s.stopScript()
 	return s.restart(ctx, level)
 }
 
-func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
+func (s *Server) restart(ctx context.Context, level byte) error {
 	s.kill("restart")
 	s.lifeMu.Lock()
 	defer s.lifeMu.Unlock()
@@ -222,14 +222,14 @@ func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
 			break
 		}
 		if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
-			return fmt.Errorf("testcluster: opcua %s restart on %s: %w", s.name, s.addr, err)
+			return fmt.Errorf("uaserver: %s restart on %s: %w", s.name, s.addr, err)
 		}
 	}
 	px.SetDelay(delay)
 	s.mu.Lock()
 	s.proxy, s.running = px, true
 	s.mu.Unlock()
-	s.log.Info().Uint8("level", level).Msg("testcluster: opcua server restarted")
+	s.log.Info().Uint8("level", level).Msg("uaserver: server restarted")
 	wctx, cancel := context.WithTimeout(ctx, s.pair.cfg.readyWait)
 	defer cancel()
 	return s.waitReady(wctx)
@@ -237,7 +237,7 @@ func (s *OPCUAServer) restart(ctx context.Context, level byte) error {
 
 // ---- link faults, through the proxy ----
 
-func (s *OPCUAServer) withProxy(f func(*faultproxy.Proxy) int) int {
+func (s *Server) withProxy(f func(*faultproxy.Proxy) int) int {
 	s.mu.Lock()
 	px := s.proxy
 	s.mu.Unlock()
@@ -250,7 +250,7 @@ func (s *OPCUAServer) withProxy(f func(*faultproxy.Proxy) int) int {
 // ResetConns aborts every client connection with a TCP RST on both sides,
 // as a firewall or a crashed middlebox does; the server stays up. It
 // returns how many connections it reset.
-func (s *OPCUAServer) ResetConns() int { return s.withProxy((*faultproxy.Proxy).ResetAll) }
+func (s *Server) ResetConns() int { return s.withProxy((*faultproxy.Proxy).ResetAll) }
 
 // ForgetSessions ends every session as its timeout would, then resets
 // every client connection: what a blip longer than the session timeout
@@ -258,7 +258,7 @@ func (s *OPCUAServer) ResetConns() int { return s.withProxy((*faultproxy.Proxy).
 // for a TransferSubscriptions, until their lifetime runs out, as Part 4
 // allows; without, they go with their sessions. It returns how many
 // sessions it ended.
-func (s *OPCUAServer) ForgetSessions(keepSubscriptions bool) int {
+func (s *Server) ForgetSessions(keepSubscriptions bool) int {
 	n := s.eng.forgetSessions(keepSubscriptions)
 	s.ResetConns()
 	return n
@@ -266,18 +266,18 @@ func (s *OPCUAServer) ForgetSessions(keepSubscriptions bool) int {
 
 // DropConns closes every client connection normally (FIN); the server
 // stays up. It returns how many connections it closed.
-func (s *OPCUAServer) DropConns() int { return s.withProxy((*faultproxy.Proxy).DropAll) }
+func (s *Server) DropConns() int { return s.withProxy((*faultproxy.Proxy).DropAll) }
 
 // Freeze stops all traffic between clients and the server while every
 // socket stays open: clients see neither data nor an error. Heal ends it.
-func (s *OPCUAServer) Freeze() { s.withProxy(func(p *faultproxy.Proxy) int { p.Freeze(); return 0 }) }
+func (s *Server) Freeze() { s.withProxy(func(p *faultproxy.Proxy) int { p.Freeze(); return 0 }) }
 
 // Heal ends a freeze; the bytes held meanwhile are delivered.
-func (s *OPCUAServer) Heal() { s.withProxy(func(p *faultproxy.Proxy) int { p.Heal(); return 0 }) }
+func (s *Server) Heal() { s.withProxy(func(p *faultproxy.Proxy) int { p.Heal(); return 0 }) }
 
 // SetLatency adds d of latency in each direction between clients and the
 // server (a round trip costs 2*d more). It persists across restarts.
-func (s *OPCUAServer) SetLatency(d time.Duration) {
+func (s *Server) SetLatency(d time.Duration) {
 	s.mu.Lock()
 	s.delay = d
 	s.mu.Unlock()
@@ -286,25 +286,25 @@ func (s *OPCUAServer) SetLatency(d time.Duration) {
 
 // ---- heartbeat, values ----
 
-func (s *OPCUAServer) setState(st ua.ServerState) {
+func (s *Server) setState(st ua.ServerState) {
 	if ua.ServerState(s.state.Swap(uint32(st))) != st {
 		s.eng.notify(s.nodeState, s.nodeStatus)
 	}
 }
 
-func (s *OPCUAServer) serverState() ua.ServerState { return ua.ServerState(s.state.Load()) }
+func (s *Server) serverState() ua.ServerState { return ua.ServerState(s.state.Load()) }
 
-func (s *OPCUAServer) startTime() time.Time { return time.Unix(0, s.started.Load()) }
+func (s *Server) startTime() time.Time { return time.Unix(0, s.started.Load()) }
 
 // heartbeat samples CurrentTime (and ServerStatus, which contains it) for
 // subscribers: the heartbeat clients watch for gaps.
-func (s *OPCUAServer) heartbeat() {
+func (s *Server) heartbeat() {
 	if s.Running() {
 		s.eng.notify(s.nodeCurrentTime, s.nodeStatus)
 	}
 }
 
-func (s *OPCUAServer) buildInfo() *ua.BuildInfo {
+func (s *Server) buildInfo() *ua.BuildInfo {
 	return &ua.BuildInfo{
 		ProductURI:       "urn:apbridge:testcluster",
 		ManufacturerName: "apbridge",
@@ -314,7 +314,7 @@ func (s *OPCUAServer) buildInfo() *ua.BuildInfo {
 	}
 }
 
-func (s *OPCUAServer) statusValue() *ua.DataValue {
+func (s *Server) statusValue() *ua.DataValue {
 	now := time.Now()
 	st := &ua.ServerStatusDataType{
 		StartTime:      s.startTime(),
@@ -332,14 +332,14 @@ func (s *OPCUAServer) statusValue() *ua.DataValue {
 // the server is below the Healthy band (Warm redundancy: the standby does
 // not serve data). The value is still sent, so a consumer can see that the
 // process itself goes on.
-func (s *OPCUAServer) dataStatus() ua.StatusCode {
+func (s *Server) dataStatus() ua.StatusCode {
 	if s.Level() < healthyLevel {
 		return ua.StatusBadOutOfService
 	}
 	return ua.StatusOK
 }
 
-func (s *OPCUAServer) tagValue(i int) func() *ua.DataValue {
+func (s *Server) tagValue(i int) func() *ua.DataValue {
 	return func() *ua.DataValue {
 		t := s.pair.tick.Load()
 		// The DataValue is built here rather than with gopcua's
@@ -350,7 +350,7 @@ func (s *OPCUAServer) tagValue(i int) func() *ua.DataValue {
 	}
 }
 
-func (s *OPCUAServer) setpointValue(j int) func() *ua.DataValue {
+func (s *Server) setpointValue(j int) func() *ua.DataValue {
 	return func() *ua.DataValue {
 		v := s.pair.setVals[j].Load()
 		dv := &ua.DataValue{Value: v.v, Status: s.dataStatus(), SourceTimestamp: v.at, ServerTimestamp: time.Now()}
@@ -363,19 +363,19 @@ func (s *OPCUAServer) setpointValue(j int) func() *ua.DataValue {
 
 // waitReady waits until a real client reads ServiceLevel through the
 // proxy.
-func (s *OPCUAServer) waitReady(ctx context.Context) error {
+func (s *Server) waitReady(ctx context.Context) error {
 	for {
 		err := s.probe(ctx)
 		if err == nil {
 			return nil
 		}
 		if werr := ctxtime.Sleep(ctx, 20*time.Millisecond); werr != nil {
-			return fmt.Errorf("testcluster: opcua %s at %s not ready: %w (last probe: %v)", s.name, s.endpoint, werr, err)
+			return fmt.Errorf("uaserver: %s at %s not ready: %w (last probe: %v)", s.name, s.endpoint, werr, err)
 		}
 	}
 }
 
-func (s *OPCUAServer) probe(ctx context.Context) error {
+func (s *Server) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	c, err := opcua.NewClient(s.endpoint,
@@ -413,7 +413,7 @@ func (s *OPCUAServer) probe(ctx context.Context) error {
 }
 
 // close stops the server for good and waits for all its goroutines.
-func (s *OPCUAServer) close() {
+func (s *Server) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
@@ -436,6 +436,6 @@ func (s *OPCUAServer) close() {
 
 // String names the server, its endpoint and its level, for logs and test
 // failure messages.
-func (s *OPCUAServer) String() string {
+func (s *Server) String() string {
 	return "opcua " + s.name + " " + s.endpoint + " level " + strconv.Itoa(int(s.Level()))
 }

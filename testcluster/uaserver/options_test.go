@@ -1,4 +1,4 @@
-package testcluster
+package uaserver
 
 import (
 	"context"
@@ -16,20 +16,20 @@ import (
 // skipped.
 func TestOptionsCommon(t *testing.T) {
 	l := zerolog.New(io.Discard).Level(zerolog.WarnLevel)
-	c, err := opcuaOptions([]Option{nil, WithLogger(l), WithClientRTT(40 * time.Millisecond), WithReadyTimeout(3 * time.Second)})
+	c, err := newConfig([]Option{nil, WithLogger(l), WithClientRTT(40 * time.Millisecond), WithReadyTimeout(3 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.logger.GetLevel() != zerolog.WarnLevel || c.delay != 20*time.Millisecond || c.readyWait != 3*time.Second {
 		t.Errorf("logger level %v, one-way delay %v, ready timeout %v", c.logger.GetLevel(), c.delay, c.readyWait)
 	}
-	if c, _ := opcuaOptions(nil); c.readyWait != 10*time.Second {
+	if c, _ := newConfig(nil); c.readyWait != 10*time.Second {
 		t.Errorf("default ready timeout %v", c.readyWait)
 	}
 }
 
 // TestOptionsRejectBadValues: a value no server could use fails
-// StartOPCUAPair with an error that names the option, before it starts
+// StartPair with an error that names the option, before it starts
 // anything (TestMain's leak check would see a started server).
 func TestOptionsRejectBadValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -46,12 +46,12 @@ func TestOptionsRejectBadValues(t *testing.T) {
 		"WithMinPublishingInterval": WithMinPublishingInterval(0),
 	}
 	for name, o := range bad {
-		p, err := StartOPCUAPair(ctx, o)
+		p, err := StartPair(ctx, o)
 		if p != nil {
 			p.Close()
 		}
-		if err == nil || !strings.HasPrefix(err.Error(), "testcluster: "+name+"(") {
-			t.Errorf("StartOPCUAPair with a bad %s: %v", name, err)
+		if err == nil || !strings.HasPrefix(err.Error(), "uaserver: "+name+"(") {
+			t.Errorf("StartPair with a bad %s: %v", name, err)
 		}
 	}
 }
