@@ -17,7 +17,7 @@ import (
 )
 
 // The helpers of the real-server tests (package servicelevel_test), in
-// one place so that each exists once: the rig (a uaserver server pair
+// one place so that each exists once: the rig (a uaserver.Pair
 // and a Pair on it, recording every update and event), waits with
 // deadlines, and the checks of snapshots and counters. The pure tests of
 // package servicelevel have their own in sim_test.go.
