@@ -113,7 +113,7 @@ func Start(data *Data, opts ...Option) (*Gateway, error) {
 	}
 	g := &Gateway{
 		data:      data,
-		readyWait: cfg.readyWait,
+		readyWait: cfg.ReadyWait,
 		sessions:  map[string]*mxSession{},
 		caps:      DefaultCapabilities(),
 		timeout:   DefaultCommandTimeout,
@@ -130,7 +130,7 @@ func Start(data *Data, opts ...Option) (*Gateway, error) {
 	g.addr = ln.Addr().String()
 	_, port, _ := net.SplitHostPort(g.addr)
 	g.name = "mxgw-" + port
-	g.log = cfg.logger.With().Str("mxgw", g.addr).Logger()
+	g.log = cfg.Logger.With().Str("mxgw", g.addr).Logger()
 	g.serve(ln)
 	data.addListener(g)
 	g.log.Info().Msg("mxsim: gateway up")

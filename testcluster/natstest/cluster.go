@@ -99,7 +99,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 				c.Close()
 				return nil, err
 			}
-			p.SetDelay(cfg.delay)
+			p.SetDelay(cfg.Delay)
 			n.proxy = p
 		}
 		c.nodes = append(c.nodes, n)
@@ -110,7 +110,7 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, cfg.readyWait)
+	wctx, cancel := context.WithTimeout(ctx, cfg.ReadyWait)
 	defer cancel()
 	if err := c.WaitReady(wctx); err != nil {
 		c.Close()
@@ -185,8 +185,8 @@ func (n *Node) start(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("natstest: node %s: %w", n.name, err)
 			}
-			if n.c.cfg.logger.GetLevel() != zerolog.Disabled {
-				srv.SetLoggerV2(&serverLogger{l: n.c.cfg.logger.With().Str("node", n.name).Logger()}, false, false, false)
+			if n.c.cfg.Logger.GetLevel() != zerolog.Disabled {
+				srv.SetLoggerV2(&serverLogger{l: n.c.cfg.Logger.With().Str("node", n.name).Logger()}, false, false, false)
 			}
 			srv.Start()
 			if srv.ReadyForConnections(5 * time.Second) {
@@ -557,7 +557,7 @@ func (n *Node) Restart(ctx context.Context) error {
 	if err := n.start(ctx); err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, n.c.cfg.readyWait)
+	wctx, cancel := context.WithTimeout(ctx, n.c.cfg.ReadyWait)
 	defer cancel()
 	return n.c.WaitReady(wctx)
 }

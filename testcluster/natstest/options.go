@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apbridge/apbridge/testcluster/internal/option"
 	"github.com/rs/zerolog"
 )
 
@@ -14,9 +15,8 @@ type Option func(*config) error
 
 // config is what the Options set.
 type config struct {
-	logger    zerolog.Logger
-	delay     time.Duration // one-way latency through the proxies: rtt/2
-	readyWait time.Duration
+	option.Common
+	option.Latency
 	nodes     int
 	jetStream bool
 	ldmDur    time.Duration
@@ -28,33 +28,20 @@ type config struct {
 	password  string
 }
 
-// newConfig applies opts to the defaults, in order, and stops at the first
-// error. A nil Option is skipped, as nats.go does, so that callers can
-// build lists with optional entries.
+// newConfig applies opts to the defaults (see option.Apply).
 func newConfig(opts []Option) (config, error) {
 	cfg := config{
-		logger:    zerolog.Nop(),
-		readyWait: 30 * time.Second,
-		nodes:     3,
-		ldmGrace:  10 * time.Second,
+		Common:   option.Common{Logger: zerolog.Nop(), ReadyWait: 30 * time.Second},
+		nodes:    3,
+		ldmGrace: 10 * time.Second,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	err := option.Apply(&cfg, opts)
+	return cfg, err
 }
 
 // WithLogger sends the servers' log lines to l (default: no logging).
 func WithLogger(l zerolog.Logger) Option {
-	return func(c *config) error {
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { c.Logger = l; return nil }
 }
 
 // WithClientRTT adds rtt/2 of latency in each direction between clients
@@ -62,25 +49,15 @@ func WithLogger(l zerolog.Logger) Option {
 // WithProxies.
 func WithClientRTT(rtt time.Duration) Option {
 	return func(c *config) error {
-		if rtt < 0 {
-			return fmt.Errorf("natstest: WithClientRTT(%v): a round-trip time cannot be negative", rtt)
-		}
-		c.delay = rtt / 2
 		c.proxies = true
-		return nil
+		return c.SetClientRTT("natstest", rtt)
 	}
 }
 
 // WithReadyTimeout bounds how long Start and a Restart wait for the
 // cluster to forward end to end (default 30 s).
 func WithReadyTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("natstest: WithReadyTimeout(%v): the timeout must be positive", d)
-		}
-		c.readyWait = d
-		return nil
-	}
+	return func(c *config) error { return c.SetReadyTimeout("natstest", d) }
 }
 
 // WithNodes sets the number of nodes (default 3, at least 1).

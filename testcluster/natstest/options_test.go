@@ -19,15 +19,15 @@ func TestOptionsCommon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.logger.GetLevel() != zerolog.WarnLevel || c.delay != 20*time.Millisecond || c.readyWait != 3*time.Second {
-		t.Errorf("logger level %v, one-way delay %v, ready timeout %v", c.logger.GetLevel(), c.delay, c.readyWait)
+	if c.Logger.GetLevel() != zerolog.WarnLevel || c.Delay != 20*time.Millisecond || c.ReadyWait != 3*time.Second {
+		t.Errorf("logger level %v, one-way delay %v, ready timeout %v", c.Logger.GetLevel(), c.Delay, c.ReadyWait)
 	}
 	// Latency on a NATS cluster needs the proxies it goes through.
 	if !c.proxies {
 		t.Error("WithClientRTT did not put proxies in front of the NATS nodes")
 	}
-	if c, _ := newConfig(nil); c.proxies || c.readyWait != 30*time.Second {
-		t.Errorf("defaults: proxies %v, ready timeout %v", c.proxies, c.readyWait)
+	if c, _ := newConfig(nil); c.proxies || c.ReadyWait != 30*time.Second {
+		t.Errorf("defaults: proxies %v, ready timeout %v", c.proxies, c.ReadyWait)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apbridge/apbridge/testcluster/internal/option"
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
@@ -15,9 +16,8 @@ type Option func(*config) error
 
 // config is what the Options set.
 type config struct {
-	logger      zerolog.Logger
-	delay       time.Duration // one-way latency through the proxies: rtt/2
-	readyWait   time.Duration
+	option.Common
+	option.Latency
 	tags        int
 	tagInterval time.Duration
 	setpoints   int
@@ -29,13 +29,10 @@ type config struct {
 	retransmit  int
 }
 
-// newConfig applies opts to the defaults, in order, and stops at the first
-// error. A nil Option is skipped, as nats.go does, so that callers can
-// build lists with optional entries.
+// newConfig applies opts to the defaults (see option.Apply).
 func newConfig(opts []Option) (config, error) {
 	cfg := config{
-		logger:      zerolog.Nop(),
-		readyWait:   10 * time.Second,
+		Common:      option.Common{Logger: zerolog.Nop(), ReadyWait: 10 * time.Second},
 		tags:        16,
 		tagInterval: 100 * time.Millisecond,
 		setpoints:   2,
@@ -46,49 +43,27 @@ func newConfig(opts []Option) (config, error) {
 		minPublish:  10 * time.Millisecond,
 		retransmit:  defaultRetransmitQueue,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
+	err := option.Apply(&cfg, opts)
+	return cfg, err
 }
 
 // WithLogger sends the servers' log lines to l (default: no logging). The
 // pair logs level changes, scripted events, kills and restarts at Info.
 func WithLogger(l zerolog.Logger) Option {
-	return func(c *config) error {
-		c.logger = l
-		return nil
-	}
+	return func(c *config) error { c.Logger = l; return nil }
 }
 
 // WithClientRTT adds rtt/2 of latency in each direction between clients
 // and both servers, through the proxies they are behind; the latency
 // survives their restarts (see Server.SetLatency).
 func WithClientRTT(rtt time.Duration) Option {
-	return func(c *config) error {
-		if rtt < 0 {
-			return fmt.Errorf("uaserver: WithClientRTT(%v): a round-trip time cannot be negative", rtt)
-		}
-		c.delay = rtt / 2
-		return nil
-	}
+	return func(c *config) error { return c.SetClientRTT("uaserver", rtt) }
 }
 
 // WithReadyTimeout bounds how long StartPair and a Restart wait for a
 // server to answer a client's read (default 10 s).
 func WithReadyTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("uaserver: WithReadyTimeout(%v): the timeout must be positive", d)
-		}
-		c.readyWait = d
-		return nil
-	}
+	return func(c *config) error { return c.SetReadyTimeout("uaserver", d) }
 }
 
 // WithTags sets the number of simulated tags (default 16, at least 0).

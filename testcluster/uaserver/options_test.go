@@ -20,11 +20,11 @@ func TestOptionsCommon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.logger.GetLevel() != zerolog.WarnLevel || c.delay != 20*time.Millisecond || c.readyWait != 3*time.Second {
-		t.Errorf("logger level %v, one-way delay %v, ready timeout %v", c.logger.GetLevel(), c.delay, c.readyWait)
+	if c.Logger.GetLevel() != zerolog.WarnLevel || c.Delay != 20*time.Millisecond || c.ReadyWait != 3*time.Second {
+		t.Errorf("logger level %v, one-way delay %v, ready timeout %v", c.Logger.GetLevel(), c.Delay, c.ReadyWait)
 	}
-	if c, _ := newConfig(nil); c.readyWait != 10*time.Second {
-		t.Errorf("default ready timeout %v", c.readyWait)
+	if c, _ := newConfig(nil); c.ReadyWait != 10*time.Second {
+		t.Errorf("default ready timeout %v", c.ReadyWait)
 	}
 }
 

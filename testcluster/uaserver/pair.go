@@ -83,7 +83,7 @@ func StartPair(ctx context.Context, opts ...Option) (*Pair, error) {
 	}
 	p.wg.Add(1)
 	go p.run()
-	wctx, cancel := context.WithTimeout(ctx, cfg.readyWait)
+	wctx, cancel := context.WithTimeout(ctx, cfg.ReadyWait)
 	defer cancel()
 	var errs [2]error
 	var wg sync.WaitGroup

@@ -71,7 +71,7 @@ func newServer(p *Pair, index int) (*Server, error) {
 		index: index,
 		name:  name,
 		uri:   p.cfg.uris[index],
-		log:   p.cfg.logger.With().Str("opcua", name).Logger(),
+		log:   p.cfg.Logger.With().Str("opcua", name).Logger(),
 		conns: make(map[*uaConn]struct{}),
 		health: Health{
 			MemberUp: true, StoreReachable: true, PeerProbeOK: true, Primary: index == 0,
@@ -95,8 +95,8 @@ func newServer(p *Pair, index int) (*Server, error) {
 		return nil, err
 	}
 	px := faultproxy.NewOnListener(pln, ln.Addr().String())
-	px.SetDelay(p.cfg.delay)
-	s.delay = p.cfg.delay
+	px.SetDelay(p.cfg.Delay)
+	s.delay = p.cfg.Delay
 	s.proxy, s.addr = px, px.Addr()
 	s.endpoint = "opc.tcp://" + s.addr
 	s.space = s.buildSpace()
@@ -230,7 +230,7 @@ func (s *Server) restart(ctx context.Context, level byte) error {
 	s.proxy, s.running = px, true
 	s.mu.Unlock()
 	s.log.Info().Uint8("level", level).Msg("uaserver: server restarted")
-	wctx, cancel := context.WithTimeout(ctx, s.pair.cfg.readyWait)
+	wctx, cancel := context.WithTimeout(ctx, s.pair.cfg.ReadyWait)
 	defer cancel()
 	return s.waitReady(wctx)
 }
