@@ -12,10 +12,9 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// Pair is a redundant pair of OPC UA servers, A and B, on loopback,
-// each behind a faultproxy.Proxy, serving one simulated process: at every
-// tick both servers serve the same tag values with the same source
-// timestamps.
+// Pair is a redundant pair of OPC UA servers, A and B, on loopback, each
+// behind a faultproxy.Proxy, serving one simulated process: at every tick
+// both servers serve the same tag values with the same source timestamps.
 //
 // Each server has a settable ServiceLevel (i=2267), a ServerArray (i=2254)
 // listing both ApplicationUris, RedundancySupport (i=3709), a CurrentTime

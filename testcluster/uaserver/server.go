@@ -18,9 +18,9 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Server is one server of a Pair: an OPC UA server on a
-// loopback port behind a faultproxy.Proxy, whose address is the server's
-// stable endpoint.
+// Server is one server of a Pair: an OPC UA server on a loopback port
+// behind a faultproxy.Proxy, whose address is the server's stable
+// endpoint.
 //
 // All methods are safe for concurrent use.
 type Server struct {
