@@ -7,7 +7,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/ldm"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -16,7 +16,7 @@ import (
 func ExampleConnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx)
+	cluster, err := natstest.Start(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -105,13 +105,13 @@ const (
 )
 
 // ldmCluster starts a cluster whose nodes use the test's lame-duck timing.
-func ldmCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
-	return testutil.StartCluster(t, append([]testcluster.Option{testcluster.WithLameDuck(testLDM, testGrace)}, opts...)...)
+func ldmCluster(t *testing.T, opts ...natstest.Option) *natstest.Cluster {
+	return testutil.StartCluster(t, append([]natstest.Option{natstest.WithLameDuck(testLDM, testGrace)}, opts...)...)
 }
 
 // runPast keeps traffic flowing until done is closed (the lame-duck node
 // has evicted everyone and shut down), plus a few more messages.
-func runPast(t *testing.T, tr *testcluster.Traffic, done <-chan struct{}) {
+func runPast(t *testing.T, tr *natstest.Traffic, done <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-done:
@@ -127,7 +127,7 @@ func runPast(t *testing.T, tr *testcluster.Traffic, done <-chan struct{}) {
 
 // connect connects a Conn to every node of cl, with events going to ev and
 // the log to testLogger; the test's cleanup closes it.
-func connect(t *testing.T, cl *testcluster.NATSCluster, ev *events, opts ...apconn.Option) *apconn.Conn {
+func connect(t *testing.T, cl *natstest.Cluster, ev *events, opts ...apconn.Option) *apconn.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -169,14 +169,14 @@ func waitStatus(t *testing.T, c *apconn.Conn, st apconn.Status, d time.Duration)
 }
 
 // activeNode returns the cluster node that holds c's active connection.
-func activeNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
+func activeNode(t *testing.T, cl *natstest.Cluster, c *apconn.Conn) *natstest.Node {
 	t.Helper()
 	s, ok := c.ActiveServer()
 	return clusterNode(t, cl, "active", s, ok)
 }
 
 // passiveNode returns the cluster node that holds c's passive connection.
-func passiveNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
+func passiveNode(t *testing.T, cl *natstest.Cluster, c *apconn.Conn) *natstest.Node {
 	t.Helper()
 	s, ok := c.PassiveServer()
 	return clusterNode(t, cl, "passive", s, ok)
@@ -184,7 +184,7 @@ func passiveNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *tes
 
 // clusterNode returns the node of server s, which holds c's role
 // connection; ok false means there is none.
-func clusterNode(t *testing.T, cl *testcluster.NATSCluster, role string, s apconn.Server, ok bool) *testcluster.Node {
+func clusterNode(t *testing.T, cl *natstest.Cluster, role string, s apconn.Server, ok bool) *natstest.Node {
 	t.Helper()
 	if !ok {
 		t.Fatalf("no %s", role)
@@ -197,7 +197,7 @@ func clusterNode(t *testing.T, cl *testcluster.NATSCluster, role string, s apcon
 }
 
 // thirdNode returns the node that holds neither the active nor the passive.
-func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testcluster.Node {
+func thirdNode(t *testing.T, cl *natstest.Cluster, c *apconn.Conn) *natstest.Node {
 	t.Helper()
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
 	for _, n := range cl.Nodes() {
@@ -210,9 +210,9 @@ func thirdNode(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn) *testc
 }
 
 // traffic runs a 1 kHz publisher and a subscriber through c.
-func traffic(t *testing.T, c *apconn.Conn, subj string) *testcluster.Traffic {
+func traffic(t *testing.T, c *apconn.Conn, subj string) *natstest.Traffic {
 	t.Helper()
-	tr := testcluster.NewTraffic(c, subj, time.Millisecond)
+	tr := natstest.NewTraffic(c, subj, time.Millisecond)
 	if _, err := c.Subscribe(subj, func(m *nats.Msg) { tr.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func traffic(t *testing.T, c *apconn.Conn, subj string) *testcluster.Traffic {
 }
 
 // settle stops tr, waits for the messages still in flight and reports.
-func settle(t *testing.T, tr *testcluster.Traffic) testcluster.TrafficReport {
+func settle(t *testing.T, tr *natstest.Traffic) natstest.TrafficReport {
 	t.Helper()
 	tr.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -240,7 +240,7 @@ func settle(t *testing.T, tr *testcluster.Traffic) testcluster.TrafficReport {
 }
 
 // putSeq writes a sequence number and the send time into buf's first 16
-// bytes, the layout testcluster.Traffic reads back.
+// bytes, the layout natstest.Traffic reads back.
 func putSeq(buf []byte, seq uint64) {
 	binary.BigEndian.PutUint64(buf[0:8], seq)
 	binary.BigEndian.PutUint64(buf[8:16], uint64(time.Now().UnixNano()))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -17,7 +17,7 @@ import (
 // keep arriving, so the link is kept. Freezing it then, the positive
 // control, is a link timeout.
 func TestBusySlowLinkIsKept(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithProxies())
+	cl := testutil.StartCluster(t, natstest.WithProxies())
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithLiveness(100*time.Millisecond, 300*time.Millisecond))
 	a := activeNode(t, cl, c)
@@ -31,7 +31,7 @@ func TestBusySlowLinkIsKept(t *testing.T) {
 	if _, err := c.Subscribe("busy.feed", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
-	feed := testcluster.NewTraffic(ext, "busy.feed", time.Millisecond)
+	feed := natstest.NewTraffic(ext, "busy.feed", time.Millisecond)
 	feed.Start()
 	t.Cleanup(feed.Stop)
 	tr := traffic(t, c, "busy.slow")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -41,7 +41,7 @@ func TestLDMDuringClose(t *testing.T) {
 // together (a reconnect already under way when the LDM switch would run);
 // the connection switches once and loses nothing.
 func TestLDMAndDisconnectTogether(t *testing.T) {
-	cl := ldmCluster(t, testcluster.WithProxies())
+	cl := ldmCluster(t, natstest.WithProxies())
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)

@@ -10,7 +10,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/ldm"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -200,7 +200,7 @@ func TestKillActivePromotesPassiveAtOnce(t *testing.T) {
 }
 
 func TestFrozenActiveLinkPromotesPassive(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithProxies())
+	cl := testutil.StartCluster(t, natstest.WithProxies())
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithLiveness(100*time.Millisecond, 300*time.Millisecond))
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
@@ -229,7 +229,7 @@ func TestBothBrokersLDMSwitchesThenRehomesOnThird(t *testing.T) {
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithLameDuckHandling(ldm.SwitchToPassive))
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
-	var third *testcluster.Node
+	var third *natstest.Node
 	for _, n := range cl.Nodes() {
 		if n != a && n != p {
 			third = n
@@ -263,7 +263,7 @@ func TestBothBrokersLDMSwitchesThenRehomesOnThird(t *testing.T) {
 }
 
 func TestNoPassiveFallsBackToReconnect(t *testing.T) {
-	cl := ldmCluster(t, testcluster.WithNodes(2))
+	cl := ldmCluster(t, natstest.WithNodes(2))
 	ev := newEvents()
 	c := connect(t, cl, ev,
 		apconn.WithPassiveBackoff(time.Minute, time.Minute), // no re-arm during the test
@@ -305,7 +305,7 @@ func TestNoPassiveFallsBackToReconnect(t *testing.T) {
 }
 
 func TestDegradedStartArmsPassiveLater(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithNodes(2))
+	cl := testutil.StartCluster(t, natstest.WithNodes(2))
 	cl.Node(1).Kill()
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithPassiveBackoff(20*time.Millisecond, 100*time.Millisecond))
@@ -390,7 +390,7 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 	c := connect(t, cl, ev)
 	// An outside publisher on the third broker, and a responder.
 	a, p := activeNode(t, cl, c), passiveNode(t, cl, c)
-	var third *testcluster.Node
+	var third *natstest.Node
 	for _, n := range cl.Nodes() {
 		if n != a && n != p {
 			third = n
@@ -415,8 +415,8 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c.Flush(ctx)
-	trChan := testcluster.NewTraffic(ext, "ext.chan", time.Millisecond)
-	trQueue := testcluster.NewTraffic(ext, "ext.queue", time.Millisecond)
+	trChan := natstest.NewTraffic(ext, "ext.chan", time.Millisecond)
+	trQueue := natstest.NewTraffic(ext, "ext.queue", time.Millisecond)
 	go func() {
 		for m := range ch {
 			trChan.Observe(m.Data)
@@ -447,7 +447,7 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 	trQueue.Settle(ctx)
 	close(ch)
 	close(q)
-	for name, r := range map[string]testcluster.TrafficReport{"chan": trChan.Report(), "queue": trQueue.Report()} {
+	for name, r := range map[string]natstest.TrafficReport{"chan": trChan.Report(), "queue": trQueue.Report()} {
 		if r.Lost != 0 || r.Duplicated != 0 {
 			t.Errorf("%s subscription across the switch: %+v", name, r)
 		}
@@ -456,7 +456,7 @@ func TestSubscriptionKindsSurviveSwitch(t *testing.T) {
 
 // outsideObserver subscribes to subj on the broker that is neither active
 // nor passive.
-func outsideObserver(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn, subj string) *testcluster.Traffic {
+func outsideObserver(t *testing.T, cl *natstest.Cluster, c *apconn.Conn, subj string) *natstest.Traffic {
 	t.Helper()
 	return observeOn(t, thirdNode(t, cl, c), c, subj)
 }
@@ -464,14 +464,14 @@ func outsideObserver(t *testing.T, cl *testcluster.NATSCluster, c *apconn.Conn, 
 // observeOn subscribes to subj with a plain client on node and returns once
 // the subscription reaches c's broker, so that nothing c publishes is
 // dropped there for want of interest.
-func observeOn(t *testing.T, node *testcluster.Node, c *apconn.Conn, subj string) *testcluster.Traffic {
+func observeOn(t *testing.T, node *natstest.Node, c *apconn.Conn, subj string) *natstest.Traffic {
 	t.Helper()
 	ext, err := nats.Connect(node.DirectURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ext.Close)
-	obs := testcluster.NewTraffic(c, subj, time.Millisecond)
+	obs := natstest.NewTraffic(c, subj, time.Millisecond)
 	if _, err := ext.Subscribe(subj, func(m *nats.Msg) { obs.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func observeOn(t *testing.T, node *testcluster.Node, c *apconn.Conn, subj string
 
 // checkOutside fails the test unless outer saw messages first..sent once
 // each and in order.
-func checkOutside(t *testing.T, ctx context.Context, outer *testcluster.Traffic, first, sent uint64) {
+func checkOutside(t *testing.T, ctx context.Context, outer *natstest.Traffic, first, sent uint64) {
 	t.Helper()
 	if err := outer.WaitReceived(ctx, sent-first+1); err != nil {
 		t.Fatal(err)
@@ -497,7 +497,7 @@ func checkOutside(t *testing.T, ctx context.Context, outer *testcluster.Traffic,
 // unless the cutover waits out the difference a subscriber on a third broker
 // sees the passive's first messages before the active's last ones.
 func TestFastCutoverWaitsOutTheSlowerLink(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithClientRTT(30*time.Millisecond))
+	cl := testutil.StartCluster(t, natstest.WithClientRTT(30*time.Millisecond))
 	ev := newEvents()
 	c := connect(t, cl, ev, apconn.WithFastCutover(), apconn.WithLiveness(20*time.Millisecond, time.Second))
 	p := passiveNode(t, cl, c)
@@ -558,12 +558,12 @@ func switchTimes(t *testing.T, ctx context.Context, c *apconn.Conn, ev *events, 
 // trip between clients and brokers, as a real network would, and the
 // outside subscriber bypasses it.
 func TestOrderKeptAcrossSwitches(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithClientRTT(10*time.Millisecond))
+	cl := testutil.StartCluster(t, natstest.WithClientRTT(10*time.Millisecond))
 	ev := newEvents()
 	c := connect(t, cl, ev)
 	const subj = "order.burst"
 	outer := outsideObserver(t, cl, c, subj)
-	inner := testcluster.NewTraffic(c, subj, time.Millisecond)
+	inner := natstest.NewTraffic(c, subj, time.Millisecond)
 	if _, err := c.Subscribe(subj, func(m *nats.Msg) { inner.Observe(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +580,7 @@ func TestOrderKeptAcrossSwitches(t *testing.T) {
 	if err := outer.WaitReceived(ctx, total); err != nil {
 		t.Fatal(err)
 	}
-	for who, tr := range map[string]*testcluster.Traffic{"on the connection": inner, "outside": outer} {
+	for who, tr := range map[string]*natstest.Traffic{"on the connection": inner, "outside": outer} {
 		r := tr.ReportUpTo(total)
 		if r.Lost != 0 || r.OutOfOrder != 0 || r.Duplicated != 0 {
 			t.Errorf("subscriber %s: %+v (copies of %v)", who, r, tr.DuplicateSeqs(5))
@@ -599,7 +599,7 @@ func bursts(t *testing.T, c *apconn.Conn, subj string) (stop func() uint64) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		buf := make([]byte, testcluster.PayloadSize)
+		buf := make([]byte, natstest.TrafficPayloadSize)
 		for {
 			select {
 			case <-quit:

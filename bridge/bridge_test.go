@@ -13,7 +13,8 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -22,14 +23,14 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type env struct {
-	cl   *testcluster.NATSCluster
+	cl   *natstest.Cluster
 	conn *apconn.Conn
 	nc   *nats.Conn // a plain consumer
-	src  *testcluster.SimSource
+	src  *simsource.Source
 	b    *bridge.Bridge
 }
 
-func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...testcluster.Option) *env {
+func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts ...natstest.Option) *env {
 	t.Helper()
 	cl, conn := testutil.ClusterConn(t, clusterOpts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -39,7 +40,7 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	src := testcluster.NewSimSource("sim1")
+	src := simsource.New("sim1")
 	b, err := bridge.New(conn, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func setup(t *testing.T, cfg bridge.Config, tags []bridge.TagConfig, clusterOpts
 // need a broker but no switch.
 func singleNodeConn(t *testing.T) *apconn.Conn {
 	t.Helper()
-	_, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	_, conn := testutil.ClusterConn(t, natstest.WithNodes(1))
 	return conn
 }
 
@@ -282,7 +283,7 @@ func TestSubscribeGuardAgainstHangingSource(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	conn := singleNodeConn(t)
-	src := testcluster.NewSimSource("slow")
+	src := simsource.New("slow")
 	src.HangSubscribes(true)
 	b, err := bridge.New(conn, bridge.Config{Guard: guard})
 	if err != nil {
@@ -326,7 +327,7 @@ func TestBadTagsRetriedWithBackoff(t *testing.T) {
 	guard := bridge.GuardConfig{RetryFloor: 20 * time.Millisecond, RetryCeiling: 80 * time.Millisecond,
 		InFlightCeiling: time.Second, Jitter: 0}
 	tags := append(tagsN(2, false), bridge.TagConfig{Name: "Missing", Address: "bad:nope"})
-	e := setup(t, bridge.Config{Guard: guard}, tags, testcluster.WithNodes(2))
+	e := setup(t, bridge.Config{Guard: guard}, tags, natstest.WithNodes(2))
 	testutil.WaitFor(t, "good tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
 	testutil.WaitFor(t, "retries", 5*time.Second, func() bool { n, _ := e.src.Requests(); return n >= 5 })
 	st := e.b.Stats()[0]
@@ -365,7 +366,7 @@ func TestConfigErrors(t *testing.T) {
 		{[]bridge.TagConfig{{Name: "..."}}, `tag "..."`},
 	}
 	for i, c := range cases {
-		err := b.AddSource(testcluster.NewSimSource("s"+string(rune('a'+i))), c.tags)
+		err := b.AddSource(simsource.New("s"+string(rune('a'+i))), c.tags)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("case %d: %v, want %q", i, err, c.want)
 		}
@@ -375,7 +376,7 @@ func TestConfigErrors(t *testing.T) {
 // TestNoUpdateLostThroughLDM relays 20 tags at 100 Hz while the
 // connection's broker goes lame-duck, and checks every tag's sequence.
 func TestNoUpdateLostThroughLDM(t *testing.T) {
-	e := setup(t, bridge.Config{}, tagsN(20, false), testcluster.WithLameDuck(2500*time.Millisecond, 1500*time.Millisecond))
+	e := setup(t, bridge.Config{}, tagsN(20, false), natstest.WithLameDuck(2500*time.Millisecond, 1500*time.Millisecond))
 	// The consumer sits on the broker that is neither active nor passive:
 	// a plain nats.go consumer on the lame-duck broker would itself ride
 	// it down and miss messages while it reconnects.
@@ -500,7 +501,7 @@ func TestCloseRacingASwitch(t *testing.T) {
 // boundedSource is a hanging source that says how long its subscribe may
 // take (a gateway's command deadline).
 type boundedSource struct {
-	*testcluster.SimSource
+	*simsource.Source
 	bound time.Duration
 }
 
@@ -513,7 +514,7 @@ func TestReplyBoundRaisesTheInFlightCeiling(t *testing.T) {
 	guard := bridge.GuardConfig{RetryFloor: 50 * time.Millisecond, RetryCeiling: 400 * time.Millisecond,
 		InFlightCeiling: 100 * time.Millisecond, Jitter: 0}
 	conn := singleNodeConn(t)
-	run := func(src bridge.Source, sim *testcluster.SimSource) int64 {
+	run := func(src bridge.Source, sim *simsource.Source) int64 {
 		sim.HangSubscribes(true)
 		b, err := bridge.New(conn, bridge.Config{Guard: guard, Prefix: "apbridge." + src.Name()})
 		if err != nil {
@@ -534,11 +535,11 @@ func TestReplyBoundRaisesTheInFlightCeiling(t *testing.T) {
 		sim.HangSubscribes(false)
 		return n
 	}
-	plain := testcluster.NewSimSource("plain")
+	plain := simsource.New("plain")
 	if n := run(plain, plain); n < 3 {
 		t.Fatalf("positive control: %d requests in 1 s at a 100 ms ceiling", n)
 	}
-	sim := testcluster.NewSimSource("bounded")
+	sim := simsource.New("bounded")
 	if n := run(boundedSource{sim, time.Minute}, sim); n != 1 {
 		t.Fatalf("%d requests within the source's reply bound, want 1", n)
 	}
@@ -550,7 +551,7 @@ func TestWriteLogged(t *testing.T) {
 	conn := singleNodeConn(t)
 	for _, level := range []zerolog.Level{zerolog.InfoLevel, zerolog.DebugLevel} {
 		var logs testutil.SyncBuffer
-		src := testcluster.NewSimSource("sim1")
+		src := simsource.New("sim1")
 		b, err := bridge.New(conn, bridge.Config{Prefix: fmt.Sprintf("lg%d", level)}, bridge.WithLogger(zerolog.New(&logs).Level(level)))
 		if err != nil {
 			t.Fatal(err)
@@ -583,7 +584,7 @@ func TestWriteLogged(t *testing.T) {
 
 // linkSource reports link recoveries as a source that rides out blips does.
 type linkSource struct {
-	*testcluster.SimSource
+	*simsource.Source
 	recovered, republished uint64
 }
 
@@ -598,10 +599,10 @@ func TestLinkRecoveriesInStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.AddSource(linkSource{testcluster.NewSimSource("blips"), 3, 41}, tagsN(1, false)); err != nil {
+	if err := b.AddSource(linkSource{simsource.New("blips"), 3, 41}, tagsN(1, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.AddSource(testcluster.NewSimSource("plain"), tagsN(1, false)); err != nil {
+	if err := b.AddSource(simsource.New("plain"), tagsN(1, false)); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range b.Stats() {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -58,7 +58,7 @@ func (s *meterSource) Close() error { return nil }
 func ExampleNew() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	cluster, err := natstest.Start(ctx, natstest.WithNodes(1))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -138,6 +138,6 @@ func waitOwned(t *testing.T, what string, ps []string, rs ...*recorder) {
 	})
 }
 
-func startJS(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
-	return testutil.StartCluster(t, append([]testcluster.Option{testcluster.WithJetStream()}, opts...)...)
+func startJS(t *testing.T, opts ...natstest.Option) *natstest.Cluster {
+	return testutil.StartCluster(t, append([]natstest.Option{natstest.WithJetStream()}, opts...)...)
 }

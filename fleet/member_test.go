@@ -9,7 +9,7 @@ import (
 
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -157,7 +157,7 @@ func TestKVLeaderKilled(t *testing.T) {
 // A member cut off from the cluster stops publishing (Valid false) before
 // another wins its pairs, and the others take them over.
 func TestPartitionedMemberFences(t *testing.T) {
-	cl := startJS(t, testcluster.WithProxies())
+	cl := startJS(t, natstest.WithProxies())
 	ps := pairs(6)
 	// a reaches the cluster only through node 0's proxy; b directly.
 	a := join(t, []string{cl.Node(0).URL()}, cfg("a", ps))

@@ -14,15 +14,15 @@ import (
 
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/mxgateway"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
 // gateway starts a simulator with one item and returns it and a client.
-func gateway(t *testing.T) (*testcluster.MxGateway, *mxgateway.Client) {
+func gateway(t *testing.T) (*mxsim.Gateway, *mxgateway.Client) {
 	t.Helper()
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	data.Define("Pump_001.PV", int32(7))
-	g, err := testcluster.StartMxGateway(data)
+	g, err := mxsim.Start(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestOpenKeepsWhatTheGatewaySaid(t *testing.T) {
 		t.Fatalf("session: timeout %v caps %v supervisory %v heartbeat %v", s.CommandTimeout(), s.Capabilities(), s.Supervisory(), s.HeartbeatInterval())
 	}
 	// Without a request the gateway's default comes back.
-	if d := open(t, c, mxgateway.SessionOptions{}).CommandTimeout(); d != testcluster.DefaultCommandTimeout {
+	if d := open(t, c, mxgateway.SessionOptions{}).CommandTimeout(); d != mxsim.DefaultCommandTimeout {
 		t.Fatalf("default command timeout %v", d)
 	}
 	_ = g
@@ -302,7 +302,7 @@ func TestEventsResumeAfterABreak(t *testing.T) {
 		last = seq
 		// Past what the gateway holds, so that resuming after the
 		// first events must be refused below.
-		if seq >= broke+testcluster.MxReplaySize+1000 {
+		if seq >= broke+mxsim.ReplaySize+1000 {
 			cancel2()
 		}
 	}

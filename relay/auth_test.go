@@ -13,7 +13,8 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/rs/zerolog"
 )
 
@@ -21,7 +22,7 @@ import (
 // such at error level on each attempt; with failOnAuthError the start
 // fails at once with ErrAuthorization. The right password starts.
 func TestRefusedCredentials(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithNodes(1), testcluster.WithUser("relay", "right"))
+	cl := testutil.StartCluster(t, natstest.WithNodes(1), natstest.WithUser("relay", "right"))
 	cfg := func(password string, fail bool) *relay.Config {
 		c, err := relay.Parse(fmt.Appendf(nil, "nats: {servers: [%s], user: relay, password: %s, failOnAuthError: %v}\nhttp: {listen: ''}\nsources:\n  - {name: sim, endpoints: ['opc.tcp://127.0.0.1:4840'], tags: [{name: A, address: 'i=1'}]}\n",
 			cl.URLs()[0], password, fail))
@@ -32,7 +33,7 @@ func TestRefusedCredentials(t *testing.T) {
 		return c
 	}
 	src := func() relay.Option {
-		return relay.WithSource(testcluster.NewSimSource("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}})
+		return relay.WithSource(simsource.New("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}})
 	}
 
 	var logs testutil.SyncBuffer
@@ -85,7 +86,7 @@ func TestUnreachableNATSLogged(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	_, err = relay.Start(ctx, c, relay.WithLogger(zerolog.New(&logs)),
-		relay.WithSource(testcluster.NewSimSource("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}}))
+		relay.WithSource(simsource.New("sim"), []bridge.TagConfig{{Name: "A", Address: "ns=1;s=A"}}))
 	if err == nil {
 		t.Fatal("started without a broker")
 	}

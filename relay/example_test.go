@@ -7,7 +7,8 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 )
 
@@ -17,13 +18,13 @@ import (
 func ExampleStart() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cluster, err := testcluster.StartNATS(ctx)
+	cluster, err := natstest.Start(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer cluster.Close()
-	servers, err := testcluster.StartOPCUAPair(ctx, testcluster.WithServiceLevels(250, 90))
+	servers, err := uaserver.StartPair(ctx, uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -11,19 +11,20 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
 
 // fleetRelay starts a fleet relay with the shared sources, each built
 // again (a new view) at every lease won.
-func fleetRelay(t *testing.T, cl *testcluster.NATSCluster, id string, srcs []*testcluster.SharedSource) *relay.Relay {
+func fleetRelay(t *testing.T, cl *natstest.Cluster, id string, srcs []*simsource.Shared) *relay.Relay {
 	t.Helper()
 	return fleetRelayOn(t, cl.URLs(), id, srcs)
 }
 
 // fleetRelayOn is fleetRelay on the given servers.
-func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*testcluster.SharedSource, nopts ...nats.Option) *relay.Relay {
+func fleetRelayOn(t *testing.T, servers []string, id string, srcs []*simsource.Shared, nopts ...nats.Option) *relay.Relay {
 	t.Helper()
 	off := ""
 	cfg := &relay.Config{
@@ -63,7 +64,7 @@ const settleSubject = "apbridge._settle"
 // its server had processed every update it sent; a marker published
 // through each node after that reaches the subscriber behind those updates
 // (one route per node pair, in order).
-func (s *seen) settle(t *testing.T, cl *testcluster.NATSCluster) {
+func (s *seen) settle(t *testing.T, cl *natstest.Cluster) {
 	t.Helper()
 	s.mu.Lock()
 	want := s.markers + len(cl.Nodes())
@@ -125,10 +126,10 @@ func (s *seen) publishers() map[string][]string {
 // lease token in every update; when one shuts down the other runs them
 // all.
 func TestFleetRelaysDivideSources(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream())
-	var srcs []*testcluster.SharedSource
+	cl := testutil.StartCluster(t, natstest.WithJetStream())
+	var srcs []*simsource.Shared
 	for i := range 4 {
-		s := testcluster.NewSharedSource(fmt.Sprintf("line%d", i))
+		s := simsource.NewShared(fmt.Sprintf("line%d", i))
 		srcs = append(srcs, s)
 	}
 	nc, err := nats.Connect(cl.URLs()[0])
@@ -231,10 +232,10 @@ sources:
 // sources' updates to NATS before the other relay can win them, and the
 // other relay takes them over.
 func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream(), testcluster.WithProxies())
-	var srcs []*testcluster.SharedSource
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithProxies())
+	var srcs []*simsource.Shared
 	for i := range 4 {
-		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
 	}
 	// ra reaches the cluster only through node 0's proxy.
 	a := fleetRelayOn(t, []string{cl.Node(0).URL()}, "ra", srcs, nats.IgnoreDiscoveredServers())
@@ -301,10 +302,10 @@ func TestFleetPartitionedRelayStopsPublishing(t *testing.T) {
 // mode at once, so that lease renewals never wait for the eviction: the
 // relay keeps every source it owns.
 func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithJetStream())
-	var srcs []*testcluster.SharedSource
+	cl := testutil.StartCluster(t, natstest.WithJetStream())
+	var srcs []*simsource.Shared
 	for i := range 2 {
-		srcs = append(srcs, testcluster.NewSharedSource(fmt.Sprintf("line%d", i)))
+		srcs = append(srcs, simsource.NewShared(fmt.Sprintf("line%d", i)))
 	}
 	a := fleetRelay(t, cl, "ra", srcs)
 	for _, s := range srcs {
@@ -313,7 +314,7 @@ func TestFleetBucketConnectionLeavesLameDuckBroker(t *testing.T) {
 	}
 	testutil.WaitFor(t, "ra to own every source", 10*time.Second, func() bool { return len(a.Fleet().Owned()) == len(srcs) })
 	const name = "apbridge-ra-fleet"
-	on := func() (*testcluster.Node, uint64) {
+	on := func() (*natstest.Node, uint64) {
 		for _, n := range cl.Nodes() {
 			if ids := n.ClientIDs(name); len(ids) == 1 {
 				return n, ids[0]

@@ -9,7 +9,7 @@ import (
 	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"go.uber.org/goleak"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // URI) relays it once, under the listed name.
 func TestBrowsedAndListedNodeRelayedOnce(t *testing.T) {
 	srv := nodeopcua.StartT(t, nodeopcua.Config{Namespaces: []string{"urn:other", "urn:apbridge:interop"}})
-	cl := testutil.StartCluster(t, testcluster.WithNodes(1))
+	cl := testutil.StartCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	idx, err := srv.NamespaceIndex(ctx, "urn:apbridge:interop")

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // A supervisor feeds the Policy what its sessions report and executes
@@ -120,13 +120,13 @@ func ExampleFailoverConfig_Validate() {
 	// failoverRetryCount: 0 is out of range (valid 1-100)
 }
 
-// A Pair on testcluster's redundant server pair. The primary (250) stops
+// A Pair on uaserver's redundant server pair. The primary (250) stops
 // gracefully: it publishes ServiceLevel 0 as the backup promotes itself
 // from the Warm standby level (90) to 250. The Pair moves the data to the
 // backup and frames the move as a snapshot.
 func ExamplePair() {
 	ctx := context.Background()
-	servers, err := testcluster.StartOPCUAPair(ctx, testcluster.WithServiceLevels(250, 90))
+	servers, err := uaserver.StartPair(ctx, uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		panic(err)
 	}

@@ -11,13 +11,13 @@ import (
 
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/gopcua/opcua/ua"
 	"go.uber.org/goleak"
 )
 
 // The helpers of the real-server tests (package servicelevel_test), in
-// one place so that each exists once: the rig (a testcluster server pair
+// one place so that each exists once: the rig (a uaserver.Pair
 // and a Pair on it, recording every update and event), waits with
 // deadlines, and the checks of snapshots and counters. The pure tests of
 // package servicelevel have their own in sim_test.go.
@@ -34,7 +34,7 @@ const (
 // Pair delivered recorded.
 type rig struct {
 	t       *testing.T
-	servers *testcluster.OPCUAPair
+	servers *uaserver.Pair
 	pair    *servicelevel.Pair
 	items   []servicelevel.Item
 	gate    *gate
@@ -51,7 +51,7 @@ type rig struct {
 type rigOption struct {
 	levels  [2]byte
 	cfg     func(*servicelevel.PairConfig)
-	servers []testcluster.Option
+	servers []uaserver.Option
 	opts    []servicelevel.PairOption
 	noStart bool
 	// gate, if set, can hold the data handler.
@@ -94,11 +94,11 @@ func newRig(t *testing.T, o rigOption) *rig {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	sopts := append([]testcluster.Option{
-		testcluster.WithTags(testTags),
-		testcluster.WithServiceLevels(o.levels[0], o.levels[1]),
+	sopts := append([]uaserver.Option{
+		uaserver.WithTags(testTags),
+		uaserver.WithServiceLevels(o.levels[0], o.levels[1]),
 	}, o.servers...)
-	servers, err := testcluster.StartOPCUAPair(ctx, sopts...)
+	servers, err := uaserver.StartPair(ctx, sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -19,12 +19,12 @@ import (
 func TestPairUnreadableStandbyLevelIsNeverATarget(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		enc  testcluster.LevelEncoding
+		enc  uaserver.LevelEncoding
 		why  string
 	}{
-		{"Int32", testcluster.LevelAsInt32, "value is int32, not a Byte"},
-		{"no value", testcluster.LevelNoValue, "the server has no value"},
-		{"Bad status", testcluster.LevelBadStatus, "status"},
+		{"Int32", uaserver.LevelAsInt32, "value is int32, not a Byte"},
+		{"no value", uaserver.LevelNoValue, "the server has no value"},
+		{"Bad status", uaserver.LevelBadStatus, "status"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, rigOption{levels: [2]byte{250, 250}, cfg: oneSecondWindow, noStart: true})
@@ -59,7 +59,7 @@ func TestPairUnreadableStandbyLevelIsNeverATarget(t *testing.T) {
 				t.Fatalf("status: %+v", st)
 			}
 			// Control.
-			r.servers.B().SetLevelEncoding(testcluster.LevelAsByte)
+			r.servers.B().SetLevelEncoding(uaserver.LevelAsByte)
 			fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
 			if fo.Cause != servicelevel.CauseDegradedWindow || fo.PeerLevel != servicelevel.LevelOf(250) {
 				t.Fatalf("control: %+v", fo)
@@ -77,7 +77,7 @@ func TestPairUnreadableActiveLevelStays(t *testing.T) {
 		c.PollIntervalMilliseconds = new(100)
 	}})
 	m := r.mark()
-	r.servers.A().SetLevelEncoding(testcluster.LevelAsInt32)
+	r.servers.A().SetLevelEncoding(uaserver.LevelAsInt32)
 	r.servers.A().SetLevel(90)
 	r.waitEvent(m, "unreadable", func(e servicelevel.Event) bool {
 		return e.Kind == servicelevel.EventLevelUnreadable && e.Endpoint == servicelevel.Primary
@@ -87,7 +87,7 @@ func TestPairUnreadableActiveLevelStays(t *testing.T) {
 	if n := len(r.eventsSince(m, servicelevel.EventStreakStarted)) + len(r.eventsSince(m, servicelevel.EventFailover)); n != 0 {
 		t.Fatalf("an unreadable level started a streak:\n%s", r.eventLog(m))
 	}
-	r.servers.A().SetLevelEncoding(testcluster.LevelAsByte)
+	r.servers.A().SetLevelEncoding(uaserver.LevelAsByte)
 	r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
 }
 
@@ -312,7 +312,7 @@ func TestPairFollowsCalculatedLevels(t *testing.T) {
 	}})
 	// The server's health inputs become Calculator observations: a stale
 	// node is one whose role snapshot is older than the freshness limit.
-	calc := func(h testcluster.Health) byte {
+	calc := func(h uaserver.Health) byte {
 		now := time.Now()
 		o := servicelevel.Observations{
 			Member: servicelevel.MemberDown, DriverRole: true, Primary: h.Primary,
@@ -335,7 +335,7 @@ func TestPairFollowsCalculatedLevels(t *testing.T) {
 		t.Fatalf("levels %d/%d", a.Level(), b.Level())
 	}
 	m := r.mark()
-	if l := a.UpdateHealth(func(h *testcluster.Health) { h.Stale = true }); l != servicelevel.TierStale {
+	if l := a.UpdateHealth(func(h *uaserver.Health) { h.Stale = true }); l != servicelevel.TierStale {
 		t.Fatalf("stale primary publishes %d", l)
 	}
 	r.waitStatus("primary at 200", func(st servicelevel.PairStatus) bool { return st.ActiveLevel == servicelevel.LevelOf(200) })
@@ -346,7 +346,7 @@ func TestPairFollowsCalculatedLevels(t *testing.T) {
 	}
 	// Control: the config store goes too.
 	m = r.mark()
-	if l := a.UpdateHealth(func(h *testcluster.Health) { h.StoreReachable = false }); l != servicelevel.TierCriticallyDegraded {
+	if l := a.UpdateHealth(func(h *uaserver.Health) { h.StoreReachable = false }); l != servicelevel.TierCriticallyDegraded {
 		t.Fatalf("primary without its store publishes %d", l)
 	}
 	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
@@ -438,7 +438,7 @@ func TestPairOutOfServiceHoldIsBounded(t *testing.T) {
 
 // Each session ranks its health subscription above its data subscription,
 // so that a server answers the ServiceLevel first when both wait for a
-// Publish request (testcluster honours it, see its own test), and
+// Publish request (uaserver honours it, see its own test), and
 // publishes it every heartbeat interval.
 func TestPairHealthSubscriptionOutranksData(t *testing.T) {
 	r := newRig(t, rigOption{levels: [2]byte{250, 90}, cfg: func(c *servicelevel.PairConfig) { c.HeartbeatIntervalMilliseconds = new(40) }})

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 	"github.com/gopcua/opcua/uacp"
@@ -28,7 +28,7 @@ func TestPairDeliversInSequenceOrder(t *testing.T) {
 	const tags = 48
 	r := newRig(t, rigOption{
 		levels:  [2]byte{250, 240},
-		servers: []testcluster.Option{testcluster.WithTags(tags), testcluster.WithTagInterval(10 * time.Millisecond)},
+		servers: []uaserver.Option{uaserver.WithTags(tags), uaserver.WithTagInterval(10 * time.Millisecond)},
 		cfg: func(c *servicelevel.PairConfig) {
 			c.QueueSize = new(10)
 			c.SamplingIntervalMilliseconds = new(10)
@@ -109,7 +109,7 @@ func TestPairReportsAnUnrecoverableGap(t *testing.T) {
 	dropped := []uint32{5, 6}
 	r := newRig(t, rigOption{
 		levels:  [2]byte{250, 240},
-		servers: []testcluster.Option{testcluster.WithRetransmitQueue(0)},
+		servers: []uaserver.Option{uaserver.WithRetransmitQueue(0)},
 		opts: []servicelevel.PairOption{
 			servicelevel.WithDroppedMessages(func(seq uint32) bool { return slices.Contains(dropped, seq) }),
 		},

@@ -8,7 +8,7 @@ import (
 
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -41,7 +41,7 @@ func testPromotionAtScale(t *testing.T, mode servicelevel.Mode, tags int, wantCr
 		noStart: true,
 		// Ticks once a second: 2,500 counters at 10 Hz would keep the
 		// in-process servers busy under the race detector.
-		servers: []testcluster.Option{testcluster.WithTags(tags), testcluster.WithTagInterval(time.Second)},
+		servers: []uaserver.Option{uaserver.WithTags(tags), uaserver.WithTagInterval(time.Second)},
 		cfg: func(c *servicelevel.PairConfig) {
 			c.Mode = mode
 			// Under the race detector the in-process servers serve

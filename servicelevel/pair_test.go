@@ -12,7 +12,7 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// Real-server tests: a servicelevel.Pair against testcluster's redundant
+// Real-server tests: a servicelevel.Pair against uaserver's redundant
 // OPC UA pair, with faults injected for real (a level published, a
 // process killed, a link frozen or reset through the servers' proxies).
 // Nothing here sleeps to wait for a condition: tests wait for the Pair's

@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -27,7 +27,7 @@ type fencedPublisher struct {
 	token   uint64
 }
 
-func newFencedPublisher(t *testing.T, cl *testcluster.NATSCluster, stream string, replicas int, token uint64, fence bool) *fencedPublisher {
+func newFencedPublisher(t *testing.T, cl *natstest.Cluster, stream string, replicas int, token uint64, fence bool) *fencedPublisher {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -82,7 +82,7 @@ func (p *fencedPublisher) wantFenced(t *testing.T, want uint64) {
 	}
 }
 
-func storedValues(t *testing.T, cl *testcluster.NATSCluster, stream string) []int64 {
+func storedValues(t *testing.T, cl *natstest.Cluster, stream string) []int64 {
 	t.Helper()
 	var out []int64
 	for _, m := range readStored(t, cl, stream) {

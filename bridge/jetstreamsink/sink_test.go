@@ -13,7 +13,8 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
@@ -26,7 +27,7 @@ type jsRelay struct {
 	conn *apconn.Conn
 	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
-	view *testcluster.SharedRelay
+	view *simsource.Relay
 }
 
 func jsTags(n int) []bridge.TagConfig {
@@ -37,11 +38,11 @@ func jsTags(n int) []bridge.TagConfig {
 	return out
 }
 
-func startJSCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSCluster {
+func startJSCluster(t *testing.T, opts ...natstest.Option) *natstest.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, append([]testcluster.Option{testcluster.WithJetStream()}, opts...)...)
+	cl, err := natstest.Start(ctx, append([]natstest.Option{natstest.WithJetStream()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func startJSCluster(t *testing.T, opts ...testcluster.Option) *testcluster.NATSC
 	return cl
 }
 
-func startRelay(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, cfg jetstreamsink.Config,
+func startRelay(t *testing.T, cl *natstest.Cluster, src *simsource.Shared, cfg jetstreamsink.Config,
 	tags []bridge.TagConfig, log zerolog.Logger) *jsRelay {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,7 +97,7 @@ func (r *jsRelay) acked() uint64 { return r.sink.Stats().Acked }
 
 // flushAudit waits for the stream to acknowledge everything the relay
 // published, then audits the stream.
-func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, stream string) testcluster.StreamAudit {
+func (r *jsRelay) flushAudit(t *testing.T, cl *natstest.Cluster, src *simsource.Shared, stream string) natstest.StreamAudit {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -107,15 +108,15 @@ func (r *jsRelay) flushAudit(t *testing.T, cl *testcluster.NATSCluster, src *tes
 }
 
 // audit reads the stream back and compares it with what src produced.
-func audit(t *testing.T, cl *testcluster.NATSCluster, src *testcluster.SharedSource, b *bridge.Bridge, stream string) testcluster.StreamAudit {
+func audit(t *testing.T, cl *natstest.Cluster, src *simsource.Shared, b *bridge.Bridge, stream string) natstest.StreamAudit {
 	t.Helper()
 	stored := readStored(t, cl, stream)
 	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
-	return testcluster.Audit(expected, stored)
+	return natstest.Audit(expected, stored)
 }
 
 // readStored reads every message of the stream, from a running node.
-func readStored(t *testing.T, cl *testcluster.NATSCluster, stream string) []testcluster.StoredMsg {
+func readStored(t *testing.T, cl *natstest.Cluster, stream string) []natstest.StoredMsg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -133,7 +134,7 @@ func readStored(t *testing.T, cl *testcluster.NATSCluster, stream string) []test
 		t.Fatal("no node to read the stream from")
 	}
 	defer nc.Close()
-	stored, err := testcluster.ReadStream(ctx, nc, stream)
+	stored, err := natstest.ReadStream(ctx, nc, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func readStored(t *testing.T, cl *testcluster.NATSCluster, stream string) []test
 
 // stepDownTo moves the stream's leadership to the node named preferred, or
 // away from the node named avoid.
-func stepDownTo(t *testing.T, cl *testcluster.NATSCluster, stream, preferred, avoid string) *testcluster.Node {
+func stepDownTo(t *testing.T, cl *natstest.Cluster, stream, preferred, avoid string) *natstest.Node {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -186,25 +187,25 @@ func stepDownTo(t *testing.T, cl *testcluster.NATSCluster, stream, preferred, av
 // audits the stream after each: every update exactly once, in order per
 // tag.
 func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
-	cl := startJSCluster(t, testcluster.WithLameDuck(1500*time.Millisecond, 500*time.Millisecond))
+	cl := startJSCluster(t, natstest.WithLameDuck(1500*time.Millisecond, 500*time.Millisecond))
 	causes := []struct {
 		name string
 		// hit returns the node it faulted and a channel closed once the
 		// node is down.
-		hit func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{})
+		hit func(t *testing.T, r *jsRelay, stream string) (*natstest.Node, <-chan struct{})
 	}{
-		{"ldm-stream-leader", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+		{"ldm-stream-leader", func(t *testing.T, r *jsRelay, stream string) (*natstest.Node, <-chan struct{}) {
 			a, _ := r.conn.ActiveServer()
 			n := stepDownTo(t, cl, stream, "", a.Name) // the leader, not the bridge's broker
 			return n, n.EnterLameDuck()
 		}},
-		{"ldm-active-broker", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+		{"ldm-active-broker", func(t *testing.T, r *jsRelay, stream string) (*natstest.Node, <-chan struct{}) {
 			a, _ := r.conn.ActiveServer()
 			stepDownTo(t, cl, stream, "", a.Name) // the bridge's broker, not the leader
 			n := cl.NodeByServerID(a.ID)
 			return n, n.EnterLameDuck()
 		}},
-		{"kill-leader-and-active", func(t *testing.T, r *jsRelay, stream string) (*testcluster.Node, <-chan struct{}) {
+		{"kill-leader-and-active", func(t *testing.T, r *jsRelay, stream string) (*natstest.Node, <-chan struct{}) {
 			a, _ := r.conn.ActiveServer()
 			n := stepDownTo(t, cl, stream, a.Name, "") // both at once
 			n.Kill()
@@ -215,7 +216,7 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 	}
 	for i, c := range causes {
 		t.Run(c.name, func(t *testing.T) {
-			src := testcluster.NewSharedSource(fmt.Sprintf("src%d", i))
+			src := simsource.NewShared(fmt.Sprintf("src%d", i))
 			stream := fmt.Sprintf("FAILOVER%d", i)
 			cfg := jetstreamsink.Config{Stream: stream, AckTimeout: 500 * time.Millisecond, HealthInterval: 200 * time.Millisecond}
 			r := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
@@ -258,7 +259,7 @@ func TestJetStreamExactlyOnceThroughFailover(t *testing.T) {
 // kills one of them mid-run: the stream holds one copy of every update.
 func TestJetStreamHotHot(t *testing.T) {
 	cl := startJSCluster(t)
-	src := testcluster.NewSharedSource("hot")
+	src := simsource.NewShared("hot")
 	cfg := jetstreamsink.Config{Stream: "HOTHOT", AckTimeout: 500 * time.Millisecond}
 	a := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
 	b := startRelay(t, cl, src, cfg, jsTags(10), zerolog.Nop())
@@ -287,7 +288,7 @@ func TestJetStreamHotHot(t *testing.T) {
 // update is stored, once, in order.
 func TestJetStreamBackpressure(t *testing.T) {
 	cl := startJSCluster(t)
-	src := testcluster.NewSharedSource("bp").Synchronous()
+	src := simsource.NewShared("bp").Synchronous()
 	var logs testutil.SyncBuffer
 	cfg := jetstreamsink.Config{Stream: "BACKPRESSURE", MaxPending: 16, AckTimeout: 300 * time.Millisecond,
 		HealthInterval: 200 * time.Millisecond}
@@ -297,7 +298,7 @@ func TestJetStreamBackpressure(t *testing.T) {
 	testutil.WaitFor(t, "traffic", 10*time.Second, func() bool { return r.acked() > 200 })
 
 	a, _ := r.conn.ActiveServer()
-	var killed []*testcluster.Node
+	var killed []*natstest.Node
 	for _, n := range cl.Nodes() {
 		if n.ServerID() != a.ID {
 			n.Kill()
@@ -354,8 +355,8 @@ func TestJetStreamBackpressure(t *testing.T) {
 // timestamps) and refreshes with new timestamps: the stream keeps the
 // replayed updates once and the refreshed ones as new updates.
 func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
-	cl := startJSCluster(t, testcluster.WithNodes(1))
-	src := testcluster.NewSharedSource("sf").Synchronous()
+	cl := startJSCluster(t, natstest.WithNodes(1))
+	src := simsource.NewShared("sf").Synchronous()
 	r := startRelay(t, cl, src, jetstreamsink.Config{Stream: "SOURCEFAILOVER", Replicas: 1}, jsTags(5), zerolog.Nop())
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return src.Sim().Subscribed() == 5 })
 	for range 3 {
@@ -378,7 +379,7 @@ func TestJetStreamSourceFailoverDeduplicated(t *testing.T) {
 // the configuration in one setting each: the sink refuses each, naming
 // the setting, and leaves the stream as it was.
 func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
-	cl := startJSCluster(t, testcluster.WithNodes(1))
+	cl := startJSCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc, err := nats.Connect(cl.URLs()[0])
@@ -474,7 +475,7 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 // TestJetStreamSubjectChecks refuses a stream that would capture the
 // bridge's own service subjects, and tags outside the stream.
 func TestJetStreamSubjectChecks(t *testing.T) {
-	cl := startJSCluster(t, testcluster.WithNodes(1))
+	cl := startJSCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := apconn.Connect(ctx, cl.URLs())
@@ -500,7 +501,7 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.AddSource(testcluster.NewSimSource("s"), jsTags(1)); err != nil {
+		if err := b.AddSource(simsource.New("s"), jsTags(1)); err != nil {
 			t.Fatal(err)
 		}
 		err = b.Start(ctx)

@@ -11,15 +11,16 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/nats-io/nats.go"
 )
 
 // mxEnv relays a gateway pair's (or one gateway's) counters onto the
 // embedded cluster through a real bridge.
 type mxEnv struct {
-	data *testcluster.MxData
-	gw   []*testcluster.MxGateway
+	data *mxsim.Data
+	gw   []*mxsim.Gateway
 	src  *mxsource.Source
 	b    *bridge.Bridge
 	tags []bridge.TagConfig
@@ -35,16 +36,16 @@ type envConfig struct {
 	tags     int
 	period   time.Duration
 	cfg      mxsource.Config
-	setup    func(i int, g *testcluster.MxGateway)
+	setup    func(i int, g *mxsim.Gateway)
 	extra    []bridge.TagConfig // tags beyond the counters
-	endpoint func(i int, g *testcluster.MxGateway) string
+	endpoint func(i int, g *mxsim.Gateway) string
 }
 
 func startMx(t *testing.T, ec envConfig) *mxEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e := &mxEnv{data: testcluster.NewMxData(), updates: map[string][]bridge.Update{}}
+	e := &mxEnv{data: mxsim.NewData(), updates: map[string][]bridge.Update{}}
 	if ec.tags == 0 {
 		ec.tags = 4
 	}
@@ -60,7 +61,7 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	cfg := ec.cfg
 	cfg.Endpoints = nil
 	for i := range max(ec.gateways, 1) {
-		g, err := testcluster.StartMxGateway(e.data)
+		g, err := mxsim.Start(e.data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,12 +220,12 @@ func startBare(t *testing.T, src *mxsource.Source, h bridge.Handler) {
 
 // proxiedPrimary puts a fault proxy in front of the primary gateway and
 // stores it in *proxy.
-func proxiedPrimary(t *testing.T, proxy **testcluster.FaultProxy) func(int, *testcluster.MxGateway) string {
-	return func(i int, g *testcluster.MxGateway) string {
+func proxiedPrimary(t *testing.T, proxy **faultproxy.Proxy) func(int, *mxsim.Gateway) string {
+	return func(i int, g *mxsim.Gateway) string {
 		if i > 0 {
 			return g.Addr()
 		}
-		p, err := testcluster.NewFaultProxy(g.Addr())
+		p, err := faultproxy.New(g.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

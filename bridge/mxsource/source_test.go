@@ -14,7 +14,8 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/mxgateway"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
 func TestRelaysGatewayTagsWithOneSupervisoryBulkSubscribe(t *testing.T) {
@@ -39,9 +40,9 @@ func TestRelaysGatewayTagsWithOneSupervisoryBulkSubscribe(t *testing.T) {
 // An old gateway (no bulk-subscribe-supervisory) never sees
 // supervisory=true: it would advise plainly and break writes.
 func TestCapabilityGate(t *testing.T) {
-	e := startMx(t, envConfig{tags: 20, setup: func(_ int, g *testcluster.MxGateway) {
+	e := startMx(t, envConfig{tags: 20, setup: func(_ int, g *mxsim.Gateway) {
 		var caps []string
-		for _, c := range testcluster.MxDefaultCapabilities() {
+		for _, c := range mxsim.DefaultCapabilities() {
 			if c != mxgateway.CapBulkSubscribeSupervisory {
 				caps = append(caps, c)
 			}
@@ -174,8 +175,8 @@ func TestGalaxyQualityDoesNotSwitch(t *testing.T) {
 // A frozen link (no heartbeats) promotes the standby; a slow worker (pings
 // past their deadline) does too, but on a single gateway it only stays.
 func TestFrozenLinkPromotesTheStandby(t *testing.T) {
-	var proxy *testcluster.FaultProxy
-	e := startMx(t, envConfig{gateways: 2, endpoint: proxiedPrimary(t, &proxy), setup: func(_ int, g *testcluster.MxGateway) { g.SetHeartbeatInterval(100 * time.Millisecond) },
+	var proxy *faultproxy.Proxy
+	e := startMx(t, envConfig{gateways: 2, endpoint: proxiedPrimary(t, &proxy), setup: func(_ int, g *mxsim.Gateway) { g.SetHeartbeatInterval(100 * time.Millisecond) },
 		cfg: mxsource.Config{HeartbeatTimeout: 500 * time.Millisecond}})
 	e.flowing(t, 2)
 	proxy.Freeze()
@@ -256,7 +257,7 @@ func TestNotAGatewayAndTLSMismatch(t *testing.T) {
 	})
 
 	// TLS to a plaintext gateway.
-	g, err := testcluster.StartMxGateway(testcluster.NewMxData())
+	g, err := mxsim.Start(mxsim.NewData())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +312,7 @@ func TestRestartedGatewayIsUsedAtOnce(t *testing.T) {
 func TestLongSubscribeIsNotADeadGateway(t *testing.T) {
 	var once sync.Once
 	e := startMx(t, envConfig{gateways: 2, cfg: mxsource.Config{ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond},
-		setup: func(i int, g *testcluster.MxGateway) {
+		setup: func(i int, g *mxsim.Gateway) {
 			if i > 0 {
 				return
 			}
@@ -371,11 +372,11 @@ func TestRefreshCarriesEveryTag(t *testing.T) {
 func TestBlipResumesTheStream(t *testing.T) {
 	for _, resume := range []bool{true, false} {
 		t.Run(fmt.Sprintf("resume=%v", resume), func(t *testing.T) {
-			var proxy *testcluster.FaultProxy
+			var proxy *faultproxy.Proxy
 			e := startMx(t, envConfig{gateways: 2, period: 10 * time.Millisecond,
-				setup: func(_ int, g *testcluster.MxGateway) {
+				setup: func(_ int, g *mxsim.Gateway) {
 					if !resume {
-						g.SetCapabilities(slices.DeleteFunc(testcluster.MxDefaultCapabilities(),
+						g.SetCapabilities(slices.DeleteFunc(mxsim.DefaultCapabilities(),
 							func(c string) bool { return c == mxgateway.CapEventResume }))
 					}
 				},

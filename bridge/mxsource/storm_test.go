@@ -10,7 +10,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
 // countingSource counts the subscribe requests running at once.
@@ -36,10 +36,10 @@ func (c *countingSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]er
 // ceiling and sends once more; a restart mid-subscribe is one more; when
 // the gateway answers again every tag comes back.
 func TestWedgedGatewayIsNotStormed(t *testing.T) {
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	stop := data.RunCounters("Counter_", 20, 50*time.Millisecond)
 	defer stop()
-	g, err := testcluster.StartMxGateway(data)
+	g, err := mxsim.Start(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -393,7 +394,7 @@ func TestPairFaultsInterop(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			a := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 250})
 			b := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 240})
-			proxy, err := testcluster.NewFaultProxy(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
+			proxy, err := faultproxy.New(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -472,7 +473,7 @@ func (r *received) of(tag string) []bridge.Update {
 // subscriber whose updates it returns; everything stops with the test.
 func relayOn(t *testing.T, src bridge.Source, tags []bridge.TagConfig, opts ...bridge.Option) (*bridge.Bridge, *received) {
 	t.Helper()
-	cl, conn := testutil.ClusterConn(t, testcluster.WithNodes(1))
+	cl, conn := testutil.ClusterConn(t, natstest.WithNodes(1))
 	nc, err := nats.Connect(cl.Node(0).URL())
 	if err != nil {
 		t.Fatal(err)
@@ -514,7 +515,7 @@ func relayOn(t *testing.T, src bridge.Source, tags []bridge.TagConfig, opts ...b
 func TestPairBlipInterop(t *testing.T) {
 	a := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 250, CounterMs: 100})
 	b := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 240})
-	proxy, err := testcluster.NewFaultProxy(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
+	proxy, err := faultproxy.New(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,14 +12,15 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 )
 
 // opcuaEnv is a relay of a Warm OPC UA pair onto the embedded cluster.
 type opcuaEnv struct {
-	cl   *testcluster.NATSCluster
-	pair *testcluster.OPCUAPair
+	cl   *natstest.Cluster
+	pair *uaserver.Pair
 	conn *apconn.Conn
 	src  *opcuasource.Source
 	b    *bridge.Bridge
@@ -34,14 +35,14 @@ type opcuaEnv struct {
 	backwards int
 }
 
-func startOPCUAEnv(t *testing.T, pairOpts ...testcluster.Option) *opcuaEnv {
+func startOPCUAEnv(t *testing.T, pairOpts ...uaserver.Option) *opcuaEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e := &opcuaEnv{updates: map[string][]bridge.Update{}, lastSrc: map[string]time.Time{}}
 	e.cl, e.conn = testutil.ClusterConn(t)
 	var err error
-	if e.pair, err = testcluster.StartOPCUAPair(ctx, pairOpts...); err != nil {
+	if e.pair, err = uaserver.StartPair(ctx, pairOpts...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.pair.Close)
@@ -132,7 +133,7 @@ func (e *opcuaEnv) seqGaps() (lost, dup int) {
 }
 
 func TestOPCUASourceRelaysTags(t *testing.T) {
-	e := startOPCUAEnv(t, testcluster.WithTags(8))
+	e := startOPCUAEnv(t, uaserver.WithTags(8))
 	counter := e.pair.Tags()[0].Name
 	testutil.WaitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
 	u := e.last(counter)
@@ -157,7 +158,7 @@ func TestOPCUASourceRelaysTags(t *testing.T) {
 }
 
 func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
-	e := startOPCUAEnv(t, testcluster.WithTags(8), testcluster.WithServiceLevels(250, 90))
+	e := startOPCUAEnv(t, uaserver.WithTags(8), uaserver.WithServiceLevels(250, 90))
 	counter := e.pair.Tags()[0].Name
 	testutil.WaitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
 	before := e.count(counter)
@@ -189,7 +190,7 @@ func TestOPCUAGracefulStopFailoverLosesNothing(t *testing.T) {
 }
 
 func TestOPCUAWriteGate(t *testing.T) {
-	e := startOPCUAEnv(t, testcluster.WithTags(2), testcluster.WithSetpoints(1))
+	e := startOPCUAEnv(t, uaserver.WithTags(2), uaserver.WithSetpoints(1))
 	sp := e.pair.Setpoints()[0]
 	testutil.WaitFor(t, "setpoint value", 10*time.Second, func() bool { return e.count(sp.Name) > 0 })
 	ws, _ := e.b.WriteSubject("opc1", sp.Name)

@@ -13,7 +13,8 @@ import (
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,7 +41,7 @@ func fleetScenarios() []scenario {
 
 // fleetBench is one run: a plant, a bucket and a stream of its own, relays.
 type fleetBench struct {
-	cl     *testcluster.NATSCluster
+	cl     *natstest.Cluster
 	cfg    benchConfig
 	plant  *fleetPlant
 	bucket string
@@ -57,12 +58,12 @@ type fleetBench struct {
 type fleetRelay struct {
 	id      string
 	r       *relay.Relay
-	proxies []*testcluster.FaultProxy
+	proxies []*faultproxy.Proxy
 	stopped bool
 	killed  bool
 }
 
-func newFleetBench(cl *testcluster.NATSCluster, cfg benchConfig, run int) *fleetBench {
+func newFleetBench(cl *natstest.Cluster, cfg benchConfig, run int) *fleetBench {
 	b := &fleetBench{cl: cl, cfg: cfg, plant: newFleetPlant(fleetPairs, fleetTags),
 		bucket: fmt.Sprintf("fleet_%d", run), stream: fmt.Sprintf("FLEET_%d", run)}
 	b.smp = newOwnSampler(b)
@@ -74,7 +75,7 @@ func (b *fleetBench) start(ctx context.Context, id string) error {
 	fr := &fleetRelay{id: id}
 	var urls []string
 	for _, n := range b.cl.Nodes() {
-		p, err := testcluster.NewFaultProxy(n.DirectURL()[len("nats://"):])
+		p, err := faultproxy.New(n.DirectURL()[len("nats://"):])
 		if err != nil {
 			return err
 		}
@@ -187,7 +188,7 @@ func (b *fleetBench) waitSettled(ctx context.Context, what string) error {
 
 // audit stops the plant, lets the live relays store what they took and
 // compares the stream with the updates the plant handed to a relay.
-func (b *fleetBench) audit(ctx context.Context) (testcluster.StreamAudit, int, error) {
+func (b *fleetBench) audit(ctx context.Context) (natstest.StreamAudit, int, error) {
 	b.plant.stop()
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -195,7 +196,7 @@ func (b *fleetBench) audit(ctx context.Context) (testcluster.StreamAudit, int, e
 	for _, id := range b.live() {
 		fr := b.relay(id)
 		if err := fr.r.JetStream().Flush(fctx); err != nil {
-			return testcluster.StreamAudit{}, 0, fmt.Errorf("flush %s: %w", id, err)
+			return natstest.StreamAudit{}, 0, fmt.Errorf("flush %s: %w", id, err)
 		}
 		if subj == nil {
 			br := fr.r.Bridge()
@@ -203,19 +204,19 @@ func (b *fleetBench) audit(ctx context.Context) (testcluster.StreamAudit, int, e
 		}
 	}
 	if subj == nil {
-		return testcluster.StreamAudit{}, 0, errors.New("no live relay")
+		return natstest.StreamAudit{}, 0, errors.New("no live relay")
 	}
 	nc, err := nats.Connect(b.cl.URLs()[0], append(b.cl.ClientOptions(), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return testcluster.StreamAudit{}, 0, err
+		return natstest.StreamAudit{}, 0, err
 	}
 	defer nc.Close()
-	stored, err := testcluster.ReadStream(fctx, nc, b.stream)
+	stored, err := natstest.ReadStream(fctx, nc, b.stream)
 	if err != nil {
-		return testcluster.StreamAudit{}, 0, fmt.Errorf("read the stream back: %w", err)
+		return natstest.StreamAudit{}, 0, fmt.Errorf("read the stream back: %w", err)
 	}
 	expected, unserved := b.plant.expected(subj, b.fault)
-	return testcluster.Audit(expected, stored), unserved, nil
+	return natstest.Audit(expected, stored), unserved, nil
 }
 
 // close stops everything of the run and deletes its stream and bucket.
@@ -400,7 +401,7 @@ type fleetTotals struct {
 	changes           []uint64
 }
 
-func (t *fleetTotals) addAudit(a testcluster.StreamAudit, unserved int) {
+func (t *fleetTotals) addAudit(a natstest.StreamAudit, unserved int) {
 	t.lost += a.Lost
 	t.dup += a.Duplicated
 	t.unserv += uint64(unserved)
@@ -448,9 +449,9 @@ func (b *fleetBench) ownedAgain(pairs []string, t0 time.Time, by []string, t *fl
 
 // settleAndAudit lets what is in flight be stored, audits the stream and
 // adds the audit to t.
-func (b *fleetBench) settleAndAudit(ctx context.Context, t *fleetTotals) (testcluster.StreamAudit, int, error) {
+func (b *fleetBench) settleAndAudit(ctx context.Context, t *fleetTotals) (natstest.StreamAudit, int, error) {
 	if err := ctxtime.Sleep(ctx, 500*time.Millisecond); err != nil {
-		return testcluster.StreamAudit{}, 0, err
+		return natstest.StreamAudit{}, 0, err
 	}
 	a, unserved, err := b.audit(ctx)
 	if err != nil {

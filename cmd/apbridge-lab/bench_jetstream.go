@@ -16,7 +16,9 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
 )
@@ -29,8 +31,8 @@ func jsScenarios() []scenario {
 	}
 }
 
-func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*testcluster.NATSCluster, error) {
-	return startBenchCluster(ctx, cfg, testcluster.WithJetStream())
+func startJSBenchCluster(ctx context.Context, cfg benchConfig) (*natstest.Cluster, error) {
+	return startBenchCluster(ctx, cfg, natstest.WithJetStream())
 }
 
 // jsRelay is one relay of a benchmark: ApConnection, JetStream sink,
@@ -40,11 +42,11 @@ type jsRelay struct {
 	conn *apconn.Conn
 	sink *jetstreamsink.Sink
 	b    *bridge.Bridge
-	view *testcluster.SharedRelay
+	view *simsource.Relay
 }
 
 // startJSRelay starts a relay on a new view of src.
-func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src *testcluster.SharedSource,
+func startJSRelay(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src *simsource.Shared,
 	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	view := src.Relay()
 	r, err := startJSRelayOn(ctx, cl, cfg, view, js, tags)
@@ -56,7 +58,7 @@ func startJSRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchCon
 }
 
 // startJSRelayOn starts a relay on any source.
-func startJSRelayOn(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
+func startJSRelayOn(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src bridge.Source,
 	js jetstreamsink.Config, tags []bridge.TagConfig) (*jsRelay, error) {
 	rl, err := startSimRelay(ctx, cl, cfg, src, tags, relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: js})
 	if err != nil {
@@ -113,27 +115,27 @@ func waitMore(ctx context.Context, r *jsRelay, what string, n uint64) error {
 
 // finishAndAudit stops the source, lets r store everything it was handed,
 // and compares the stream with what the source produced.
-func finishAndAudit(ctx context.Context, cl *testcluster.NATSCluster, src *testcluster.SharedSource, r *jsRelay, stream string) (testcluster.StreamAudit, error) {
+func finishAndAudit(ctx context.Context, cl *natstest.Cluster, src *simsource.Shared, r *jsRelay, stream string) (natstest.StreamAudit, error) {
 	src.Close()
 	if err := waitCond(ctx, "the relay to take everything", 30*time.Second, r.view.Idle); err != nil {
-		return testcluster.StreamAudit{}, err
+		return natstest.StreamAudit{}, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := r.sink.Flush(fctx); err != nil {
-		return testcluster.StreamAudit{}, fmt.Errorf("flush: %w", err)
+		return natstest.StreamAudit{}, fmt.Errorf("flush: %w", err)
 	}
 	nc, err := nats.Connect(cl.URLs()[0], append(cl.ClientOptions(), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return testcluster.StreamAudit{}, err
+		return natstest.StreamAudit{}, err
 	}
 	defer nc.Close()
-	stored, err := testcluster.ReadStream(fctx, nc, stream)
+	stored, err := natstest.ReadStream(fctx, nc, stream)
 	if err != nil {
-		return testcluster.StreamAudit{}, fmt.Errorf("read the stream back: %w", err)
+		return natstest.StreamAudit{}, fmt.Errorf("read the stream back: %w", err)
 	}
 	expected := src.ExpectedIDs(func(tag string) string { s, _ := r.b.Subject(src.Name(), tag); return s })
-	a := testcluster.Audit(expected, stored)
+	a := natstest.Audit(expected, stored)
 	// The bench keeps the disk tidy: the bridge itself never deletes a
 	// stream.
 	if mgr, err := jsm.New(nc); err == nil {
@@ -148,7 +150,7 @@ type jsTotals struct {
 	republished, timeouts, duplicates, conflicts       uint64
 }
 
-func (t *jsTotals) add(a testcluster.StreamAudit, s ...jetstreamsink.Stats) {
+func (t *jsTotals) add(a natstest.StreamAudit, s ...jetstreamsink.Stats) {
 	t.expected += a.Expected
 	t.stored += a.Stored
 	t.lost += a.Lost
@@ -217,11 +219,11 @@ func benchJSMaintenance(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, []float64, error) {
-	var a testcluster.StreamAudit
+func jsMaintenanceOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run int) (natstest.StreamAudit, jetstreamsink.Stats, []float64, error) {
+	var a natstest.StreamAudit
 	var st jetstreamsink.Stats
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(jsMaintTags), testcluster.WithTagInterval(jsMaintPeriod),
-		testcluster.WithServiceLevels(250, 90))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(jsMaintTags), uaserver.WithTagInterval(jsMaintPeriod),
+		uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		return a, st, nil, err
 	}
@@ -235,7 +237,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 	if err != nil {
 		return a, st, nil, err
 	}
-	src := testcluster.ShareSource(opc).Synchronous()
+	src := simsource.Share(opc).Synchronous()
 	defer src.Close()
 	var tags []bridge.TagConfig
 	for _, tg := range pair.Tags() {
@@ -314,7 +316,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 	if err := waitMore(ctx, r, "traffic after the OPC UA failover", 2000); err != nil {
 		return a, st, nil, err
 	}
-	if err := primary.Boot(testcluster.BootSteps(testcluster.LevelStandby, 200*time.Millisecond)...).Wait(ctx); err != nil {
+	if err := primary.Boot(uaserver.BootSteps(uaserver.LevelStandby, 200*time.Millisecond)...).Wait(ctx); err != nil {
 		return a, st, nil, err
 	}
 	if err := waitMore(ctx, r, "traffic at the end", 1000); err != nil {
@@ -328,7 +330,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg ben
 
 // restartCurrent restarts a node that went down and waits until the
 // stream's replicas are all current again.
-func restartCurrent(ctx context.Context, cl *testcluster.NATSCluster, n *testcluster.Node, stream string) error {
+func restartCurrent(ctx context.Context, cl *natstest.Cluster, n *natstest.Node, stream string) error {
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	if err := n.Restart(rctx); err != nil {
@@ -361,10 +363,10 @@ func benchJSHotHot(ctx context.Context, cfg benchConfig) (*result, error) {
 	return r, nil
 }
 
-func jsHotHotOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run int) (testcluster.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
-	var a testcluster.StreamAudit
+func jsHotHotOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run int) (natstest.StreamAudit, jetstreamsink.Stats, jetstreamsink.Stats, error) {
+	var a natstest.StreamAudit
 	var sa, sb jetstreamsink.Stats
-	src := testcluster.NewSharedSource("hot" + strconv.Itoa(run))
+	src := simsource.NewShared("hot" + strconv.Itoa(run))
 	defer src.Close()
 	tags := make([]bridge.TagConfig, 50)
 	for i := range tags {
@@ -446,8 +448,8 @@ func benchJSThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 	return res, nil
 }
 
-func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
-	sim := testcluster.NewSimSource("tp" + strconv.Itoa(run))
+func jsThroughputOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run, tags int, window time.Duration) (float64, jetstreamsink.Stats, error) {
+	sim := simsource.New("tp" + strconv.Itoa(run))
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
@@ -476,7 +478,7 @@ func jsThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benc
 
 // flatOut emits every tag as fast as the relay takes them for window and
 // returns the rate at which count grew.
-func flatOut(ctx context.Context, sim *testcluster.SimSource, count func() uint64, window time.Duration) (float64, error) {
+func flatOut(ctx context.Context, sim *simsource.Source, count func() uint64, window time.Duration) (float64, error) {
 	// Warm up for a second, then measure.
 	warm := time.Now().Add(time.Second)
 	for time.Now().Before(warm) && ctx.Err() == nil {
@@ -491,7 +493,7 @@ func flatOut(ctx context.Context, sim *testcluster.SimSource, count func() uint6
 	return float64(c1-c0) / t1.Sub(t0).Seconds(), ctx.Err()
 }
 
-func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, run, tags int, window time.Duration) (float64, error) {
+func plainThroughputOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, run, tags int, window time.Duration) (float64, error) {
 	sub, err := nats.Connect(cl.Node(2).URL(), cl.ClientOptions()...)
 	if err != nil {
 		return 0, err
@@ -505,7 +507,7 @@ func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg b
 	}
 	s.SetPendingLimits(-1, -1)
 	sub.Flush()
-	sim := testcluster.NewSimSource(name)
+	sim := simsource.New(name)
 	tcs := make([]bridge.TagConfig, tags)
 	for i := range tcs {
 		tcs[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
@@ -523,7 +525,7 @@ func plainThroughputOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg b
 
 // startSimRelay starts a relay, as relay.Start builds it from a config, on
 // the embedded cluster with a source built here.
-func startSimRelay(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, src bridge.Source,
+func startSimRelay(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, src bridge.Source,
 	tags []bridge.TagConfig, sink relay.SinkConfig) (*relay.Relay, error) {
 	return relay.Start(ctx, &relay.Config{NATS: relay.NATSConfig{Servers: cl.URLs()}, SinkConfig: sink},
 		relay.WithNATSOptions(cl.ClientOptions()...), relay.WithLogger(cfg.log), relay.WithSource(src, tags))

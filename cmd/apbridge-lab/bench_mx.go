@@ -14,12 +14,13 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
 // The mx-* scenarios run the relay's MxAccess gateway source
-// (bridge/mxsource) against testcluster's gateway simulator over real
+// (bridge/mxsource) against mxsim's gateway simulator over real
 // gRPC, publishing through the embedded NATS cluster to a consumer
 // subscribed to the tag subjects. Fields are described in
 // docs/benchmarks.md.
@@ -71,7 +72,7 @@ func mxCounterTags(prefix string, n int) []bridge.TagConfig {
 }
 
 // mxSubscribeCommands sums the gateway's subscribe commands of every kind.
-func mxSubscribeCommands(st testcluster.MxGatewayStats) uint64 {
+func mxSubscribeCommands(st mxsim.Stats) uint64 {
 	c := st.CommandsByKind
 	return c["SubscribeBulk"] + c["AddItemBulk"] + c["AdviseSupervisory"] + c["AdviseItemBulk"]
 }
@@ -379,7 +380,7 @@ type mxRelayOpts struct {
 
 // startMxRelay subscribes a consumer to the tags' subjects, then starts a
 // relay on cl whose one source, name, is an mxsource on the gateways.
-func startMxRelay(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, name string,
+func startMxRelay(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, name string,
 	mc mxsource.Config, tags []bridge.TagConfig, o mxRelayOpts) (*mxRelay, error) {
 	r := &mxRelay{}
 	var err error
@@ -460,7 +461,7 @@ func (r *mxRelay) close() {
 
 // mxCounterValue is the value the counters of RunCounters(prefix, ...)
 // hold now.
-func mxCounterValue(data *testcluster.MxData, prefix string) int64 {
+func mxCounterValue(data *mxsim.Data, prefix string) int64 {
 	v, _, _, _ := data.Get(prefix + "0.Value")
 	n, _ := v.(int64)
 	return n

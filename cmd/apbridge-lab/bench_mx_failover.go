@@ -10,10 +10,10 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
-// benchMxFailover runs a gateway pair on one MxData, --tags counters at
+// benchMxFailover runs a gateway pair on one mxsim.Data, --tags counters at
 // 10 Hz, and kills the active gateway cfg.runs times, alternating: the
 // killed one is restarted and waited for as the prepared standby before
 // the next run.
@@ -35,13 +35,13 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	defer cl.Close()
 	const prefix = "Fo"
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	tick := mxTickFor(n)
 	stopData := data.RunCounters(prefix, n, tick)
 	defer stopData()
-	var gws [2]*testcluster.MxGateway
+	var gws [2]*mxsim.Gateway
 	for i := range gws {
-		g, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+		g, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +50,7 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 		// queue must hold that burst beside a batch's first values, or it
 		// faults the session (at 10,000 tags the default 10,000 is one
 		// tick). Real tags rarely change all at once.
-		g.SetEventQueueSize(max(testcluster.MxDefaultEventQueue, 4*n))
+		g.SetEventQueueSize(max(mxsim.DefaultEventQueue, 4*n))
 		gws[i] = g
 	}
 	tags := mxCounterTags(prefix, n)

@@ -10,7 +10,9 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
 // mxSettle is how long a restart scenario watches the gateway after the
@@ -42,11 +44,11 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	}
 	defer cl.Close()
 	const prefix = "Rs"
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	tick := mxTickFor(n)
 	stopData := data.RunCounters(prefix, n, tick)
 	defer stopData()
-	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
 	if err != nil {
 		return nil, err
 	}
@@ -166,14 +168,14 @@ type mxBlipCounts struct{ lost, resumes, sessions, bulk uint64 }
 // cfg.runs times, through a fault proxy (its own gateway and relay: a
 // proxy that accepts while its gateway is down would change what (b)
 // measures), and counts what the blips cost.
-func mxBlips(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData, tags []bridge.TagConfig) (mxBlipCounts, error) {
+func mxBlips(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data, tags []bridge.TagConfig) (mxBlipCounts, error) {
 	var b mxBlipCounts
-	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
 	if err != nil {
 		return b, err
 	}
 	defer gw.Close()
-	proxy, err := testcluster.NewFaultProxy(gw.Addr())
+	proxy, err := faultproxy.New(gw.Addr())
 	if err != nil {
 		return b, err
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 )
 
 // mxStormTags is the incident's instance: 244 attributes.
@@ -54,7 +55,7 @@ func benchMxStorm(ctx context.Context, cfg benchConfig) (*result, error) {
 
 // stormTagConfigs are the instance's attributes, defined in data with
 // constant values: every update after a subscribe is its advise's first.
-func stormTagConfigs(data *testcluster.MxData) []bridge.TagConfig {
+func stormTagConfigs(data *mxsim.Data) []bridge.TagConfig {
 	tags := make([]bridge.TagConfig, mxStormTags)
 	for i := range tags {
 		addr := fmt.Sprintf("Z28061.A%03d", i)
@@ -73,7 +74,7 @@ func runMxStorm(ctx context.Context, cfg benchConfig, t stormTiming) (*result, e
 		return nil, err
 	}
 	defer cl.Close()
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	tags := stormTagConfigs(data)
 	r := &result{Runs: 1}
 	if err := mxStormWedge(ctx, cfg, cl, data, tags, t, r); err != nil {
@@ -88,9 +89,9 @@ func runMxStorm(ctx context.Context, cfg benchConfig, t stormTiming) (*result, e
 // mxStormWedge is phase A: the gateway's worker wedges as it picks up the
 // first subscribe, for t.wedge, with every command taking t.latency
 // meanwhile; then it recovers at once.
-func mxStormWedge(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData,
+func mxStormWedge(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data,
 	tags []bridge.TagConfig, t stormTiming, r *result) error {
-	gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
 	if err != nil {
 		return err
 	}
@@ -164,30 +165,30 @@ func mxStormWedge(ctx context.Context, cfg benchConfig, cl *testcluster.NATSClus
 // mxStormCommands is phase B: a fresh relay subscribes every tag on a
 // healthy gateway that advertises the supervisory bulk subscribe, then on
 // one that does not; each gateway counts the commands.
-func mxStormCommands(ctx context.Context, cfg benchConfig, cl *testcluster.NATSCluster, data *testcluster.MxData,
+func mxStormCommands(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data,
 	tags []bridge.TagConfig, r *result) error {
-	once := func(name string, caps []string) (testcluster.MxGatewayStats, error) {
-		gw, err := testcluster.StartMxGateway(data, testcluster.WithLogger(cfg.log))
+	once := func(name string, caps []string) (mxsim.Stats, error) {
+		gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
 		if err != nil {
-			return testcluster.MxGatewayStats{}, err
+			return mxsim.Stats{}, err
 		}
 		defer gw.Close()
 		gw.SetCapabilities(caps)
 		rl, err := startMxRelay(ctx, cfg, cl, name, mxsource.Config{Endpoints: []string{gw.Addr()}}, tags, mxRelayOpts{})
 		if err != nil {
-			return testcluster.MxGatewayStats{}, err
+			return mxsim.Stats{}, err
 		}
 		defer rl.close()
 		if _, err := rl.con.waitAllGood(ctx, 60*time.Second); err != nil {
-			return testcluster.MxGatewayStats{}, fmt.Errorf("%s: %w", name, err)
+			return mxsim.Stats{}, fmt.Errorf("%s: %w", name, err)
 		}
 		return gw.Stats(), nil
 	}
-	bulk, err := once("mxstormbulk", testcluster.MxDefaultCapabilities())
+	bulk, err := once("mxstormbulk", mxsim.DefaultCapabilities())
 	if err != nil {
 		return err
 	}
-	old := slices.DeleteFunc(testcluster.MxDefaultCapabilities(), func(c string) bool { return c == testcluster.MxCapBulkSubscribeSupervisory })
+	old := slices.DeleteFunc(mxsim.DefaultCapabilities(), func(c string) bool { return c == mxsim.CapBulkSubscribeSupervisory })
 	fallback, err := once("mxstormold", old)
 	if err != nil {
 		return err
@@ -208,7 +209,7 @@ func mxStormCommands(ctx context.Context, cfg benchConfig, cl *testcluster.NATSC
 
 // perSession divides n by the sessions the gateway registered: a whole
 // number when it divides evenly, a fraction otherwise.
-func perSession(n uint64, st testcluster.MxGatewayStats) any {
+func perSession(n uint64, st mxsim.Stats) any {
 	sessions := max(st.CommandsByKind["Register"], 1)
 	if n%sessions == 0 {
 		return n / sessions

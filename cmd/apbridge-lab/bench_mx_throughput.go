@@ -13,7 +13,8 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/procstat"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -38,9 +39,9 @@ var mxTPRates = []float64{30_000, 50_000, 70_000, 100_000, 150_000, 200_000, 300
 // mxTP is the throughput rig: one gateway, the relay, a counting consumer.
 type mxTP struct {
 	cfg      benchConfig
-	cl       *testcluster.NATSCluster
-	data     *testcluster.MxData
-	gw       *testcluster.MxGateway
+	cl       *natstest.Cluster
+	data     *mxsim.Data
+	gw       *mxsim.Gateway
 	rl       *mxRelay
 	prefixes []string
 	got      atomic.Uint64
@@ -71,7 +72,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	p := &mxTP{cfg: cfg, cl: cl, data: testcluster.NewMxData()}
+	p := &mxTP{cfg: cfg, cl: cl, data: mxsim.NewData()}
 	var tags []bridge.TagConfig
 	per := mxTPTags / mxTPGroups
 	for g := range mxTPGroups {
@@ -82,7 +83,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 			p.data.Define(t.Address, int64(0))
 		}
 	}
-	if p.gw, err = testcluster.StartMxGateway(p.data, testcluster.WithLogger(cfg.log)); err != nil {
+	if p.gw, err = mxsim.Start(p.data, mxsim.WithLogger(cfg.log)); err != nil {
 		return nil, err
 	}
 	defer p.gw.Close()

@@ -10,7 +10,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/ldm"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -61,7 +61,7 @@ type subject interface {
 	close()
 }
 
-type factory func(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig) (subject, error)
+type factory func(ctx context.Context, cl *natstest.Cluster, cfg benchConfig) (subject, error)
 
 // apSubject is an ApConnection under test.
 type apSubject struct {
@@ -70,7 +70,7 @@ type apSubject struct {
 }
 
 func ldmApConn(h ldm.LameDuckHandling, extra ...apconn.Option) factory {
-	return func(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig) (subject, error) {
+	return func(ctx context.Context, cl *natstest.Cluster, cfg benchConfig) (subject, error) {
 		s := &apSubject{sw: make(chan time.Time, 16), rh: make(chan time.Time, 16), ldm: make(chan time.Time, 16)}
 		onEvent := func(e apconn.Event) {
 			ch := map[apconn.EventKind]chan time.Time{apconn.EventSwitched: s.sw, apconn.EventPassiveArmed: s.rh, apconn.EventLameDuck: s.ldm}[e.Kind]
@@ -130,7 +130,7 @@ type plainSubject struct {
 	sw chan time.Time
 }
 
-func plainForceReconnect(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig) (subject, error) {
+func plainForceReconnect(ctx context.Context, cl *natstest.Cluster, cfg benchConfig) (subject, error) {
 	s := &plainSubject{sw: make(chan time.Time, 16)}
 	opts := append(cl.ClientOptions(),
 		nats.LameDuckModeHandler(func(nc *nats.Conn) { nc.ForceReconnect() }),
@@ -175,7 +175,7 @@ var (
 )
 
 // apply hits the broker and returns it and a channel closed when it is down.
-func (f fault) apply(cl *testcluster.NATSCluster, s subject) (*testcluster.Node, <-chan struct{}, error) {
+func (f fault) apply(cl *natstest.Cluster, s subject) (*natstest.Node, <-chan struct{}, error) {
 	id, role := s.activeID(), "active"
 	if f.passive {
 		id, role = s.passiveID(), "passive"
@@ -195,17 +195,17 @@ func (f fault) apply(cl *testcluster.NATSCluster, s subject) (*testcluster.Node,
 
 // startBenchCluster starts the three-node cluster of a scenario with the
 // command line's grace period, RTT and TLS, plus extra options.
-func startBenchCluster(ctx context.Context, cfg benchConfig, extra ...testcluster.Option) (*testcluster.NATSCluster, error) {
-	opts := append([]testcluster.Option{
-		testcluster.WithLameDuck(cfg.grace+time.Second, cfg.grace),
+func startBenchCluster(ctx context.Context, cfg benchConfig, extra ...natstest.Option) (*natstest.Cluster, error) {
+	opts := append([]natstest.Option{
+		natstest.WithLameDuck(cfg.grace+time.Second, cfg.grace),
 	}, extra...)
 	if cfg.rtt > 0 {
-		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
+		opts = append(opts, natstest.WithClientRTT(cfg.rtt))
 	}
 	if cfg.tls {
-		opts = append(opts, testcluster.WithTLS())
+		opts = append(opts, natstest.WithTLS())
 	}
-	return testcluster.StartNATS(ctx, opts...)
+	return natstest.Start(ctx, opts...)
 }
 
 // benchLDM runs one connection-under-test and fault combination cfg.runs
@@ -282,10 +282,10 @@ type outcome struct {
 	gapAt     time.Duration // when the longest silence ended, from the fault
 	rawGap    time.Duration // longest silence beyond the nominal period
 	block     time.Duration // longest Publish call
-	rep       testcluster.TrafficReport
+	rep       natstest.TrafficReport
 }
 
-func benchOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig, mk factory, hit fault, run int) (outcome, error) {
+func benchOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfig, mk factory, hit fault, run int) (outcome, error) {
 	var o outcome
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -295,7 +295,7 @@ func benchOnce(ctx context.Context, cl *testcluster.NATSCluster, cfg benchConfig
 	}
 	defer s.close()
 	subj := fmt.Sprintf("bench.%d", run)
-	tr := testcluster.NewTraffic(s, subj, cfg.rate)
+	tr := natstest.NewTraffic(s, subj, cfg.rate)
 	if err := s.subscribe(subj, tr.Observe); err != nil {
 		return o, err
 	}

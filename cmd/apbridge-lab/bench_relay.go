@@ -21,7 +21,8 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
 
@@ -76,7 +77,7 @@ type childRun struct {
 
 // runChild runs one relay-child process; memLimit, if set, is its
 // GOMEMLIMIT.
-func runChild(ctx context.Context, exe string, cl *testcluster.NATSCluster, c *counter, memLimit string, args ...string) (childRun, error) {
+func runChild(ctx context.Context, exe string, cl *natstest.Cluster, c *counter, memLimit string, args ...string) (childRun, error) {
 	all := append([]string{"relay-child", "--nats", strings.Join(cl.URLs(), ",")}, args...)
 	cmd := exec.CommandContext(ctx, exe, all...)
 	if memLimit != "" {
@@ -258,12 +259,12 @@ func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 // gateway whose subscribe requests were never answered, for 110 s, while
 // the old client re-sent one every 5 s; here they are answered after.
 func benchStorm(ctx context.Context, cfg benchConfig) (*result, error) {
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	cl, err := natstest.Start(ctx, natstest.WithNodes(1))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	src := testcluster.NewSimSource("slow")
+	src := simsource.New("slow")
 	src.HangSubscribes(true)
 	tcs := make([]bridge.TagConfig, 244) // the incident's instance had 244 attributes
 	for i := range tcs {

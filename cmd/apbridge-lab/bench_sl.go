@@ -14,11 +14,11 @@ import (
 
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/gopcua/opcua/ua"
 )
 
-// The sl-* scenarios run servicelevel.Pair against testcluster's redundant
+// The sl-* scenarios run servicelevel.Pair against uaserver's redundant
 // OPC UA pair (16 simulated tags ticking every 100 ms, counters among
 // them), inject one fault per run for real, and measure from the fault to
 // the first Good value the consumer receives from the backup.
@@ -57,7 +57,7 @@ type slFault struct {
 	// fromFirstSample measures from the subject's first ServiceLevel
 	// sample, and the fault is the connect itself.
 	fromFirstSample bool
-	// embeddedOnly: the fault needs testcluster's server.
+	// embeddedOnly: the fault needs uaserver's server.
 	embeddedOnly bool
 }
 
@@ -138,11 +138,11 @@ type slRecorder struct {
 	counterValues [2]int
 }
 
-func newSLRecorder(tags []testcluster.Tag) *slRecorder {
+func newSLRecorder(tags []uaserver.Tag) *slRecorder {
 	r := &slRecorder{counters: map[uint32]bool{}, last: map[uint32]int64{}, lastSt: map[uint32]ua.StatusCode{},
 		lastSrc: map[uint32]time.Time{}, causes: map[string]int{}, changed: make(chan struct{}, 1)}
 	for i, t := range tags {
-		if t.Kind == testcluster.TagCounter {
+		if t.Kind == uaserver.TagCounter {
 			r.counters[uint32(i)] = true
 		}
 	}
@@ -211,7 +211,7 @@ func (r *slRecorder) value(ep servicelevel.Endpoint, h uint32, dv *ua.DataValue,
 	r.poke()
 }
 
-// uaCounter returns a counter's value: an Int64 on testcluster's
+// uaCounter returns a counter's value: an Int64 on uaserver's
 // servers, an Int32 on node-opcua's.
 func uaCounter(v any) (int64, bool) {
 	switch x := v.(type) {
@@ -421,12 +421,12 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 	return sp.Close, nil
 }
 
-func startSLCluster(ctx context.Context, cfg benchConfig) (*testcluster.OPCUAPair, error) {
-	opts := []testcluster.Option{testcluster.WithTags(cmp.Or(cfg.tags, slTags)), testcluster.WithTagInterval(slTagInterval)}
+func startSLCluster(ctx context.Context, cfg benchConfig) (*uaserver.Pair, error) {
+	opts := []uaserver.Option{uaserver.WithTags(cmp.Or(cfg.tags, slTags)), uaserver.WithTagInterval(slTagInterval)}
 	if cfg.rtt > 0 {
-		opts = append(opts, testcluster.WithClientRTT(cfg.rtt))
+		opts = append(opts, uaserver.WithClientRTT(cfg.rtt))
 	}
-	return testcluster.StartOPCUAPair(ctx, opts...)
+	return uaserver.StartPair(ctx, opts...)
 }
 
 // benchSL runs one fault against one subject cfg.runs times.

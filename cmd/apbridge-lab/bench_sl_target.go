@@ -7,12 +7,13 @@ import (
 
 	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // The servers the sl-* scenarios run on (--server).
 const (
-	serverEmbedded = "embedded" // testcluster's redundant pair
+	serverEmbedded = "embedded" // uaserver's redundant pair
 	serverNode     = "node"     // two node-opcua servers: an implementation we did not write
 )
 
@@ -48,9 +49,9 @@ func startSLTarget(ctx context.Context, cfg benchConfig) (slTarget, error) {
 	return &embeddedTarget{p: p}, nil
 }
 
-// embeddedTarget is testcluster's pair: 16 simulated tags ticking every
+// embeddedTarget is uaserver's pair: 16 simulated tags ticking every
 // 100 ms, the same process values on both servers.
-type embeddedTarget struct{ p *testcluster.OPCUAPair }
+type embeddedTarget struct{ p *uaserver.Pair }
 
 func (t *embeddedTarget) endpoints() []string { return t.p.Endpoints() }
 
@@ -66,7 +67,7 @@ func (t *embeddedTarget) recorder() *slRecorder { return newSLRecorder(t.p.Tags(
 
 func (t *embeddedTarget) reset(ctx context.Context, levels [2]byte) error {
 	for i, s := range t.p.Servers() {
-		s.SetLevelEncoding(testcluster.LevelAsByte)
+		s.SetLevelEncoding(uaserver.LevelAsByte)
 		if !s.Running() {
 			if err := s.Restart(ctx, levels[i]); err != nil {
 				return err
@@ -99,7 +100,7 @@ func (t *embeddedTarget) close()      { t.p.Close() }
 type nodeTarget struct {
 	tags    int
 	srv     [2]*nodeopcua.Server
-	proxies [2]*testcluster.FaultProxy
+	proxies [2]*faultproxy.Proxy
 }
 
 // nodeCounter names the interop server's counter by namespace URI.
@@ -147,7 +148,7 @@ func (t *nodeTarget) reset(ctx context.Context, levels [2]byte) error {
 		return first
 	}
 	for i, s := range t.srv {
-		p, err := testcluster.NewFaultProxy(s.Endpoint[len("opc.tcp://"):])
+		p, err := faultproxy.New(s.Endpoint[len("opc.tcp://"):])
 		if err != nil {
 			t.close()
 			return err

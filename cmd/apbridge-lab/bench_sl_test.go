@@ -10,7 +10,7 @@ import (
 
 	"github.com/apbridge/apbridge/internal/nodeopcua"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // Every sl-* scenario runs once through the bench's own command line and
@@ -93,7 +93,7 @@ func TestSLScenariosRun(t *testing.T) {
 func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(slTags), testcluster.WithTagInterval(time.Hour))
+	p, err := uaserver.StartPair(ctx, uaserver.WithTags(slTags), uaserver.WithTagInterval(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -57,7 +59,7 @@ func soakScenarios() []scenario {
 type soakRig struct {
 	cfg      benchConfig
 	rng      *rand.Rand
-	cl       *testcluster.NATSCluster
+	cl       *natstest.Cluster
 	uas      []*soakUA
 	gwps     []*soakGW
 	stopData func()
@@ -90,13 +92,13 @@ type soakRig struct {
 // soakUA is an OPC UA pair and the name of the source that reads it.
 type soakUA struct {
 	name string
-	pair *testcluster.OPCUAPair
+	pair *uaserver.Pair
 }
 
 // soakGW is a gateway pair and the name of the source that reads it.
 type soakGW struct {
 	name string
-	gws  [2]*testcluster.MxGateway
+	gws  [2]*mxsim.Gateway
 }
 
 type soakWindow struct {
@@ -204,9 +206,9 @@ func benchSoak(ctx context.Context, cfg benchConfig) (_ *result, err error) {
 // start brings everything up and starts the relay processes.
 func (r *soakRig) start(ctx context.Context) (err error) {
 	cfg := r.cfg
-	var copts []testcluster.Option
+	var copts []natstest.Option
 	if cfg.sink == soakSinkJetStream {
-		copts = append(copts, testcluster.WithJetStream())
+		copts = append(copts, natstest.WithJetStream())
 	}
 	if r.cl, err = startBenchCluster(ctx, cfg, copts...); err != nil {
 		return err
@@ -222,21 +224,21 @@ func (r *soakRig) start(ctx context.Context) (err error) {
 		tags = cfg.tags
 	}
 	for _, name := range uaNames {
-		pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags), testcluster.WithTagInterval(soakPeriod),
-			testcluster.WithServiceLevels(testcluster.LevelPrimary, testcluster.LevelHealthyFollower))
+		pair, err := uaserver.StartPair(ctx, uaserver.WithTags(tags), uaserver.WithTagInterval(soakPeriod),
+			uaserver.WithServiceLevels(uaserver.LevelPrimary, uaserver.LevelHealthyFollower))
 		if err != nil {
 			return err
 		}
 		r.uas = append(r.uas, &soakUA{name: name, pair: pair})
 	}
 	// The gateway pairs serve one Galaxy: its counters tick once for all.
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	r.stopData = data.RunCounters("Galaxy_", soakGalaxyTags, soakPeriod)
 	for _, name := range gwNames {
 		gw := &soakGW{name: name}
 		r.gwps = append(r.gwps, gw)
 		for i := range gw.gws {
-			if gw.gws[i], err = testcluster.StartMxGateway(data); err != nil {
+			if gw.gws[i], err = mxsim.Start(data); err != nil {
 				return err
 			}
 		}

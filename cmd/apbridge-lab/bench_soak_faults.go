@@ -10,7 +10,9 @@ import (
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // soakFault is one kind of fault the soak applies once per cycle. run
@@ -40,7 +42,7 @@ func soakFaults(fleet bool) []soakFault {
 
 // activeBroker is the node the relay publishes through; with the fleet,
 // a relay drawn from the seed.
-func (r *soakRig) activeBroker() (*testcluster.Node, error) {
+func (r *soakRig) activeBroker() (*natstest.Node, error) {
 	rel := r.relays[0]
 	if len(r.relays) > 1 {
 		rel = r.relays[r.rng.IntN(len(r.relays))]
@@ -59,7 +61,7 @@ func (r *soakRig) activeBroker() (*testcluster.Node, error) {
 // restartNode starts a node the fault stopped and, with the JetStream
 // sink, waits for the stream to be whole on it: a second node down before
 // that would take the stream's quorum, a fault the soak does not model.
-func (r *soakRig) restartNode(ctx context.Context, n *testcluster.Node) error {
+func (r *soakRig) restartNode(ctx context.Context, n *natstest.Node) error {
 	if err := n.Restart(ctx); err != nil {
 		return err
 	}
@@ -146,7 +148,7 @@ func (r *soakRig) uaTarget() *soakUA {
 }
 
 // opcuaActive returns the server the relay reads ua from and the other.
-func (r *soakRig) opcuaActive(ua *soakUA) (active, other *testcluster.OPCUAServer, err error) {
+func (r *soakRig) opcuaActive(ua *soakUA) (active, other *uaserver.Server, err error) {
 	h, err := r.source(ua.name)
 	if err != nil {
 		return nil, nil, err
@@ -155,7 +157,7 @@ func (r *soakRig) opcuaActive(ua *soakUA) (active, other *testcluster.OPCUAServe
 }
 
 // at returns the server of the pair at endpoint and the other.
-func (ua *soakUA) at(endpoint string) (at, other *testcluster.OPCUAServer, err error) {
+func (ua *soakUA) at(endpoint string) (at, other *uaserver.Server, err error) {
 	for i, s := range ua.pair.Servers() {
 		if s.Endpoint() == endpoint {
 			return s, ua.pair.Server(1 - i), nil
@@ -165,7 +167,7 @@ func (ua *soakUA) at(endpoint string) (at, other *testcluster.OPCUAServer, err e
 }
 
 // waitOPCUAOn waits until the relay reads ua from s.
-func (r *soakRig) waitOPCUAOn(ctx context.Context, ua *soakUA, s *testcluster.OPCUAServer) error {
+func (r *soakRig) waitOPCUAOn(ctx context.Context, ua *soakUA, s *uaserver.Server) error {
 	return r.poll(ctx, ua.name+" on "+s.Name(), 20*time.Second, func() (bool, error) {
 		h, err := r.source(ua.name)
 		return h.Endpoint == s.Endpoint(), err
@@ -185,7 +187,7 @@ func (r *soakRig) opcuaGraceful(ctx context.Context) error {
 	if err := act.GracefulStop(300 * time.Millisecond).Wait(ctx); err != nil {
 		return err
 	}
-	return act.Boot(testcluster.BootSteps(testcluster.LevelHealthyFollower, 100*time.Millisecond)...).Wait(ctx)
+	return act.Boot(uaserver.BootSteps(uaserver.LevelHealthyFollower, 100*time.Millisecond)...).Wait(ctx)
 }
 
 // opcuaKill kills the active server's process; its peer becomes the
@@ -202,7 +204,7 @@ func (r *soakRig) opcuaKill(ctx context.Context) error {
 	if err := r.waitOPCUAOn(ctx, ua, other); err != nil {
 		return err
 	}
-	return act.Restart(ctx, testcluster.LevelHealthyFollower)
+	return act.Restart(ctx, uaserver.LevelHealthyFollower)
 }
 
 // opcuaFreeze freezes the link to the active server (no error, no data)
@@ -217,7 +219,7 @@ func (r *soakRig) opcuaFreeze(ctx context.Context) error {
 	act.Freeze()
 	err = r.waitOPCUAOn(ctx, ua, other)
 	other.Promote()
-	act.SetLevel(testcluster.LevelHealthyFollower)
+	act.SetLevel(uaserver.LevelHealthyFollower)
 	act.Heal()
 	return err
 }
@@ -232,7 +234,7 @@ func (r *soakRig) gwTarget() *soakGW {
 }
 
 // gatewayActive returns the gateway the relay reads gw from and the other.
-func (r *soakRig) gatewayActive(gw *soakGW) (active, other *testcluster.MxGateway, err error) {
+func (r *soakRig) gatewayActive(gw *soakGW) (active, other *mxsim.Gateway, err error) {
 	h, err := r.source(gw.name)
 	if err != nil {
 		return nil, nil, err
@@ -245,7 +247,7 @@ func (r *soakRig) gatewayActive(gw *soakGW) (active, other *testcluster.MxGatewa
 	return nil, nil, fmt.Errorf("the relay reads %s from %q, neither gateway", gw.name, h.Endpoint)
 }
 
-func (r *soakRig) waitGatewayOn(ctx context.Context, gw *soakGW, g *testcluster.MxGateway) error {
+func (r *soakRig) waitGatewayOn(ctx context.Context, gw *soakGW, g *mxsim.Gateway) error {
 	return r.poll(ctx, gw.name+" on "+g.Addr(), 20*time.Second, func() (bool, error) {
 		h, err := r.source(gw.name)
 		return h.Endpoint == g.Addr(), err

@@ -19,7 +19,8 @@ import (
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -65,12 +66,12 @@ func newDemo(out io.Writer) *demo {
 // steps.
 func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int, log zerolog.Logger) error {
 	d.say("starting a three-node NATS cluster (lame-duck grace %v) and a Warm OPC UA pair (primary 250, standby 90) with %d tags at 10 Hz", grace, nTags)
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithLameDuck(grace+time.Second, grace))
+	cl, err := natstest.Start(ctx, natstest.WithLameDuck(grace+time.Second, grace))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(nTags), testcluster.WithServiceLevels(250, 90))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(nTags), uaserver.WithServiceLevels(250, 90))
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return d.waitUpdates(ctx, d.received()+2*uint64(nTags), 15*time.Second)
 	}
 	// 1. Broker maintenance: the relay's active broker goes lame-duck.
-	var ldmNode *testcluster.Node
+	var ldmNode *natstest.Node
 	if err := step("maintenance: the relay's active broker goes lame-duck", func() error {
 		a, _ := relayConn.ActiveServer()
 		ldmNode = cl.NodeByServerID(a.ID)
@@ -177,7 +178,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 		return err
 	}
 	if err := step("the old primary comes back as the standby (boot 1, 50, then 90)", func() error {
-		return pair.A().Boot(testcluster.BootSteps(testcluster.LevelStandby, 200*time.Millisecond)...).Wait(ctx)
+		return pair.A().Boot(uaserver.BootSteps(uaserver.LevelStandby, 200*time.Millisecond)...).Wait(ctx)
 	}); err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/nats-io/nats.go"
 )
 
@@ -31,7 +31,7 @@ type galaxy struct {
 	d     *demo
 	n     int
 	stop  func() // stops the counters
-	gws   []*testcluster.MxGateway
+	gws   []*mxsim.Gateway
 	names *strings.Replacer // gateway addresses -> gw-a, gw-b
 
 	mu     sync.Mutex
@@ -56,7 +56,7 @@ type mxStep struct {
 // startGalaxy starts two gateways, gw-a (the primary) and gw-b, on one
 // data source with n counters.
 func startGalaxy(d *demo, n int) (_ *galaxy, err error) {
-	data := testcluster.NewMxData()
+	data := mxsim.NewData()
 	g := &galaxy{d: d, n: n, lastAt: map[string]time.Time{}, lastV: map[string]int64{}, step: mxStep{tags: map[string]bool{}}}
 	g.stop = data.RunCounters("Galaxy_", n, 100*time.Millisecond)
 	defer func() {
@@ -66,7 +66,7 @@ func startGalaxy(d *demo, n int) (_ *galaxy, err error) {
 	}()
 	var pairs []string
 	for _, name := range []string{"gw-a", "gw-b"} {
-		gw, err := testcluster.StartMxGateway(data)
+		gw, err := mxsim.Start(data)
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +146,7 @@ func (g *galaxy) waitUp(ctx context.Context, rl *relay.Relay) error {
 }
 
 // other returns the gateway that is not at addr.
-func (g *galaxy) other(addr string) *testcluster.MxGateway {
+func (g *galaxy) other(addr string) *mxsim.Gateway {
 	if g.gws[0].Addr() == addr {
 		return g.gws[1]
 	}

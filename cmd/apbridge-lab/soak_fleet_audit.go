@@ -12,7 +12,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -104,7 +104,7 @@ type soakAuditCtx struct {
 }
 
 // auditIdentity checks the stored messages, in stream order.
-func auditIdentity(msgs []testcluster.StoredMsg, c soakAuditCtx) soakIdentity {
+func auditIdentity(msgs []natstest.StoredMsg, c soakAuditCtx) soakIdentity {
 	whereAt := c.whereAt
 	a := soakIdentity{Kinds: map[string]*soakIDKind{}}
 	ids := map[string]int{} // -> the first one's index in msgs
@@ -263,7 +263,7 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 
 // soakDescribe names a stored message for an example: where it is, who
 // published it, and the update.
-func soakDescribe(m testcluster.StoredMsg) string {
+func soakDescribe(m natstest.StoredMsg) string {
 	u, err := bridge.DecodeJSON(m.Data)
 	if err != nil {
 		return fmt.Sprintf("%s #%d: %v", m.Subject, m.Seq, err)
@@ -297,7 +297,7 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	if err := r.cl.WaitStreamCurrent(actx, soakStream); err != nil {
 		return err
 	}
-	msgs, err := testcluster.ReadStream(actx, nc, soakStream)
+	msgs, err := natstest.ReadStream(actx, nc, soakStream)
 	if err != nil {
 		return fmt.Errorf("stream audit: %w", err)
 	}

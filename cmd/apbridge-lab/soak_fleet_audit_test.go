@@ -7,7 +7,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -25,9 +25,9 @@ type soakStored struct {
 	id    string
 }
 
-func soakStoredMsgs(t *testing.T, t0 time.Time, in []soakStored) []testcluster.StoredMsg {
+func soakStoredMsgs(t *testing.T, t0 time.Time, in []soakStored) []natstest.StoredMsg {
 	t.Helper()
-	var out []testcluster.StoredMsg
+	var out []natstest.StoredMsg
 	for i, s := range in {
 		u := bridge.Update{Tag: "Counter0", Value: s.value, Status: bridge.StatusGood, SourceTime: t0.Add(time.Duration(s.at) * time.Millisecond), Seq: s.seq}
 		if s.value < 0 {
@@ -44,7 +44,7 @@ func soakStoredMsgs(t *testing.T, t0 time.Time, in []soakStored) []testcluster.S
 		h := nats.Header{}
 		h.Set(relay.HeaderRelay, s.relay)
 		h.Set(relay.HeaderLease, strconv.FormatUint(s.token, 10))
-		out = append(out, testcluster.StoredMsg{Seq: uint64(i + 1), Subject: "soak.line1." + u.Tag, MsgID: id, Header: h, Data: b})
+		out = append(out, natstest.StoredMsg{Seq: uint64(i + 1), Subject: "soak.line1." + u.Tag, MsgID: id, Header: h, Data: b})
 	}
 	return out
 }

@@ -12,14 +12,14 @@ import (
 
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 )
 
 // `apbridge fleet status` shows the owner of each source and the live
 // relays; a config without a fleet section is refused.
 func TestFleetStatus(t *testing.T) {
-	cl := testutil.StartCluster(t, testcluster.WithNodes(1), testcluster.WithJetStream())
+	cl := testutil.StartCluster(t, natstest.WithNodes(1), natstest.WithJetStream())
 	cfg := fmt.Sprintf(`
 nats: {servers: [%s]}
 fleet: {relayId: r1, leaseTTL: 1s, replicas: 1}

@@ -19,13 +19,14 @@ import (
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/nats-io/nats.go"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
 
-func writeRelayConfig(t *testing.T, cl *testcluster.NATSCluster, pair *testcluster.OPCUAPair, extra string) string {
+func writeRelayConfig(t *testing.T, cl *natstest.Cluster, pair *uaserver.Pair, extra string) string {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "instance: test\nhttp: {listen: '127.0.0.1:0'}\nnats:\n  servers: [%s]\n", strings.Join(cl.URLs(), ", "))
@@ -43,14 +44,14 @@ func writeRelayConfig(t *testing.T, cl *testcluster.NATSCluster, pair *testclust
 
 // startServers starts a NATS cluster and an OPC UA pair with tags tags,
 // closed at the end of the test.
-func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...testcluster.Option) (*testcluster.NATSCluster, *testcluster.OPCUAPair) {
+func startServers(t *testing.T, ctx context.Context, tags int, natsOpts ...natstest.Option) (*natstest.Cluster, *uaserver.Pair) {
 	t.Helper()
-	cl, err := testcluster.StartNATS(ctx, natsOpts...)
+	cl, err := natstest.Start(ctx, natsOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	pair, err := testcluster.StartOPCUAPair(ctx, testcluster.WithTags(tags))
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(tags))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func get(t *testing.T, url string) string {
 func TestRunCommandStopsOnSignal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, pair := startServers(t, ctx, 2, testcluster.WithNodes(2))
+	cl, pair := startServers(t, ctx, 2, natstest.WithNodes(2))
 	path := writeRelayConfig(t, cl, pair, "")
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -207,7 +208,7 @@ func TestRunCommandStopsOnSignal(t *testing.T) {
 func TestRelayJetStreamSink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl, pair := startServers(t, ctx, 4, testcluster.WithJetStream())
+	cl, pair := startServers(t, ctx, 4, natstest.WithJetStream())
 	c, err := relay.Load(writeRelayConfig(t, cl, pair, "sink: jetstream\njetstream: {stream: PLANT, replicas: 3, duplicateWindow: 1m}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package layout
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,14 +20,20 @@ func deps(t *testing.T, pkg string) []string {
 	return strings.Fields(string(out))
 }
 
-// TestImportsPointOneWay checks the layout: cmd -> relay -> sources, sinks
-// and the bridge core -> apconn -> ldm, with no technology in the core and
-// no test server in library code or in the relay binary.
-func TestImportsPointOneWay(t *testing.T) {
-	rules := []struct {
-		pkg       string
-		forbidden []string
-	}{
+// rule forbids pkg to depend on the packages that forbidden covers (see
+// matches).
+type rule struct {
+	pkg       string
+	forbidden []string
+}
+
+// rules returns the layout: cmd -> relay -> sources, sinks and the bridge
+// core -> apconn -> ldm, with no technology in the core, no test server in
+// library code or in the relay binary, and each test server on its own. A
+// forbidden path without a trailing "/" covers the package and its
+// subpackages, so module + "/testcluster" covers every package under it.
+func rules() []rule {
+	return []rule{
 		{"ldm", []string{module + "/apconn", module + "/bridge", module + "/servicelevel", "github.com/nats-io/"}},
 		{"apconn", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster"}},
 		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster"}},
@@ -49,13 +56,50 @@ func TestImportsPointOneWay(t *testing.T) {
 		// the test OPC UA server.
 		{"cmd/apbridge", []string{module + "/testcluster", module + "/internal/testutil", module + "/internal/nodeopcua",
 			"github.com/nats-io/nats-server/"}},
+		// Each test server is one product: none links another's, and the
+		// simulated sources link no server.
+		{"testcluster/faultproxy", []string{module + "/testcluster/natstest", module + "/testcluster/uaserver",
+			module + "/testcluster/mxsim", module + "/testcluster/simsource", "github.com/nats-io/", "github.com/gopcua/"}},
+		{"testcluster/natstest", []string{module + "/testcluster/uaserver", module + "/testcluster/mxsim",
+			module + "/testcluster/simsource", "github.com/gopcua/", "google.golang.org/grpc"}},
+		{"testcluster/uaserver", []string{module + "/testcluster/natstest", module + "/testcluster/mxsim",
+			module + "/testcluster/simsource", "github.com/nats-io/", "google.golang.org/grpc"}},
+		{"testcluster/mxsim", []string{module + "/testcluster/natstest", module + "/testcluster/uaserver",
+			module + "/testcluster/faultproxy", module + "/testcluster/simsource", "github.com/nats-io/", "github.com/gopcua/"}},
+		{"testcluster/simsource", []string{module + "/testcluster/natstest", module + "/testcluster/uaserver",
+			module + "/testcluster/mxsim", module + "/testcluster/faultproxy", "github.com/nats-io/nats-server/",
+			"github.com/gopcua/", "google.golang.org/grpc"}},
 	}
-	for _, r := range rules {
+}
+
+// TestImportsPointOneWay checks that no package depends on what its rule
+// forbids.
+func TestImportsPointOneWay(t *testing.T) {
+	for _, r := range rules() {
 		for _, d := range deps(t, r.pkg) {
 			for _, f := range r.forbidden {
 				if matches(d, f) {
 					t.Errorf("%s depends on %s, which it must not (rule: no %s)", r.pkg, d, f)
 				}
+			}
+		}
+	}
+}
+
+// TestRulesMatchSomething: every forbidden path covers at least one
+// package that the module or its tests build, so that a rule naming a
+// package that was moved or renamed fails here instead of silently
+// forbidding nothing.
+func TestRulesMatchSomething(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-test", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list -deps -test %s/...: %v", module, err)
+	}
+	all := strings.Fields(string(out))
+	for _, r := range rules() {
+		for _, f := range r.forbidden {
+			if !slices.ContainsFunc(all, func(d string) bool { return matches(d, f) }) {
+				t.Errorf("rule of %s: no package of the module or its dependencies falls under %s", r.pkg, f)
 			}
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 )
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestRunPublishesWhatItReports(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, testcluster.WithNodes(1))
+	cl, err := natstest.Start(ctx, natstest.WithNodes(1))
 	if err != nil {
 		t.Fatal(err)
 	}

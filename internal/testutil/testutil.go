@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
-	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -73,7 +73,7 @@ func (s *SyncBuffer) Count(sub string) int {
 
 // ClusterConn starts an embedded NATS cluster and an ApConnection on it,
 // both closed when the test ends.
-func ClusterConn(t testing.TB, opts ...testcluster.Option) (*testcluster.NATSCluster, *apconn.Conn) {
+func ClusterConn(t testing.TB, opts ...natstest.Option) (*natstest.Cluster, *apconn.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -87,11 +87,11 @@ func ClusterConn(t testing.TB, opts ...testcluster.Option) (*testcluster.NATSClu
 }
 
 // StartCluster starts an embedded NATS cluster, closed when the test ends.
-func StartCluster(t testing.TB, opts ...testcluster.Option) *testcluster.NATSCluster {
+func StartCluster(t testing.TB, opts ...natstest.Option) *natstest.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := testcluster.StartNATS(ctx, opts...)
+	cl, err := natstest.Start(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

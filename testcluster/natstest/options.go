@@ -1,0 +1,123 @@
+package natstest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/apbridge/apbridge/testcluster/internal/option"
+	"github.com/rs/zerolog"
+)
+
+// Option configures Start, in nats.go's style: it sets a field of the
+// cluster's configuration, or returns an error that Start returns before
+// it starts anything.
+type Option func(*config) error
+
+// config is what the Options set.
+type config struct {
+	option.Common
+	option.Latency
+	nodes     int
+	jetStream bool
+	ldmDur    time.Duration
+	ldmGrace  time.Duration
+	tls       bool
+	proxies   bool
+	dir       string
+	user      string
+	password  string
+}
+
+// newConfig applies opts to the defaults (see option.Apply).
+func newConfig(opts []Option) (config, error) {
+	cfg := config{
+		Common:   option.Common{Logger: zerolog.Nop(), ReadyWait: 30 * time.Second},
+		nodes:    3,
+		ldmGrace: 10 * time.Second,
+	}
+	err := option.Apply(&cfg, opts)
+	return cfg, err
+}
+
+// WithLogger sends the servers' log lines to l (default: no logging).
+func WithLogger(l zerolog.Logger) Option {
+	return func(c *config) error { c.Logger = l; return nil }
+}
+
+// WithClientRTT adds rtt/2 of latency in each direction between clients
+// and every node, through a faultproxy.Proxy in front of every node, as
+// WithProxies.
+func WithClientRTT(rtt time.Duration) Option {
+	return func(c *config) error {
+		c.proxies = true
+		return c.SetClientRTT("natstest", rtt)
+	}
+}
+
+// WithReadyTimeout bounds how long Start and a Restart wait for the
+// cluster to forward end to end (default 30 s).
+func WithReadyTimeout(d time.Duration) Option {
+	return func(c *config) error { return c.SetReadyTimeout("natstest", d) }
+}
+
+// WithNodes sets the number of nodes (default 3, at least 1).
+func WithNodes(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("natstest: WithNodes(%d): a cluster needs at least 1 node", n)
+		}
+		c.nodes = n
+		return nil
+	}
+}
+
+// WithJetStream enables JetStream on every node with a store in a temporary
+// directory that Close removes.
+func WithJetStream() Option {
+	return func(c *config) error { c.jetStream = true; return nil }
+}
+
+// WithLameDuck sets the lame-duck duration and grace period of every node.
+// The grace period is how long a node waits after announcing LDM before it
+// evicts its clients; the duration bounds the whole eviction. The defaults
+// are a 10 s grace, as nats-server ships, and a duration 1 s longer so that
+// every client is gone soon after the grace period ends; a duration of 0
+// means that default. nats-server requires the grace to be shorter than
+// the duration.
+func WithLameDuck(duration, grace time.Duration) Option {
+	return func(c *config) error {
+		c.ldmDur, c.ldmGrace = duration, grace
+		return nil
+	}
+}
+
+// WithTLS serves TLS on every client port, with a certificate signed by a CA
+// generated at start (see Cluster.CA).
+func WithTLS() Option {
+	return func(c *config) error { c.tls = true; return nil }
+}
+
+// WithUser makes every node require this user and password of clients;
+// ClientOptions carries them. For tests of refused credentials.
+func WithUser(user, password string) Option {
+	return func(c *config) error {
+		if user == "" || password == "" {
+			return fmt.Errorf("natstest: WithUser: user and password must not be empty")
+		}
+		c.user, c.password = user, password
+		return nil
+	}
+}
+
+// WithProxies puts a faultproxy.Proxy in front of every node's client
+// port. The URLs the cluster hands out, and the ones nodes advertise to
+// clients, go through the proxies.
+func WithProxies() Option {
+	return func(c *config) error { c.proxies = true; return nil }
+}
+
+// WithDir keeps server state (JetStream store, CA file) under dir instead of
+// a temporary directory. The directory is not removed by Close.
+func WithDir(dir string) Option {
+	return func(c *config) error { c.dir = dir; return nil }
+}

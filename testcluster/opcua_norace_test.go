@@ -1,5 +1,0 @@
-//go:build !race
-
-package testcluster
-
-const opcuaRaceEnabled = false

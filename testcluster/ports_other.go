@@ -1,9 +1,0 @@
-//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
-
-package testcluster
-
-import "os"
-
-// lockPortBlock cannot lock here: blocks are picked at random and only the
-// bind check keeps clusters apart.
-func lockPortBlock(string) (*os.File, error) { return nil, nil }

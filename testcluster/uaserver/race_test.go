@@ -1,0 +1,5 @@
+//go:build race
+
+package uaserver
+
+const opcuaRaceEnabled = true
