@@ -35,6 +35,7 @@ type Source struct {
 	// subscribe refused before that, to be asked again (Restored) at once.
 	ready   bool
 	refused bool
+	closed  bool
 }
 
 // ErrNotConnected is a Subscribe's error before the source's first data
@@ -105,6 +106,12 @@ func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 		return err
 	}
 	s.mu.Lock()
+	if s.closed {
+		// Closed before it started: a Pair started now would run on
+		// with nobody to close it.
+		s.mu.Unlock()
+		return servicelevel.ErrClosed
+	}
 	s.pair, s.h = p, h
 	s.mu.Unlock()
 	if err := p.Start(ctx); err != nil {
@@ -362,6 +369,7 @@ func (s *Source) Pair() *servicelevel.Pair {
 func (s *Source) Close() error {
 	s.mu.Lock()
 	p := s.pair
+	s.closed = true
 	s.mu.Unlock()
 	if p != nil {
 		p.Close()
