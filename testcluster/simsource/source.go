@@ -35,6 +35,9 @@ type Source struct {
 	emitCancel  context.CancelFunc
 	emitDone    chan struct{}
 	subsStarted int
+	// down simulates a server that is unreachable: subscribes fail and
+	// nothing is emitted.
+	down bool
 
 	live        map[*context.Context]context.Context
 	maxInFlight atomic.Int64
@@ -141,6 +144,12 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 	if fail {
 		return nil, errors.New("sim: subscribe failed")
 	}
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		return nil, errors.New("sim: server unreachable")
+	}
 	errs := make([]error, len(tags))
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,6 +213,28 @@ func (s *Source) Health() bridge.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.health
+}
+
+// Down makes the source's simulated server unreachable, as a source whose
+// servers are all down: it reports StateDown, refuses subscribes and
+// emits nothing until Up.
+func (s *Source) Down() {
+	s.mu.Lock()
+	s.down = true
+	s.subscribed = map[uint32]bridge.Tag{}
+	s.order = nil
+	s.mu.Unlock()
+	s.SetHealth(bridge.Health{State: bridge.StateDown, Endpoint: "sim://" + s.name, Level: -1, Detail: "sim: server unreachable"})
+}
+
+// Up brings the simulated server back: the source reports connected and
+// asks for its subscriptions again (Restored).
+func (s *Source) Up() {
+	s.mu.Lock()
+	s.down = false
+	s.mu.Unlock()
+	s.SetHealth(bridge.Health{State: bridge.StateConnected, Endpoint: "sim://" + s.name, Level: 255, Writable: true})
+	s.Restore()
 }
 
 // Restore simulates a connection restored with its subscriptions lost.
