@@ -202,9 +202,11 @@ type leasedSource struct {
 	gen    uint64 // counts gains and losses; a handler of an older gen is dead
 	endGen context.CancelFunc
 	owned  bool
-	inner  bridge.Source
-	spare  bridge.Source // built at start, used by the first gain
-	closed bool
+	// wonToken is the token of a lease won before Start.
+	wonToken uint64
+	inner    bridge.Source
+	spare    bridge.Source // built at start, used by the first gain
+	closed   bool
 	// replyBound is what the instances answer as bridge.ReplyBounder (0
 	// if they do not): the bridge reads it once, when the source is added.
 	replyBound time.Duration
@@ -218,13 +220,20 @@ func (s *leasedSource) Name() string { return s.name }
 // in a fleet too.
 func (s *leasedSource) SubscribeReplyBound() time.Duration { return s.replyBound }
 
-// Start only records the handler: the instance starts when the lease is
-// won.
+// Start records the handler; the instance starts when the lease is won,
+// or now if it was won before the bridge started this source (the fleet
+// joins as the bridge starts its sources, side by side).
 func (s *leasedSource) Start(_ context.Context, h bridge.Handler) error {
 	s.mu.Lock()
 	s.h = h
+	won := s.owned
+	if won {
+		s.launchLocked(s.wonToken)
+	}
 	s.mu.Unlock()
-	h.HealthChanged(notOwned("lease not held yet"))
+	if !won {
+		h.HealthChanged(notOwned("lease not held yet"))
+	}
 	return nil
 }
 
@@ -242,6 +251,15 @@ func (s *leasedSource) gain(token uint64) {
 		return
 	}
 	s.owned = true
+	if s.h == nil {
+		s.wonToken = token // Start launches it
+		return
+	}
+	s.launchLocked(token)
+}
+
+// launchLocked starts an instance for a new generation. s.mu is held.
+func (s *leasedSource) launchLocked(token uint64) {
 	s.gen++
 	gen := s.gen
 	ctx, cancel := context.WithCancel(s.ctx)
