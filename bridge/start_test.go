@@ -1,0 +1,157 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/sourcetest"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/testcluster/simsource"
+)
+
+// stuckSource's Start waits until its context ends: a source that breaks
+// the contract and waits for servers that are down.
+type stuckSource struct {
+	*simsource.Source
+	entered chan struct{}
+}
+
+func (s *stuckSource) Start(ctx context.Context, h bridge.Handler) error {
+	close(s.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// failingSource's Start fails.
+type failingSource struct{ *simsource.Source }
+
+func (failingSource) Start(context.Context, bridge.Handler) error {
+	return errors.New("no such server")
+}
+
+// A source whose Start never returns, and one whose Start fails, hold up
+// neither Bridge.Start nor the other sources nor Close; the bridge says
+// what it waits for.
+func TestSourcesStartSideBySide(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "sbs"}, bridge.WithLogger(testutil.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := &stuckSource{simsource.New("stuck"), make(chan struct{})}
+	live := simsource.New("live")
+	for _, src := range []bridge.Source{stuck, failingSource{simsource.New("failing")}, live} {
+		if err := b.AddSource(src, tagsN(2, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sourcetest.Patience)
+	defer cancel()
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-stuck.entered // the control: the stuck source's Start runs
+	testutil.WaitFor(t, "the live source's tags subscribed", 10*time.Second, func() bool { return live.Subscribed() == 2 })
+	live.EmitAll()
+	testutil.WaitFor(t, "the live source's updates published", 10*time.Second, func() bool {
+		return statsOf(b, "live").Published == 2
+	})
+	ok, why := b.Ready()
+	want := []string{"source failing: down (start failed: no such server)", "source stuck: connecting"}
+	if ok || strings.Join(why, "|") != strings.Join(want, "|") {
+		t.Errorf("ready %v %q, want not ready %q", ok, why, want)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case <-done:
+	case <-time.After(sourcetest.Patience):
+		t.Fatal("Close did not return while a source was still starting")
+	}
+}
+
+func statsOf(b *bridge.Bridge, source string) bridge.SourceStats {
+	for _, s := range b.Stats() {
+		if s.Name == source {
+			return s
+		}
+	}
+	return bridge.SourceStats{}
+}
+
+// WaitReady returns when every source is connected; until then its error
+// names those it waits for.
+func TestWaitReady(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "wr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	up, down := simsource.New("up"), simsource.New("down")
+	down.Down()
+	for _, src := range []bridge.Source{up, down} {
+		if err := b.AddSource(src, tagsN(1, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err = b.WaitReady(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "source down: down (sim: server unreachable)") ||
+		strings.Contains(err.Error(), "source up") {
+		t.Fatalf("WaitReady with a source down: %v", err)
+	}
+	down.Up()
+	ctx, cancel = context.WithTimeout(context.Background(), sourcetest.Patience)
+	defer cancel()
+	if err := b.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tags added to a running source are checked like the first ones and
+// subscribed through its guard; a refused batch adds none of its tags.
+func TestAddTagsWhileRunning(t *testing.T) {
+	e := setup(t, bridge.Config{Prefix: "at"}, tagsN(1, false))
+	testutil.WaitFor(t, "the first tag subscribed", 10*time.Second, func() bool { return e.src.Subscribed() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	more := []bridge.TagConfig{{Name: "Line2.X", Address: "ns=1;s=X"}, {Name: "Line2.Y", Address: "ns=1;s=Y"}}
+	if err := e.b.AddTags(ctx, "sim1", more); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the added tags subscribed", 10*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	if subj, ok := e.b.Subject("sim1", "Line2.Y"); !ok || subj != "apbridge.sim1.Line2.Y" {
+		t.Errorf("the added tag's subject: %q %v", subj, ok)
+	}
+	for _, c := range []struct {
+		tags []bridge.TagConfig
+		want string
+	}{
+		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Line2.X", Address: "x"}}, `tag "Line2.X" is listed twice`},
+		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Other", Address: "o", Subject: "apbridge.sim1.Line2.X"}}, `like tag "Line2.X"`},
+		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Line3/Z", Address: "z2"}}, `like tag "Line3.Z"`},
+	} {
+		err := e.b.AddTags(ctx, "sim1", c.tags)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("AddTags %v: %v, want %q", c.tags, err, c.want)
+		}
+		if _, ok := e.b.Subject("sim1", "Line3.Z"); ok {
+			t.Errorf("AddTags %v refused, and still added Line3.Z", c.tags)
+		}
+	}
+	if err := e.b.AddTags(ctx, "nosuch", more); err == nil || !strings.Contains(err.Error(), `no source "nosuch"`) {
+		t.Errorf("AddTags to an unknown source: %v", err)
+	}
+	if n := statsOf(e.b, "sim1").Tags; n != 3 {
+		t.Errorf("%d tags after the refusals, want 3", n)
+	}
+}
