@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/rs/zerolog"
 )
 
@@ -201,7 +202,7 @@ type tagState struct {
 
 	// Guarded by the runner's mu.
 	seq        uint64
-	last       Update
+	last       wire.Update
 	have       bool
 	subscribed bool
 	subErr     string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -202,7 +203,7 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 	}
 	type item struct {
 		subject string
-		u       Update
+		u       wire.Update
 	}
 	var items []item
 	b.mu.Lock()
@@ -228,7 +229,7 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 			out.Next = items[i-1].subject
 			break
 		}
-		data, err := AppendJSON(nil, &it.u)
+		data, err := wire.AppendJSON(nil, &it.u)
 		if err != nil {
 			continue
 		}
@@ -323,7 +324,7 @@ type WriteRequest struct {
 	Value json.RawMessage `json:"value"`
 	// Type is the value's type; by default the type of the tag's last
 	// value.
-	Type Type `json:"type,omitempty"`
+	Type wire.Type `json:"type,omitempty"`
 }
 
 // WriteReply answers a write-back request.
@@ -433,15 +434,15 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 	if typ == "" {
 		r.mu.Lock()
 		if ts.have {
-			typ, _ = TypeOf(ts.last.Value)
+			typ, _ = wire.TypeOf(ts.last.Value)
 		}
 		r.mu.Unlock()
 	}
-	if typ == "" || typ == TypeNull {
+	if typ == "" || typ == wire.TypeNull {
 		r.counters.writeErrors.Add(1)
 		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: its type is not known yet: give "type" in the request`, ts.cfg.Name))
 	}
-	v, err := DecodeValue(typ, wr.Value)
+	v, err := wire.DecodeValue(typ, wr.Value)
 	if err != nil {
 		r.counters.writeErrors.Add(1)
 		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %v", ts.cfg.Name, err))
@@ -468,7 +469,7 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 		}
 		return rep, werr
 	}
-	rep := WriteReply{OK: code.Quality() == QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
+	rep := WriteReply{OK: code.Quality() == wire.QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
 	if !rep.OK {
 		r.counters.writeErrors.Add(1)
 		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)

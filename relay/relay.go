@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/tlsconf"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -82,7 +83,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		if c.Fleet != nil && !c.NoHeaders {
 			// While a pair changes hands both relays publish it; the lease
 			// token keeps the old owner's late updates out of the stream.
-			jsOpts = append(jsOpts, jetstreamsink.WithFence(HeaderLease))
+			jsOpts = append(jsOpts, jetstreamsink.WithFence(wire.HeaderLease))
 		}
 		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jsOpts...); err != nil {
 			conn.Close()

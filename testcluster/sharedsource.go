@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // SharedSource is one source seen by several relays at once, as two
@@ -27,14 +28,14 @@ type SharedSource struct {
 	relays  []*SharedRelay
 	started bool
 	names   map[uint32]string
-	last    map[uint32]bridge.Update
+	last    map[uint32]wire.Update
 	order   []uint32
 	log     []produced
 }
 
 type produced struct {
 	handle uint32
-	u      bridge.Update
+	u      wire.Update
 }
 
 // NewSharedSource returns a shared source named name over a new
@@ -47,7 +48,7 @@ func NewSharedSource(name string) *SharedSource {
 // ShareSource shares any source (an OPCUASource on a test pair, say) the
 // same way: src is started once, by the first relay, and closed by Close.
 func ShareSource(src bridge.Source) *SharedSource {
-	s := &SharedSource{src: src, names: map[uint32]string{}, last: map[uint32]bridge.Update{}}
+	s := &SharedSource{src: src, names: map[uint32]string{}, last: map[uint32]wire.Update{}}
 	s.sim, _ = src.(*SimSource)
 	return s
 }
@@ -100,7 +101,7 @@ func (s *SharedSource) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
 
 // Update implements bridge.Handler for the simulation: record, then fan
 // out.
-func (s *SharedSource) Update(handle uint32, u bridge.Update) {
+func (s *SharedSource) Update(handle uint32, u wire.Update) {
 	s.mu.Lock()
 	s.log = append(s.log, produced{handle, u})
 	if _, ok := s.last[handle]; !ok {
@@ -176,7 +177,7 @@ func (s *SharedSource) ExpectedIDs(subject func(tag string) string) map[string][
 		u := p.u
 		u.Tag = name
 		subj := subject(name)
-		out[subj] = append(out[subj], bridge.MessageID(s.src.Name(), &u))
+		out[subj] = append(out[subj], wire.MessageID(s.src.Name(), &u))
 	}
 	return out
 }
@@ -326,7 +327,7 @@ func (r *SharedRelay) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error
 func (r *SharedRelay) Unsubscribe(ctx context.Context, tags []bridge.Tag) error { return nil }
 
 // Write implements bridge.Source.
-func (r *SharedRelay) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (r *SharedRelay) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	return r.s.src.Write(ctx, tag, v)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // SimSource is a bridge.Source that needs no server: it emits counter
@@ -168,17 +169,17 @@ func (s *SimSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 }
 
 // Write implements bridge.Source.
-func (s *SimSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *SimSource) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.health.Writable {
 		return 0, bridge.ErrNotWritableNow
 	}
 	if len(tag.Address) >= 3 && tag.Address[:3] == "ro:" {
-		return bridge.StatusBadNotWritable, nil
+		return wire.StatusBadNotWritable, nil
 	}
 	s.writes = append(s.writes, SimWrite{Tag: tag, Value: v})
-	return bridge.StatusGood, nil
+	return wire.StatusGood, nil
 }
 
 // Writes returns the writes received so far.
@@ -242,7 +243,7 @@ func (s *SimSource) EmitAll() int {
 	now := time.Now()
 	for _, h := range s.order {
 		s.counts[h]++
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return len(s.order)
 }
@@ -262,13 +263,13 @@ func (s *SimSource) EmitSome(n int) int {
 		h := s.order[s.next]
 		s.next++
 		s.counts[h]++
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return n
 }
 
 // Emit sends one update for the tag with the given handle.
-func (s *SimSource) Emit(handle uint32, u bridge.Update) {
+func (s *SimSource) Emit(handle uint32, u wire.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h != nil && !s.closed {
@@ -287,7 +288,7 @@ func (s *SimSource) Refresh(reason string) {
 	s.h.RefreshStart(reason)
 	now := time.Now()
 	for _, h := range s.order {
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	s.h.RefreshEnd()
 }

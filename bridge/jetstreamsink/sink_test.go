@@ -511,39 +511,6 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 	}
 }
 
-func TestMessageIDIsTheSourcesIdentity(t *testing.T) {
-	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
-	u := bridge.Update{Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at, ServerTime: at.Add(time.Millisecond), Seq: 7}
-	id := bridge.MessageID("pair1", &u)
-	same := u
-	same.Seq, same.ServerTime = 99, at.Add(time.Second) // relay-local or server-local: not part of the identity
-	same.SourceTime = at.In(time.FixedZone("X", 3600))
-	if got := bridge.MessageID("pair1", &same); got != id {
-		t.Fatalf("same update, other relay: %s != %s", got, id)
-	}
-	for name, v := range map[string]bridge.Update{
-		"value":       {Tag: "T1", Value: 21.6, Status: bridge.StatusGood, SourceTime: at},
-		"type":        {Tag: "T1", Value: float32(21.5), Status: bridge.StatusGood, SourceTime: at},
-		"status":      {Tag: "T1", Value: 21.5, Status: bridge.StatusUncertain, SourceTime: at},
-		"source time": {Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at.Add(time.Nanosecond)},
-		"tag":         {Tag: "T2", Value: 21.5, Status: bridge.StatusGood, SourceTime: at},
-	} {
-		if bridge.MessageID("pair1", &v) == id {
-			t.Errorf("a different %s gives the same ID", name)
-		}
-	}
-	if bridge.MessageID("pair2", &u) == id {
-		t.Error("a different source gives the same ID")
-	}
-	// Without a source timestamp the server timestamp identifies it.
-	a := bridge.Update{Tag: "T1", Value: int64(1), ServerTime: at}
-	b := a
-	b.ServerTime = at.Add(time.Millisecond)
-	if bridge.MessageID("p", &a) == bridge.MessageID("p", &b) {
-		t.Error("server time ignored when there is no source time")
-	}
-}
-
 func TestJetStreamConfigValidate(t *testing.T) {
 	if err := jetstreamsink.DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)

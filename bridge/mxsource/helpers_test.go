@@ -12,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -25,7 +26,7 @@ type mxEnv struct {
 	tags []bridge.TagConfig
 
 	mu       sync.Mutex
-	updates  map[string][]bridge.Update
+	updates  map[string][]wire.Update
 	refresh  int
 	switches []mxsource.Event
 }
@@ -44,7 +45,7 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e := &mxEnv{data: testcluster.NewMxData(), updates: map[string][]bridge.Update{}}
+	e := &mxEnv{data: testcluster.NewMxData(), updates: map[string][]wire.Update{}}
 	if ec.tags == 0 {
 		ec.tags = 4
 	}
@@ -86,7 +87,7 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	}
 	t.Cleanup(nc.Close)
 	nc.Subscribe("apbridge.mx1.>", func(m *nats.Msg) {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			return
 		}
@@ -133,12 +134,12 @@ func (e *mxEnv) count(tag string) int {
 	return len(e.updates[tag])
 }
 
-func (e *mxEnv) last(tag string) bridge.Update {
+func (e *mxEnv) last(tag string) wire.Update {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	u := e.updates[tag]
 	if len(u) == 0 {
-		return bridge.Update{}
+		return wire.Update{}
 	}
 	return u[len(u)-1]
 }
@@ -199,10 +200,10 @@ type healthLog struct {
 	h  []bridge.Health
 }
 
-func (l *healthLog) Update(uint32, bridge.Update) {}
-func (l *healthLog) RefreshStart(string)          {}
-func (l *healthLog) RefreshEnd()                  {}
-func (l *healthLog) Restored()                    {}
+func (l *healthLog) Update(uint32, wire.Update) {}
+func (l *healthLog) RefreshStart(string)        {}
+func (l *healthLog) RefreshEnd()                {}
+func (l *healthLog) Restored()                  {}
 func (l *healthLog) HealthChanged(h bridge.Health) {
 	l.mu.Lock()
 	l.h = append(l.h, h)

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -207,8 +208,8 @@ func (c *mxConsumer) handle(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	good := m.Header.Get(bridge.HeaderQuality) == "Good"
-	refresh := m.Header.Get(bridge.HeaderRefresh) == "true"
+	good := m.Header.Get(wire.HeaderQuality) == "Good"
+	refresh := m.Header.Get(wire.HeaderRefresh) == "true"
 	v, isInt := counterValue(m.Data)
 	c.mu.Lock()
 	defer c.mu.Unlock()

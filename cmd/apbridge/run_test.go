@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -73,7 +73,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	defer nc.Close()
 	var got atomic.Int64
 	nc.Subscribe("apbridge.opc1.>", func(m *nats.Msg) {
-		if _, err := bridge.DecodeJSON(m.Data); err == nil {
+		if _, err := wire.DecodeJSON(m.Data); err == nil {
 			got.Add(1)
 		}
 	})
