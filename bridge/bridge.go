@@ -24,7 +24,7 @@ type Config struct {
 	// replicas of each other (they answer in a queue group); bridges that
 	// serve different tags need different prefixes. Default "apbridge".
 	Prefix string
-	// Subject is the template of tag subjects (see Mapper). Default
+	// Subject is the template of tag subjects (see wire.Mapper). Default
 	// "apbridge.{source}.{tag}".
 	Subject string
 	// ServiceName is the micro service's name (letters, digits, - and _),
@@ -138,7 +138,7 @@ type Bridge struct {
 	conn   *apconn.Conn
 	sink   Sink
 	cfg    Config
-	mapper *Mapper
+	mapper *wire.Mapper
 	log    zerolog.Logger
 	now    func() time.Time
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
@@ -170,10 +170,10 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err := cfg.Guard.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	if err := ValidateSubject(cfg.Prefix); err != nil {
+	if err := wire.ValidateSubject(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("bridge: prefix: %w", err)
 	}
-	m, err := NewMapper(cfg.Subject)
+	m, err := wire.NewMapper(cfg.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
@@ -224,14 +224,7 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 	}
 	r := newRunner(b, src)
 	seen := map[string]bool{}
-	// Tokenized once: at 10,000 tags, tokenizing them again for every tag
-	// made 19 MB of garbage at startup, and the heap it grew stayed
-	// resident.
-	svcSubjects := ServiceSubjects(b.cfg.Prefix)
-	svcToks := make([][]ptok, len(svcSubjects))
-	for i, svc := range svcSubjects {
-		svcToks[i] = patternTokens(svc)
-	}
+	svc := wire.NewPatterns(wire.ServiceSubjects(b.cfg.Prefix)...) // once for every tag
 	for i, tc := range tags {
 		if tc.Name == "" {
 			return fmt.Errorf("bridge: source %q: tags[%d]: name is empty", name, i)
@@ -247,15 +240,12 @@ func (b *Bridge) AddSource(src Source, tags []TagConfig) error {
 				return fmt.Errorf("bridge: source %q: %w", name, err)
 			}
 			subj = s
-		} else if err := ValidateSubject(subj); err != nil {
+		} else if err := wire.ValidateSubject(subj); err != nil {
 			return fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
 		}
-		subjToks := patternTokens(subj)
-		for i, svc := range svcToks {
-			if overlap(subjToks, svc) {
-				return fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
-					name, tc.Name, subj, svcSubjects[i])
-			}
+		if sv, ok := svc.Overlapping(subj); ok {
+			return fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+				name, tc.Name, subj, sv)
 		}
 		if other, dup := b.bySubject[subj]; dup {
 			return fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
@@ -385,7 +375,7 @@ func (b *Bridge) publishEvent(source string, v map[string]any) {
 	if err != nil {
 		return
 	}
-	b.conn.Publish(b.cfg.Prefix+".events."+EscapeToken(source), data)
+	b.conn.Publish(b.cfg.Prefix+".events."+wire.EscapeToken(source), data)
 }
 
 // Subject returns the subject a tag of a source is published on.

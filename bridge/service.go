@@ -479,3 +479,17 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back")
 	return rep, nil
 }
+
+// ValidateServiceName checks a micro service name: 1-64 letters, digits,
+// '-' and '_', which is what the NATS micro protocol accepts.
+func ValidateServiceName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("service name %q: want 1-64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("service name %q: %q is not allowed (valid: letters, digits, - and _)", name, c)
+		}
+	}
+	return nil
+}

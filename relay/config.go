@@ -10,6 +10,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Config is a relay's configuration: the file `apbridge run --config`
@@ -208,7 +209,7 @@ func (c *Config) validate(withSources bool) error {
 		add("nats: user and password go together")
 	}
 	if c.Service.Prefix != "" {
-		if err := bridge.ValidateSubject(c.Service.Prefix); err != nil {
+		if err := wire.ValidateSubject(c.Service.Prefix); err != nil {
 			add("service.prefix: %v", err)
 		}
 	}
@@ -218,7 +219,7 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	if c.Subject != "" {
-		if _, err := bridge.NewMapper(c.Subject); err != nil {
+		if _, err := wire.NewMapper(c.Subject); err != nil {
 			add("subject: %v", err)
 		}
 	}
@@ -313,7 +314,7 @@ func checkTag(tf string, t bridge.TagConfig, seen map[string]bool, add func(stri
 	}
 	seen[t.Name] = true
 	if t.Subject != "" {
-		if err := bridge.ValidateSubject(t.Subject); err != nil {
+		if err := wire.ValidateSubject(t.Subject); err != nil {
 			add("%s.subject: %v", tf, err)
 		}
 	}

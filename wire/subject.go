@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"fmt"
@@ -27,8 +27,6 @@ type tmplPart struct {
 	ph      string
 }
 
-var placeholders = map[string]bool{"source": true, "tag": true, "tagid": true, "address": true}
-
 // NewMapper parses and checks a subject template.
 func NewMapper(template string) (*Mapper, error) {
 	m := &Mapper{template: template}
@@ -50,7 +48,7 @@ func NewMapper(template string) (*Mapper, error) {
 			return nil, fmt.Errorf("subject template %q: unclosed '{'", template)
 		}
 		name := rest[i+1 : i+j]
-		if !placeholders[name] {
+		if !isPlaceholder(name) {
 			return nil, fmt.Errorf("subject template %q: unknown placeholder {%s} (valid: {source}, {tag}, {tagid}, {address})", template, name)
 		}
 		m.parts = append(m.parts, tmplPart{ph: name})
@@ -65,6 +63,15 @@ func NewMapper(template string) (*Mapper, error) {
 		return nil, fmt.Errorf("subject template %q: %w", template, err)
 	}
 	return m, nil
+}
+
+// isPlaceholder reports whether {name} is a placeholder of a template.
+func isPlaceholder(name string) bool {
+	switch name {
+	case "source", "tag", "tagid", "address":
+		return true
+	}
+	return false
 }
 
 // Template returns the template the Mapper was made from.
