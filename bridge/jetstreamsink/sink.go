@@ -246,12 +246,12 @@ func (s *Sink) Publish(source string, m *nats.Msg, u *wire.Update) error {
 	m.Header[jetstream.MsgIDHeader] = []string{wire.MessageID(source, u)}
 	m.Header[jetstream.ExpectedStreamHeader] = []string{s.cfg.Stream}
 	size := msgSize(m)
-	patterns, maxMsg, err := s.streamReady()
+	st, err := s.streamReady()
 	if err != nil {
 		return err
 	}
-	if maxMsg > 0 && size > maxMsg {
-		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, maxMsg)
+	if st.maxMsg > 0 && size > st.maxMsg {
+		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, st.maxMsg)
 	}
 	e := &jsEntry{msg: m, subject: m.Subject, size: size, queuedAt: time.Now(), token: s.tokenOf(m)}
 
@@ -262,9 +262,9 @@ func (s *Sink) Publish(source string, m *nats.Msg, u *wire.Update) error {
 	}
 	q := s.subjects[m.Subject]
 	if q == nil {
-		if !coveredBy(m.Subject, patterns) {
+		if _, ok := st.capture.Covering(m.Subject); !ok {
 			s.mu.Unlock()
-			return fmt.Errorf("bridge: jetstream: tag %q: subject %q is not captured by stream %q (subjects %v)", u.Tag, m.Subject, s.cfg.Stream, patterns)
+			return fmt.Errorf("bridge: jetstream: tag %q: subject %q is not captured by stream %q (subjects %v)", u.Tag, m.Subject, s.cfg.Stream, st.subjects)
 		}
 		q = &jsSubject{}
 		s.subjects[m.Subject] = q
