@@ -17,19 +17,20 @@ import (
 // with AddSource.
 type Config struct {
 	// Instance names this bridge in status and the micro service.
+	// Default wire.DefaultInstance.
 	Instance string
-	// Prefix starts the subjects of the bridge's services:
-	// <Prefix>.status, <Prefix>.snapshot, <Prefix>.write.<tag subject> and
-	// <Prefix>.events.<source>. Two bridges with the same prefix are
+	// Prefix starts the subjects of the bridge's services
+	// (wire.ServiceSubjects). Two bridges with the same prefix are
 	// replicas of each other (they answer in a queue group); bridges that
-	// serve different tags need different prefixes. Default "apbridge".
+	// serve different tags need different prefixes. Default
+	// wire.DefaultPrefix.
 	Prefix string
 	// Subject is the template of tag subjects (see wire.Mapper). Default
-	// "apbridge.{source}.{tag}".
+	// wire.DefaultSubject.
 	Subject string
 	// ServiceName is the micro service's name (letters, digits, - and _),
-	// which `nats micro ls` lists. Default "apbridge"; relays with
-	// different prefixes are told apart by different names.
+	// which `nats micro ls` lists. Default wire.DefaultServiceName; relays
+	// with different prefixes are told apart by different names.
 	ServiceName string
 	// Version is the micro service's version, a semantic version.
 	// Default Version.
@@ -51,10 +52,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = "apbridge"
+		c.Prefix = wire.DefaultPrefix
 	}
 	if c.Subject == "" {
-		c.Subject = "apbridge.{source}.{tag}"
+		c.Subject = wire.DefaultSubject
 	}
 	if c.Guard == (GuardConfig{}) {
 		c.Guard = DefaultGuardConfig()
@@ -66,10 +67,10 @@ func (c *Config) setDefaults() {
 		c.SnapshotPage = 500
 	}
 	if c.Instance == "" {
-		c.Instance = "apbridge"
+		c.Instance = wire.DefaultInstance
 	}
 	if c.ServiceName == "" {
-		c.ServiceName = "apbridge"
+		c.ServiceName = wire.DefaultServiceName
 	}
 	if c.Version == "" {
 		c.Version = Version
@@ -375,7 +376,7 @@ func (b *Bridge) publishEvent(source string, v map[string]any) {
 	if err != nil {
 		return
 	}
-	b.conn.Publish(b.cfg.Prefix+".events."+wire.EscapeToken(source), data)
+	b.conn.Publish(wire.EventSubject(b.cfg.Prefix, source), data)
 }
 
 // Subject returns the subject a tag of a source is published on.
@@ -401,7 +402,7 @@ func (b *Bridge) WriteSubject(source, tag string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return b.cfg.Prefix + ".write." + s, true
+	return wire.WriteSubject(b.cfg.Prefix, s), true
 }
 
 // Prefix returns the prefix of the bridge's service subjects.

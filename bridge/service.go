@@ -59,9 +59,9 @@ func (b *Bridge) moveService() error {
 		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
 	}
 	if err := errors.Join(
-		add("status", b.cfg.Prefix+".status", b.handleStatus),
-		add("snapshot", b.cfg.Prefix+".snapshot", b.handleSnapshot),
-		add("write", b.cfg.Prefix+".write.>", b.handleWrite),
+		add("status", wire.StatusSubject(b.cfg.Prefix), b.handleStatus),
+		add("snapshot", wire.SnapshotSubject(b.cfg.Prefix), b.handleSnapshot),
+		add("write", wire.WriteSubject(b.cfg.Prefix, ">"), b.handleWrite),
 	); err != nil {
 		svc.Stop()
 		return fmt.Errorf("bridge: micro endpoints: %w", err)
@@ -345,7 +345,7 @@ type writeError struct {
 func (e *writeError) Error() string { return e.err.Error() }
 
 func (b *Bridge) handleWrite(req micro.Request) {
-	subject := strings.TrimPrefix(req.Subject(), b.cfg.Prefix+".write.")
+	subject := strings.TrimPrefix(req.Subject(), wire.WriteSubject(b.cfg.Prefix, ""))
 	rep, werr := b.write(subject, req.Data(), requestUser(req.Headers()))
 	data, _ := marshalJSON(rep)
 	var err error

@@ -38,18 +38,11 @@ type Binder interface {
 
 // Subjects are the subjects of a started bridge, as a Binder sees them.
 type Subjects struct {
-	// Prefix starts the bridge's service subjects.
+	// Prefix starts the bridge's service subjects (wire.ServiceSubjects),
+	// which a sink that stores updates must not capture.
 	Prefix string
 	// Tags holds every tag subject, by source name.
 	Tags map[string][]string
-}
-
-// Service returns the subjects of the bridge's own services:
-// <prefix>.status, .snapshot, .write.> and .events.>. A sink that stores
-// updates must not capture them.
-func (s Subjects) Service() []string {
-	p := s.Prefix
-	return []string{p + ".status", p + ".snapshot", p + ".write.>", p + ".events.>"}
 }
 
 // Aborter is a Sink whose Publish can block (backpressure). Shutdown calls

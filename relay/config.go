@@ -17,7 +17,8 @@ import (
 // reads, and what Start builds a relay from. docs/configuration.md
 // describes every field; examples/site.yaml is a commented example.
 type Config struct {
-	// Instance names the relay in its status, logs and micro service.
+	// Instance names the relay in its status, logs and micro service
+	// (default wire.DefaultInstance).
 	Instance string `yaml:"instance"`
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string `yaml:"logLevel"`
@@ -28,7 +29,7 @@ type Config struct {
 	// Service sets the subjects of the relay's own services.
 	Service ServiceConfig `yaml:"service"`
 	// Subject is the template of tag subjects (default
-	// "apbridge.{source}.{tag}").
+	// wire.DefaultSubject).
 	Subject string `yaml:"subject"`
 	// NoHeaders leaves quality and timestamps out of NATS headers.
 	NoHeaders bool `yaml:"noHeaders"`
@@ -117,11 +118,12 @@ type TLSFiles struct {
 
 // ServiceConfig sets the relay's service subjects.
 type ServiceConfig struct {
-	// Prefix of <prefix>.status, .snapshot, .write.<subject>, .events.<source>.
+	// Prefix starts the service subjects (wire.ServiceSubjects; default
+	// wire.DefaultPrefix).
 	Prefix string `yaml:"prefix"`
-	// Name is the micro service's name (default "apbridge"): give relays
-	// with different prefixes different names to tell them apart in
-	// `nats micro ls`.
+	// Name is the micro service's name (default wire.DefaultServiceName):
+	// give relays with different prefixes different names to tell them
+	// apart in `nats micro ls`.
 	Name string `yaml:"name"`
 }
 

@@ -134,16 +134,16 @@ func (c *Config) checkListen(add func(string, ...any)) {
 // checkSubjects checks the subjects of the tags against each other, the
 // service subjects and the JetStream stream: no two tags share a subject;
 // no tag subject, subject template result (for browsed tags) or stream
-// subject overlaps <prefix>.status, .snapshot, .write.>, .events.> (the
-// relay's updates would arrive as its own requests: with a writable tag,
-// as writes to the plant); a stream given subjects captures every tag.
+// subject overlaps a service subject (wire.ServiceSubjects: the relay's
+// updates would arrive as its own requests, with a writable tag as writes
+// to the plant); a stream given subjects captures every tag.
 func (c *Config) checkSubjects(add func(string, ...any)) {
 	prefix, tmpl := c.Service.Prefix, c.Subject
 	if prefix == "" {
-		prefix = "apbridge"
+		prefix = wire.DefaultPrefix
 	}
 	if tmpl == "" {
-		tmpl = "apbridge.{source}.{tag}"
+		tmpl = wire.DefaultSubject
 	}
 	m, err := wire.NewMapper(tmpl)
 	if err != nil || wire.ValidateSubject(prefix) != nil {

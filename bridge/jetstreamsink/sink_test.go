@@ -472,7 +472,8 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 }
 
 // TestJetStreamSubjectChecks refuses a stream that would capture the
-// bridge's own service subjects, and tags outside the stream.
+// bridge's own service subjects, the micro service's discovery subjects
+// among them, and tags outside the stream.
 func TestJetStreamSubjectChecks(t *testing.T) {
 	cl := startJSCluster(t, testcluster.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -483,20 +484,25 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, c := range []struct {
-		stream, subject string
-		want            string
+		stream   string
+		subjects []string
+		template string // of the tag subjects; "" for the default
+		want     string
 	}{
-		{"ALL", "apbridge.>", `service subject "apbridge.status"`},
-		{"OTHER", "other.>", `tag subject "apbridge.s.Line1.T00" is not captured`},
+		{"ALL", []string{"apbridge.>"}, "", `service subject "apbridge.status"`},
+		{"OTHER", []string{"other.>"}, "", `tag subject "apbridge.s.Line1.T00" is not captured`},
+		// It captures every tag, and the ping, info and stats requests
+		// of every micro service.
+		{"SRV", []string{"srv.>", "$SRV.>"}, "srv.{source}.{tag}", `stream subject "$SRV.>" would also capture the bridge's service subject "$SRV.>"`},
 	} {
-		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: []string{c.subject}, Replicas: 1})
+		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: c.subjects, Replicas: 1})
 		if err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: %v", c.stream, err)
 		}
 		if err != nil {
 			continue
 		}
-		b, err := bridge.New(conn, bridge.Config{}, bridge.WithSink(sink))
+		b, err := bridge.New(conn, bridge.Config{Subject: c.template}, bridge.WithSink(sink))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -237,7 +237,7 @@ func (s *Sink) streamReady() (*streamState, error) {
 // service prefix and every tag subject by source: it works out the
 // stream's subjects if the configuration has none, sets the stream up, and
 // checks that it captures every tag subject and none of the bridge's
-// service subjects.
+// service subjects (wire.ServiceSubjects, the micro service's among them).
 func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	tags := bs.Tags
 	subjects := s.cfg.Subjects
@@ -247,7 +247,7 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 			return err
 		}
 	}
-	service := wire.NewPatterns(bs.Service()...)
+	service := wire.NewPatterns(wire.ServiceSubjects(bs.Prefix)...)
 	check := func(patterns []string, whose string) error {
 		for _, p := range patterns {
 			if svc, ok := service.Overlapping(p); ok {

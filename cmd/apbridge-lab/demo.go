@@ -128,7 +128,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	if _, err := consumer.Subscribe("plant.line1.>", d.update); err != nil {
 		return err
 	}
-	if _, err := consumer.Subscribe("apbridge.events.line1", d.sourceEvent); err != nil {
+	if _, err := consumer.Subscribe(wire.EventSubject(wire.DefaultPrefix, "line1"), d.sourceEvent); err != nil {
 		return err
 	}
 	consumer.Flush(ctx)

@@ -107,7 +107,7 @@ func (g *galaxy) subscribe(consumer *apconn.Conn) error {
 	if _, err := consumer.Subscribe("plant."+galaxySource+".>", g.update); err != nil {
 		return err
 	}
-	_, err := consumer.Subscribe("apbridge.events."+galaxySource, g.event)
+	_, err := consumer.Subscribe(wire.EventSubject(wire.DefaultPrefix, galaxySource), g.event)
 	return err
 }
 
