@@ -181,7 +181,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err := ValidateServiceName(cfg.ServiceName); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	o := options{sink: coreSink{conn}, log: zerolog.Nop(), now: time.Now}
+	o := options{sink: NewCoreSink(conn), log: zerolog.Nop(), now: time.Now}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("bridge: %w", err)

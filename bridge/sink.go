@@ -58,12 +58,24 @@ type StatusReporter interface {
 	SinkStatus() any
 }
 
-// coreSink publishes on the ApConnection: at most once, with the
-// connection's ledger carrying publishes across its switches.
-type coreSink struct{ conn *apconn.Conn }
+// CoreSink publishes on an ApConnection (core NATS): at most once, with
+// the connection's ledger carrying publishes across its switches. It is
+// the Bridge's default Sink; a sink that adds to each message before it
+// leaves (the fleet's lease check) wraps it.
+type CoreSink struct{ conn *apconn.Conn }
 
-func (s coreSink) Publish(_ string, m *nats.Msg, _ *wire.Update) error { return s.conn.PublishOwned(m) }
-func (s coreSink) Flush(ctx context.Context) error                     { return s.conn.Flush(ctx) }
+// NewCoreSink returns the sink that publishes on conn.
+func NewCoreSink(conn *apconn.Conn) *CoreSink { return &CoreSink{conn: conn} }
+
+// Publish implements Sink: m goes out on the active connection, and the
+// connection keeps it for replay until a broker confirms it.
+func (s *CoreSink) Publish(_ string, m *nats.Msg, _ *wire.Update) error {
+	return s.conn.PublishOwned(m)
+}
+
+// Flush implements Sink: it waits until the brokers have confirmed every
+// update published before the call, across a switch of the connection.
+func (s *CoreSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
 
 // subjects returns the bridge's subjects for a Binder.
 func (b *Bridge) subjects(sources []*runner) Subjects {

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/wire"
@@ -461,15 +460,6 @@ func (s *fencedSink) SinkStatus() any {
 	}
 	return nil
 }
-
-// connSink publishes on the ApConnection, as the bridge's own core sink
-// does; a fleet relay wraps it.
-type connSink struct{ conn *apconn.Conn }
-
-func (s connSink) Publish(_ string, m *nats.Msg, _ *wire.Update) error {
-	return s.conn.PublishOwned(m)
-}
-func (s connSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
 
 // fleetReconnectWait is the bucket connection's wait between reconnect
 // attempts: well under the lease's fence margin.

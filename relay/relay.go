@@ -93,7 +93,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	}
 	if c.Fleet != nil {
 		r.fl = newFleetPart(c.Fleet, o.log)
-		var inner bridge.Sink = connSink{conn}
+		var inner bridge.Sink = bridge.NewCoreSink(conn)
 		if r.js != nil {
 			inner = r.js
 		}
