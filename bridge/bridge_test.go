@@ -129,9 +129,9 @@ func TestSnapshotPages(t *testing.T) {
 	var all []wire.Update
 	after := ""
 	for page := 0; ; page++ {
-		req, _ := json.Marshal(bridge.SnapshotRequest{After: after})
+		req, _ := json.Marshal(wire.SnapshotRequest{After: after})
 		m := testutil.Request(t, e.nc, "apbridge.snapshot", string(req))
-		var rep bridge.SnapshotReply
+		var rep wire.SnapshotReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("%s: %v", m.Data, err)
 		}
@@ -174,7 +174,7 @@ func TestSnapshotPages(t *testing.T) {
 		{`[1]`, "400", "snapshot request: json: cannot unmarshal array"},
 	} {
 		m = testutil.Request(t, e.nc, "apbridge.snapshot", c.body)
-		var er bridge.ErrorReply
+		var er wire.ErrorReply
 		if m.Header.Get("Nats-Service-Error-Code") != c.code || json.Unmarshal(m.Data, &er) != nil || er.Code != c.code || !strings.Contains(string(m.Data), c.want) {
 			t.Errorf("snapshot %s answered %v %s; want %s with %q", c.body, m.Header, m.Data, c.code, c.want)
 		}

@@ -175,28 +175,8 @@ func (b *Bridge) handleStatus(req micro.Request) {
 	}
 }
 
-// SnapshotRequest is the optional body of a snapshot request.
-type SnapshotRequest struct {
-	// Source limits the snapshot to one source.
-	Source string `json:"source,omitempty"`
-	// Prefix limits it to tags whose subject starts with this.
-	Prefix string `json:"prefix,omitempty"`
-	// After continues a paged snapshot: the Next of the previous reply.
-	After string `json:"after,omitempty"`
-	// Limit caps the updates in the reply (default and maximum: the
-	// bridge's SnapshotPage).
-	Limit int `json:"limit,omitempty"`
-}
-
-// SnapshotReply is the answer: the last update of every tag (in subject
-// order) that has one, and Next when more pages follow.
-type SnapshotReply struct {
-	Updates []json.RawMessage `json:"updates"`
-	Next    string            `json:"next,omitempty"`
-}
-
 // Snapshot returns one page of the last values.
-func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
+func (b *Bridge) Snapshot(r wire.SnapshotRequest) wire.SnapshotReply {
 	limit := b.cfg.SnapshotPage
 	if r.Limit > 0 && r.Limit < limit {
 		limit = r.Limit
@@ -223,7 +203,7 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 		rn.mu.Unlock()
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].subject < items[j].subject })
-	out := SnapshotReply{Updates: []json.RawMessage{}}
+	out := wire.SnapshotReply{Updates: []json.RawMessage{}}
 	for i, it := range items {
 		if i == limit {
 			out.Next = items[i-1].subject
@@ -239,7 +219,7 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 }
 
 func (b *Bridge) handleSnapshot(req micro.Request) {
-	var r SnapshotRequest
+	var r wire.SnapshotRequest
 	if d := bytes.TrimSpace(req.Data()); len(d) > 0 {
 		if err := decodeStrict(d, &r); err != nil {
 			b.replyError(req, "400", fmt.Errorf("snapshot request: %v", err))
@@ -262,7 +242,7 @@ func (b *Bridge) handleSnapshot(req micro.Request) {
 
 // checkSnapshot refuses what would otherwise be an empty answer that looks
 // like a right one: a negative limit, a source the bridge does not have.
-func (b *Bridge) checkSnapshot(r SnapshotRequest) (string, error) {
+func (b *Bridge) checkSnapshot(r wire.SnapshotRequest) (string, error) {
 	if r.Limit < 0 {
 		return "400", fmt.Errorf("limit: %d is out of range (valid 0-%d; 0 means %d)", r.Limit, b.cfg.SnapshotPage, b.cfg.SnapshotPage)
 	}
@@ -281,15 +261,8 @@ func (b *Bridge) checkSnapshot(r SnapshotRequest) (string, error) {
 	return "404", fmt.Errorf("source: %q is not a source of this relay (valid: %s)", r.Source, strings.Join(names, ", "))
 }
 
-// ErrorReply is the JSON body of an error reply of the status and
-// snapshot endpoints; the micro error headers carry the same.
-type ErrorReply struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
 func (b *Bridge) replyError(req micro.Request, code string, err error) {
-	data, _ := marshalJSON(ErrorReply{Error: err.Error(), Code: code})
+	data, _ := marshalJSON(wire.ErrorReply{Error: err.Error(), Code: code})
 	if rerr := req.Error(code, oneLine(err.Error()), data); rerr != nil {
 		b.log.Warn().Err(rerr).Str("endpoint", endpointOf(req.Subject(), b.cfg.Prefix)).Msg("error reply not sent")
 	}
@@ -316,24 +289,6 @@ func endpointOf(subject, prefix string) string {
 	rest := strings.TrimPrefix(subject, prefix+".")
 	name, _, _ := strings.Cut(rest, ".")
 	return name
-}
-
-// WriteRequest is the body of a write-back request. A body that is not a
-// JSON object is taken as the value itself.
-type WriteRequest struct {
-	Value json.RawMessage `json:"value"`
-	// Type is the value's type; by default the type of the tag's last
-	// value.
-	Type wire.Type `json:"type,omitempty"`
-}
-
-// WriteReply answers a write-back request.
-type WriteReply struct {
-	OK      bool   `json:"ok"`
-	Tag     string `json:"tag,omitempty"`
-	Status  string `json:"status,omitempty"`
-	Quality string `json:"quality,omitempty"`
-	Error   string `json:"error,omitempty"`
 }
 
 // writeError is a failed write with the micro error code to answer.
@@ -385,9 +340,9 @@ func requestUser(h micro.Headers) string {
 	return who
 }
 
-// Write writes data (a WriteRequest, or a bare JSON value) to the tag
+// Write writes data (a wire.WriteRequest, or a bare JSON value) to the tag
 // published on subject, as a write-back request would.
-func (b *Bridge) Write(subject string, data []byte) (WriteReply, error) {
+func (b *Bridge) Write(subject string, data []byte) (wire.WriteReply, error) {
 	rep, err := b.write(subject, data, "")
 	if err != nil {
 		return rep, err
@@ -396,9 +351,9 @@ func (b *Bridge) Write(subject string, data []byte) (WriteReply, error) {
 }
 
 // write writes; user is who asked, for the log ("" when unknown).
-func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *writeError) {
-	fail := func(code string, tag string, err error) (WriteReply, *writeError) {
-		return WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
+func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteReply, *writeError) {
+	fail := func(code string, tag string, err error) (wire.WriteReply, *writeError) {
+		return wire.WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
 	}
 	b.mu.Lock()
 	ts := b.bySubject[subject]
@@ -412,7 +367,7 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 		r.counters.writeErrors.Add(1)
 		return fail("403", ts.cfg.Name, fmt.Errorf("tag %q: %w (set writable: true in its configuration)", ts.cfg.Name, ErrReadOnly))
 	}
-	var wr WriteRequest
+	var wr wire.WriteRequest
 	d := bytes.TrimSpace(data)
 	if len(d) > 0 && d[0] == '{' {
 		if err := decodeStrict(d, &wr); err != nil {
@@ -469,7 +424,7 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 		}
 		return rep, werr
 	}
-	rep := WriteReply{OK: code.Quality() == wire.QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
+	rep := wire.WriteReply{OK: code.Quality() == wire.QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
 	if !rep.OK {
 		r.counters.writeErrors.Add(1)
 		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)

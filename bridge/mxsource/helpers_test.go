@@ -183,7 +183,7 @@ func (e *mxEnv) commands(i int, kind string) uint64 {
 }
 
 // write writes v to tag through the bridge, as a write-back request.
-func (e *mxEnv) write(t *testing.T, tag, v string) bridge.WriteReply {
+func (e *mxEnv) write(t *testing.T, tag, v string) wire.WriteReply {
 	t.Helper()
 	subj, ok := e.b.Subject("mx1", tag)
 	if !ok {
