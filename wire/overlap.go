@@ -26,22 +26,17 @@ func NewPatterns(list ...string) Patterns {
 
 // Overlapping returns the first of the patterns that some subject matched
 // by s (a subject or a pattern) matches too, and false when none does.
-func (ps Patterns) Overlapping(s string) (string, bool) {
-	st := patternTokens(s)
-	for i, pt := range ps.toks {
-		if overlap(st, pt) {
-			return ps.list[i], true
-		}
-	}
-	return "", false
-}
+func (ps Patterns) Overlapping(s string) (string, bool) { return ps.first(s, overlap) }
 
 // Covering returns the first of the patterns that matches every subject s
 // (a subject or a pattern) matches, and false when none does.
-func (ps Patterns) Covering(s string) (string, bool) {
+func (ps Patterns) Covering(s string) (string, bool) { return ps.first(s, subset) }
+
+// first returns the first pattern p for which holds(s, p).
+func (ps Patterns) first(s string, holds func(s, p []ptok) bool) (string, bool) {
 	st := patternTokens(s)
 	for i, pt := range ps.toks {
-		if subset(st, pt) {
+		if holds(st, pt) {
 			return ps.list[i], true
 		}
 	}
