@@ -208,7 +208,7 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 	}
 	valid := true
 	for k, js := range c.JetStream.Subjects {
-		if wire.ValidateSubscribeSubject(js) != nil || !validWildcards(js) {
+		if wire.ValidatePattern(js) != nil {
 			valid = false
 			continue
 		}
@@ -225,16 +225,6 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
 		}
 	}
-}
-
-// validWildcards reports whether every '*' and '>' in s is a whole token.
-func validWildcards(s string) bool {
-	for _, t := range strings.Split(s, ".") {
-		if t != "*" && t != ">" && strings.ContainsAny(t, "*>") {
-			return false
-		}
-	}
-	return true
 }
 
 // checkSecurityFiles checks the files of an OPC UA source's security: the
