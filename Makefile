@@ -23,8 +23,8 @@ test: vet interop-deps
 ## is saved under the package's testdata/fuzz and fails the seed tests
 ## from then on.
 FUZZTIME ?= 1m
-FUZZ_TARGETS := bridge:FuzzCodecRoundTrip bridge:FuzzDecodeJSON bridge:FuzzEscapeToken \
-	bridge:FuzzMapperSubject bridge/opcuasource:FuzzValidateNodeID relay:FuzzExpandValue relay:FuzzParse
+FUZZ_TARGETS := wire:FuzzCodecRoundTrip wire:FuzzDecodeJSON wire:FuzzEscapeToken \
+	wire:FuzzMapperSubject bridge/opcuasource:FuzzValidateNodeID relay:FuzzExpandValue relay:FuzzParse
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

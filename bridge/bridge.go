@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/rs/zerolog"
 )
 
@@ -16,19 +17,20 @@ import (
 // with AddSource.
 type Config struct {
 	// Instance names this bridge in status and the micro service.
+	// Default wire.DefaultInstance.
 	Instance string
-	// Prefix starts the subjects of the bridge's services:
-	// <Prefix>.status, <Prefix>.snapshot, <Prefix>.write.<tag subject> and
-	// <Prefix>.events.<source>. Two bridges with the same prefix are
+	// Prefix starts the subjects of the bridge's services
+	// (wire.ServiceSubjects). Two bridges with the same prefix are
 	// replicas of each other (they answer in a queue group); bridges that
-	// serve different tags need different prefixes. Default "apbridge".
+	// serve different tags need different prefixes. Default
+	// wire.DefaultPrefix.
 	Prefix string
-	// Subject is the template of tag subjects (see Mapper). Default
-	// "apbridge.{source}.{tag}".
+	// Subject is the template of tag subjects (see wire.Mapper). Default
+	// wire.DefaultSubject.
 	Subject string
 	// ServiceName is the micro service's name (letters, digits, - and _),
-	// which `nats micro ls` lists. Default "apbridge"; relays with
-	// different prefixes are told apart by different names.
+	// which `nats micro ls` lists. Default wire.DefaultServiceName; relays
+	// with different prefixes are told apart by different names.
 	ServiceName string
 	// Version is the micro service's version, a semantic version.
 	// Default Version.
@@ -50,10 +52,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = "apbridge"
+		c.Prefix = wire.DefaultPrefix
 	}
 	if c.Subject == "" {
-		c.Subject = "apbridge.{source}.{tag}"
+		c.Subject = wire.DefaultSubject
 	}
 	if c.Guard == (GuardConfig{}) {
 		c.Guard = DefaultGuardConfig()
@@ -65,10 +67,10 @@ func (c *Config) setDefaults() {
 		c.SnapshotPage = 500
 	}
 	if c.Instance == "" {
-		c.Instance = "apbridge"
+		c.Instance = wire.DefaultInstance
 	}
 	if c.ServiceName == "" {
-		c.ServiceName = "apbridge"
+		c.ServiceName = wire.DefaultServiceName
 	}
 	if c.Version == "" {
 		c.Version = Version
@@ -137,7 +139,7 @@ type Bridge struct {
 	conn   *apconn.Conn
 	sink   Sink
 	cfg    Config
-	mapper *Mapper
+	mapper *wire.Mapper
 	log    zerolog.Logger
 	now    func() time.Time
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
@@ -175,17 +177,17 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err := cfg.Guard.Validate(); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	if err := ValidateSubject(cfg.Prefix); err != nil {
+	if err := wire.ValidateSubject(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("bridge: prefix: %w", err)
 	}
-	m, err := NewMapper(cfg.Subject)
+	m, err := wire.NewMapper(cfg.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
 	if err := ValidateServiceName(cfg.ServiceName); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	o := options{sink: coreSink{conn}, log: zerolog.Nop(), now: time.Now}
+	o := options{sink: NewCoreSink(conn), log: zerolog.Nop(), now: time.Now}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("bridge: %w", err)
@@ -207,7 +209,7 @@ type tagState struct {
 
 	// Guarded by the runner's mu.
 	seq        uint64
-	last       Update
+	last       wire.Update
 	have       bool
 	subscribed bool
 	subErr     string
@@ -314,11 +316,7 @@ func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error)
 	// Tokenized once: at 10,000 tags, tokenizing them again for every tag
 	// made 19 MB of garbage at startup, and the heap it grew stayed
 	// resident.
-	svcSubjects := ServiceSubjects(b.cfg.Prefix)
-	svcToks := make([][]ptok, len(svcSubjects))
-	for i, svc := range svcSubjects {
-		svcToks[i] = patternTokens(svc)
-	}
+	svc := wire.NewPatterns(wire.ServiceSubjects(b.cfg.Prefix)...)
 	bySubject := map[string]string{} // among tags: subject -> tag name
 	out := make([]*tagState, 0, len(tags))
 	for i, tc := range tags {
@@ -336,15 +334,12 @@ func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error)
 				return nil, fmt.Errorf("bridge: source %q: %w", name, err)
 			}
 			subj = s
-		} else if err := ValidateSubject(subj); err != nil {
+		} else if err := wire.ValidateSubject(subj); err != nil {
 			return nil, fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
 		}
-		subjToks := patternTokens(subj)
-		for i, svc := range svcToks {
-			if overlap(subjToks, svc) {
-				return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
-					name, tc.Name, subj, svcSubjects[i])
-			}
+		if sv, ok := svc.Overlapping(subj); ok {
+			return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+				name, tc.Name, subj, sv)
 		}
 		if other, dup := b.bySubject[subj]; dup {
 			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
@@ -507,7 +502,7 @@ func (b *Bridge) publishEvent(source string, v map[string]any) {
 	if err != nil {
 		return
 	}
-	b.conn.Publish(b.cfg.Prefix+".events."+EscapeToken(source), data)
+	b.conn.Publish(wire.EventSubject(b.cfg.Prefix, source), data)
 }
 
 // Subject returns the subject a tag of a source is published on.
@@ -533,7 +528,7 @@ func (b *Bridge) WriteSubject(source, tag string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return b.cfg.Prefix + ".write." + s, true
+	return wire.WriteSubject(b.cfg.Prefix, s), true
 }
 
 // Prefix returns the prefix of the bridge's service subjects.

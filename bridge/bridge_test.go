@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
@@ -80,9 +81,9 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 	testutil.WaitInterest(t, e.nc, e.conn)
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
 	src := time.Date(2026, 11, 30, 1, 2, 3, 4000, time.UTC)
-	e.src.Emit(2, bridge.Update{Value: 21.5, Status: bridge.StatusGood, SourceTime: src, ServerTime: src.Add(time.Millisecond)})
-	e.src.Emit(2, bridge.Update{Value: 22.5, Status: bridge.StatusUncertain, SourceTime: src.Add(time.Second)})
-	e.src.Emit(1, bridge.Update{Value: struct{ X int }{1}, Status: bridge.StatusGood, SourceTime: src})
+	e.src.Emit(2, wire.Update{Value: 21.5, Status: wire.StatusGood, SourceTime: src, ServerTime: src.Add(time.Millisecond)})
+	e.src.Emit(2, wire.Update{Value: 22.5, Status: wire.StatusUncertain, SourceTime: src.Add(time.Second)})
+	e.src.Emit(1, wire.Update{Value: struct{ X int }{1}, Status: wire.StatusGood, SourceTime: src})
 
 	var got []*nats.Msg
 	for len(got) < 3 {
@@ -93,24 +94,24 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 			t.Fatalf("got %d updates", len(got))
 		}
 	}
-	byTag := map[string][]bridge.Update{}
+	byTag := map[string][]wire.Update{}
 	for _, m := range got {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		byTag[u.Tag] = append(byTag[u.Tag], u)
-		if m.Header.Get(bridge.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(bridge.HeaderSeq) != strconv.FormatUint(u.Seq, 10) {
+		if m.Header.Get(wire.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(wire.HeaderSeq) != strconv.FormatUint(u.Seq, 10) {
 			t.Errorf("headers %v do not match payload %s", m.Header, m.Data)
 		}
 	}
 	b := byTag["Line1.TB"]
 	if len(b) != 2 || m0(b).Value != 21.5 || b[0].Seq != 1 || b[1].Seq != 2 || !b[0].SourceTime.Equal(src) ||
-		!b[0].ServerTime.Equal(src.Add(time.Millisecond)) || b[1].Status.Quality() != bridge.QualityUncertain {
+		!b[0].ServerTime.Equal(src.Add(time.Millisecond)) || b[1].Status.Quality() != wire.QualityUncertain {
 		t.Fatalf("Line1.TB updates %+v", b)
 	}
 	a := byTag["Line1.TA"]
-	if len(a) != 1 || a[0].Status.Quality() != bridge.QualityBad || a[0].Value != nil || !strings.Contains(a[0].Err, "unsupported") {
+	if len(a) != 1 || a[0].Status.Quality() != wire.QualityBad || a[0].Value != nil || !strings.Contains(a[0].Err, "unsupported") {
 		t.Fatalf("unsupported value reported as %+v", a)
 	}
 	if s, _ := e.b.Subject("sim1", "Line1.TB"); got[0].Subject != s && got[1].Subject != s && got[2].Subject != s {
@@ -118,7 +119,7 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 	}
 }
 
-func m0(u []bridge.Update) bridge.Update { return u[0] }
+func m0(u []wire.Update) wire.Update { return u[0] }
 
 func TestSnapshotPages(t *testing.T) {
 	e := setup(t, bridge.Config{SnapshotPage: 2}, tagsN(5, false))
@@ -126,12 +127,12 @@ func TestSnapshotPages(t *testing.T) {
 	e.src.EmitAll()
 	e.src.EmitAll()
 	testutil.WaitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 10 })
-	var all []bridge.Update
+	var all []wire.Update
 	after := ""
 	for page := 0; ; page++ {
-		req, _ := json.Marshal(bridge.SnapshotRequest{After: after})
+		req, _ := json.Marshal(wire.SnapshotRequest{After: after})
 		m := testutil.Request(t, e.nc, "apbridge.snapshot", string(req))
-		var rep bridge.SnapshotReply
+		var rep wire.SnapshotReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			t.Fatalf("%s: %v", m.Data, err)
 		}
@@ -139,7 +140,7 @@ func TestSnapshotPages(t *testing.T) {
 			t.Fatalf("page of %d, limit 2", len(rep.Updates))
 		}
 		for _, raw := range rep.Updates {
-			u, err := bridge.DecodeJSON(raw)
+			u, err := wire.DecodeJSON(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +175,7 @@ func TestSnapshotPages(t *testing.T) {
 		{`[1]`, "400", "snapshot request: json: cannot unmarshal array"},
 	} {
 		m = testutil.Request(t, e.nc, "apbridge.snapshot", c.body)
-		var er bridge.ErrorReply
+		var er wire.ErrorReply
 		if m.Header.Get("Nats-Service-Error-Code") != c.code || json.Unmarshal(m.Data, &er) != nil || er.Code != c.code || !strings.Contains(string(m.Data), c.want) {
 			t.Errorf("snapshot %s answered %v %s; want %s with %q", c.body, m.Header, m.Data, c.code, c.want)
 		}
@@ -396,7 +397,7 @@ func TestNoUpdateLostThroughLDM(t *testing.T) {
 	last := map[string]uint64{}
 	gaps := 0
 	if _, err := e.nc.Subscribe("apbridge.sim1.>", func(m *nats.Msg) {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			return
 		}

@@ -9,8 +9,9 @@
 // stream). Both interfaces, and the optional Binder, Aborter and
 // StatusReporter a sink may implement, are all a source or sink written
 // outside this module needs. The Bridge maps each tag to a subject
-// (Mapper), encodes updates as JSON with their quality and timestamps also
-// in headers (AppendJSON, SetHeaders), keeps the last value of every tag
-// for snapshots, and guards each source against subscribe storms (Guard).
+// (wire.Mapper), encodes updates as JSON with their quality and timestamps also
+// in headers (package wire, which consumers import), keeps the last value
+// of every tag for snapshots, and guards each source against subscribe
+// storms (Guard).
 // docs/architecture.md describes the data path.
 package bridge

@@ -9,6 +9,7 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -35,14 +36,14 @@ func (s *meterSource) Subscribe(_ context.Context, tags []bridge.Tag) ([]error, 
 	s.mu.Unlock()
 	now := time.Now()
 	for _, t := range tags {
-		h.Update(t.Handle, bridge.Update{Value: 42.5, Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		h.Update(t.Handle, wire.Update{Value: 42.5, Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return make([]error, len(tags)), nil
 }
 
 func (s *meterSource) Unsubscribe(context.Context, []bridge.Tag) error { return nil }
 
-func (s *meterSource) Write(context.Context, bridge.Tag, any) (bridge.StatusCode, error) {
+func (s *meterSource) Write(context.Context, bridge.Tag, any) (wire.StatusCode, error) {
 	return 0, bridge.ErrReadOnly
 }
 
@@ -91,7 +92,7 @@ func ExampleNew() {
 		return
 	}
 	m := <-updates
-	u, err := bridge.DecodeJSON(m.Data)
+	u, err := wire.DecodeJSON(m.Data)
 	if err != nil {
 		fmt.Println(err)
 		return

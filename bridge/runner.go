@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -79,7 +80,7 @@ func newRunner(b *Bridge, src Source) *runner {
 }
 
 // Update implements Handler: one tag changed at the source.
-func (r *runner) Update(handle uint32, u Update) {
+func (r *runner) Update(handle uint32, u wire.Update) {
 	r.counters.updates.Add(1)
 	r.mu.Lock()
 	ts := r.byHandle[handle]
@@ -87,9 +88,9 @@ func (r *runner) Update(handle uint32, u Update) {
 		r.mu.Unlock()
 		return
 	}
-	if _, ok := TypeOf(u.Value); !ok {
+	if _, ok := wire.TypeOf(u.Value); !ok {
 		r.counters.unsupported.Add(1)
-		u = Unsupported(ts.cfg.Name, u.Value, u.SourceTime, u.ServerTime)
+		u = wire.Unsupported(ts.cfg.Name, u.Value, u.SourceTime, u.ServerTime)
 	}
 	ts.seq++
 	u.Tag, u.Seq = ts.cfg.Name, ts.seq
@@ -111,10 +112,10 @@ func (r *runner) Update(handle uint32, u Update) {
 }
 
 // encodeLocked encodes u as the message for the sink; r.mu is held.
-func (r *runner) encodeLocked(subject string, u *Update) (*nats.Msg, error) {
+func (r *runner) encodeLocked(subject string, u *wire.Update) (*nats.Msg, error) {
 	// A fresh buffer per message: the sink keeps the message until the
 	// broker confirms it. Sized from the last one, it rarely grows.
-	data, err := AppendJSON(make([]byte, 0, r.lastLen+32), u)
+	data, err := wire.AppendJSON(make([]byte, 0, r.lastLen+32), u)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +123,9 @@ func (r *runner) encodeLocked(subject string, u *Update) (*nats.Msg, error) {
 	m := &nats.Msg{Subject: subject, Data: data}
 	if !r.b.cfg.NoHeaders {
 		m.Header = make(nats.Header, 6)
-		SetHeaders(m.Header, u)
+		wire.SetHeaders(m.Header, u)
 		if r.refreshing {
-			m.Header[HeaderRefresh] = []string{"true"}
+			m.Header[wire.HeaderRefresh] = []string{"true"}
 		}
 	}
 	return m, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -58,9 +59,9 @@ func (b *Bridge) moveService() error {
 		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
 	}
 	if err := errors.Join(
-		add("status", b.cfg.Prefix+".status", b.handleStatus),
-		add("snapshot", b.cfg.Prefix+".snapshot", b.handleSnapshot),
-		add("write", b.cfg.Prefix+".write.>", b.handleWrite),
+		add("status", wire.StatusSubject(b.cfg.Prefix), b.handleStatus),
+		add("snapshot", wire.SnapshotSubject(b.cfg.Prefix), b.handleSnapshot),
+		add("write", wire.WriteSubject(b.cfg.Prefix, ">"), b.handleWrite),
 	); err != nil {
 		svc.Stop()
 		return fmt.Errorf("bridge: micro endpoints: %w", err)
@@ -174,35 +175,15 @@ func (b *Bridge) handleStatus(req micro.Request) {
 	}
 }
 
-// SnapshotRequest is the optional body of a snapshot request.
-type SnapshotRequest struct {
-	// Source limits the snapshot to one source.
-	Source string `json:"source,omitempty"`
-	// Prefix limits it to tags whose subject starts with this.
-	Prefix string `json:"prefix,omitempty"`
-	// After continues a paged snapshot: the Next of the previous reply.
-	After string `json:"after,omitempty"`
-	// Limit caps the updates in the reply (default and maximum: the
-	// bridge's SnapshotPage).
-	Limit int `json:"limit,omitempty"`
-}
-
-// SnapshotReply is the answer: the last update of every tag (in subject
-// order) that has one, and Next when more pages follow.
-type SnapshotReply struct {
-	Updates []json.RawMessage `json:"updates"`
-	Next    string            `json:"next,omitempty"`
-}
-
 // Snapshot returns one page of the last values.
-func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
+func (b *Bridge) Snapshot(r wire.SnapshotRequest) wire.SnapshotReply {
 	limit := b.cfg.SnapshotPage
 	if r.Limit > 0 && r.Limit < limit {
 		limit = r.Limit
 	}
 	type item struct {
 		subject string
-		u       Update
+		u       wire.Update
 	}
 	var items []item
 	b.mu.Lock()
@@ -222,13 +203,13 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 		rn.mu.Unlock()
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].subject < items[j].subject })
-	out := SnapshotReply{Updates: []json.RawMessage{}}
+	out := wire.SnapshotReply{Updates: []json.RawMessage{}}
 	for i, it := range items {
 		if i == limit {
 			out.Next = items[i-1].subject
 			break
 		}
-		data, err := AppendJSON(nil, &it.u)
+		data, err := wire.AppendJSON(nil, &it.u)
 		if err != nil {
 			continue
 		}
@@ -238,7 +219,7 @@ func (b *Bridge) Snapshot(r SnapshotRequest) SnapshotReply {
 }
 
 func (b *Bridge) handleSnapshot(req micro.Request) {
-	var r SnapshotRequest
+	var r wire.SnapshotRequest
 	if d := bytes.TrimSpace(req.Data()); len(d) > 0 {
 		if err := decodeStrict(d, &r); err != nil {
 			b.replyError(req, "400", fmt.Errorf("snapshot request: %v", err))
@@ -261,7 +242,7 @@ func (b *Bridge) handleSnapshot(req micro.Request) {
 
 // checkSnapshot refuses what would otherwise be an empty answer that looks
 // like a right one: a negative limit, a source the bridge does not have.
-func (b *Bridge) checkSnapshot(r SnapshotRequest) (string, error) {
+func (b *Bridge) checkSnapshot(r wire.SnapshotRequest) (string, error) {
 	if r.Limit < 0 {
 		return "400", fmt.Errorf("limit: %d is out of range (valid 0-%d; 0 means %d)", r.Limit, b.cfg.SnapshotPage, b.cfg.SnapshotPage)
 	}
@@ -280,15 +261,8 @@ func (b *Bridge) checkSnapshot(r SnapshotRequest) (string, error) {
 	return "404", fmt.Errorf("source: %q is not a source of this relay (valid: %s)", r.Source, strings.Join(names, ", "))
 }
 
-// ErrorReply is the JSON body of an error reply of the status and
-// snapshot endpoints; the micro error headers carry the same.
-type ErrorReply struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
 func (b *Bridge) replyError(req micro.Request, code string, err error) {
-	data, _ := marshalJSON(ErrorReply{Error: err.Error(), Code: code})
+	data, _ := marshalJSON(wire.ErrorReply{Error: err.Error(), Code: code})
 	if rerr := req.Error(code, oneLine(err.Error()), data); rerr != nil {
 		b.log.Warn().Err(rerr).Str("endpoint", endpointOf(req.Subject(), b.cfg.Prefix)).Msg("error reply not sent")
 	}
@@ -317,24 +291,6 @@ func endpointOf(subject, prefix string) string {
 	return name
 }
 
-// WriteRequest is the body of a write-back request. A body that is not a
-// JSON object is taken as the value itself.
-type WriteRequest struct {
-	Value json.RawMessage `json:"value"`
-	// Type is the value's type; by default the type of the tag's last
-	// value.
-	Type Type `json:"type,omitempty"`
-}
-
-// WriteReply answers a write-back request.
-type WriteReply struct {
-	OK      bool   `json:"ok"`
-	Tag     string `json:"tag,omitempty"`
-	Status  string `json:"status,omitempty"`
-	Quality string `json:"quality,omitempty"`
-	Error   string `json:"error,omitempty"`
-}
-
 // writeError is a failed write with the micro error code to answer.
 type writeError struct {
 	code string
@@ -344,7 +300,7 @@ type writeError struct {
 func (e *writeError) Error() string { return e.err.Error() }
 
 func (b *Bridge) handleWrite(req micro.Request) {
-	subject := strings.TrimPrefix(req.Subject(), b.cfg.Prefix+".write.")
+	subject := strings.TrimPrefix(req.Subject(), wire.WriteSubject(b.cfg.Prefix, ""))
 	rep, werr := b.write(subject, req.Data(), requestUser(req.Headers()))
 	data, _ := marshalJSON(rep)
 	var err error
@@ -384,9 +340,9 @@ func requestUser(h micro.Headers) string {
 	return who
 }
 
-// Write writes data (a WriteRequest, or a bare JSON value) to the tag
+// Write writes data (a wire.WriteRequest, or a bare JSON value) to the tag
 // published on subject, as a write-back request would.
-func (b *Bridge) Write(subject string, data []byte) (WriteReply, error) {
+func (b *Bridge) Write(subject string, data []byte) (wire.WriteReply, error) {
 	rep, err := b.write(subject, data, "")
 	if err != nil {
 		return rep, err
@@ -395,9 +351,9 @@ func (b *Bridge) Write(subject string, data []byte) (WriteReply, error) {
 }
 
 // write writes; user is who asked, for the log ("" when unknown).
-func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *writeError) {
-	fail := func(code string, tag string, err error) (WriteReply, *writeError) {
-		return WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
+func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteReply, *writeError) {
+	fail := func(code string, tag string, err error) (wire.WriteReply, *writeError) {
+		return wire.WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
 	}
 	b.mu.Lock()
 	ts := b.bySubject[subject]
@@ -411,7 +367,7 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 		r.counters.writeErrors.Add(1)
 		return fail("403", ts.cfg.Name, fmt.Errorf("tag %q: %w (set writable: true in its configuration)", ts.cfg.Name, ErrReadOnly))
 	}
-	var wr WriteRequest
+	var wr wire.WriteRequest
 	d := bytes.TrimSpace(data)
 	if len(d) > 0 && d[0] == '{' {
 		if err := decodeStrict(d, &wr); err != nil {
@@ -433,15 +389,15 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 	if typ == "" {
 		r.mu.Lock()
 		if ts.have {
-			typ, _ = TypeOf(ts.last.Value)
+			typ, _ = wire.TypeOf(ts.last.Value)
 		}
 		r.mu.Unlock()
 	}
-	if typ == "" || typ == TypeNull {
+	if typ == "" || typ == wire.TypeNull {
 		r.counters.writeErrors.Add(1)
 		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: its type is not known yet: give "type" in the request`, ts.cfg.Name))
 	}
-	v, err := DecodeValue(typ, wr.Value)
+	v, err := wire.DecodeValue(typ, wr.Value)
 	if err != nil {
 		r.counters.writeErrors.Add(1)
 		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %v", ts.cfg.Name, err))
@@ -468,7 +424,7 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 		}
 		return rep, werr
 	}
-	rep := WriteReply{OK: code.Quality() == QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
+	rep := wire.WriteReply{OK: code.Quality() == wire.QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
 	if !rep.OK {
 		r.counters.writeErrors.Add(1)
 		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)
@@ -477,4 +433,18 @@ func (b *Bridge) write(subject string, data []byte, user string) (WriteReply, *w
 	}
 	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back")
 	return rep, nil
+}
+
+// ValidateServiceName checks a micro service name: 1-64 letters, digits,
+// '-' and '_', which is what the NATS micro protocol accepts.
+func ValidateServiceName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("service name %q: want 1-64 characters", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("service name %q: %q is not allowed (valid: letters, digits, - and _)", name, c)
+		}
+	}
+	return nil
 }

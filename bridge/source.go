@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Tag is a tag as the bridge asks a source for it.
@@ -41,7 +43,7 @@ type Source interface {
 	// Write writes v to tag and returns the source's status for the write.
 	// A source refuses a write it cannot make safely (not connected, not
 	// the primary server) with an error.
-	Write(ctx context.Context, tag Tag, v any) (StatusCode, error)
+	Write(ctx context.Context, tag Tag, v any) (wire.StatusCode, error)
 	// Health returns the source's state now.
 	Health() Health
 	// Close stops the source and waits for its goroutines.
@@ -76,7 +78,7 @@ type ReplyBounder interface {
 type Handler interface {
 	// Update reports a change of the tag with the given handle. The
 	// update's Tag and Seq are filled in by the bridge.
-	Update(handle uint32, u Update)
+	Update(handle uint32, u wire.Update)
 	// RefreshStart and RefreshEnd frame a snapshot: the current value of
 	// every tag, sent by a source after it switched servers, so that
 	// consumers can reconcile.

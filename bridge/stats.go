@@ -1,6 +1,10 @@
 package bridge
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/apbridge/apbridge/wire"
+)
 
 // SourceStats are the counters of one source.
 type SourceStats struct {
@@ -63,9 +67,9 @@ func (b *Bridge) Stats() []SourceStats {
 				s.NoValue++
 			default:
 				switch ts.last.Status.Quality() {
-				case QualityGood:
+				case wire.QualityGood:
 					s.Good++
-				case QualityUncertain:
+				case wire.QualityUncertain:
 					s.Uncertain++
 				default:
 					s.Bad++

@@ -10,13 +10,15 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Config is a relay's configuration: the file `apbridge run --config`
 // reads, and what Start builds a relay from. docs/configuration.md
 // describes every field; examples/site.yaml is a commented example.
 type Config struct {
-	// Instance names the relay in its status, logs and micro service.
+	// Instance names the relay in its status, logs and micro service
+	// (default wire.DefaultInstance).
 	Instance string `yaml:"instance"`
 	// LogLevel is debug, info, warn or error (default info).
 	LogLevel string `yaml:"logLevel"`
@@ -27,7 +29,7 @@ type Config struct {
 	// Service sets the subjects of the relay's own services.
 	Service ServiceConfig `yaml:"service"`
 	// Subject is the template of tag subjects (default
-	// "apbridge.{source}.{tag}").
+	// wire.DefaultSubject).
 	Subject string `yaml:"subject"`
 	// NoHeaders leaves quality and timestamps out of NATS headers.
 	NoHeaders bool `yaml:"noHeaders"`
@@ -116,11 +118,12 @@ type TLSFiles struct {
 
 // ServiceConfig sets the relay's service subjects.
 type ServiceConfig struct {
-	// Prefix of <prefix>.status, .snapshot, .write.<subject>, .events.<source>.
+	// Prefix starts the service subjects (wire.ServiceSubjects; default
+	// wire.DefaultPrefix).
 	Prefix string `yaml:"prefix"`
-	// Name is the micro service's name (default "apbridge"): give relays
-	// with different prefixes different names to tell them apart in
-	// `nats micro ls`.
+	// Name is the micro service's name (default wire.DefaultServiceName):
+	// give relays with different prefixes different names to tell them
+	// apart in `nats micro ls`.
 	Name string `yaml:"name"`
 }
 
@@ -208,7 +211,7 @@ func (c *Config) validate(withSources bool) error {
 		add("nats: user and password go together")
 	}
 	if c.Service.Prefix != "" {
-		if err := bridge.ValidateSubject(c.Service.Prefix); err != nil {
+		if err := wire.ValidateSubject(c.Service.Prefix); err != nil {
 			add("service.prefix: %v", err)
 		}
 	}
@@ -218,7 +221,7 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	if c.Subject != "" {
-		if _, err := bridge.NewMapper(c.Subject); err != nil {
+		if _, err := wire.NewMapper(c.Subject); err != nil {
 			add("subject: %v", err)
 		}
 	}
@@ -313,7 +316,7 @@ func checkTag(tf string, t bridge.TagConfig, seen map[string]bool, add func(stri
 	}
 	seen[t.Name] = true
 	if t.Subject != "" {
-		if err := bridge.ValidateSubject(t.Subject); err != nil {
+		if err := wire.ValidateSubject(t.Subject); err != nil {
 			add("%s.subject: %v", tf, err)
 		}
 	}

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -67,12 +67,12 @@ sources:
 	}
 	defer r.Close()
 	for m := range updates {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		if u.Status.Quality() == bridge.QualityGood {
+		if u.Status.Quality() == wire.QualityGood {
 			fmt.Printf("%s on %s: quality %s\n", u.Tag, m.Subject, u.Status.Quality())
 			break
 		}

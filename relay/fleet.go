@@ -10,22 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/fleet"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
-)
-
-// Headers a fleet relay adds to every update (unless noHeaders is set).
-const (
-	// HeaderLease is the lease's fencing token: the revision at which the
-	// publishing relay won the source's lease. A later owner's token is
-	// larger, so a consumer can drop an update whose token is below the
-	// largest it has seen for the source.
-	HeaderLease = "Apb-Lease"
-	// HeaderRelay is the fleet relay ID of the publisher.
-	HeaderRelay = "Apb-Relay"
 )
 
 // StateNotOwned is the state a fleet relay reports for a source whose
@@ -374,7 +363,7 @@ func (s *leasedSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) error
 	return nil
 }
 
-func (s *leasedSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *leasedSource) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	if _, ok := s.f.valid(s.name); ok {
 		if inner := s.current(); inner != nil {
 			return inner.Write(ctx, tag, v)
@@ -434,7 +423,7 @@ func (g *gatedHandler) live() (bridge.Handler, bool) {
 	return g.s.h, g.s.gen == g.gen
 }
 
-func (g *gatedHandler) Update(handle uint32, u bridge.Update) {
+func (g *gatedHandler) Update(handle uint32, u wire.Update) {
 	h, ok := g.live()
 	if !ok {
 		return
@@ -478,7 +467,7 @@ type fencedSink struct {
 	noHeaders bool
 }
 
-func (s *fencedSink) Publish(source string, m *nats.Msg, u *bridge.Update) error {
+func (s *fencedSink) Publish(source string, m *nats.Msg, u *wire.Update) error {
 	token, ok := s.f.valid(source)
 	if !ok {
 		s.f.fenced.Add(1)
@@ -488,8 +477,8 @@ func (s *fencedSink) Publish(source string, m *nats.Msg, u *bridge.Update) error
 		if m.Header == nil {
 			m.Header = nats.Header{}
 		}
-		m.Header[HeaderLease] = []string{strconv.FormatUint(token, 10)}
-		m.Header[HeaderRelay] = []string{s.f.id}
+		m.Header[wire.HeaderLease] = []string{strconv.FormatUint(token, 10)}
+		m.Header[wire.HeaderRelay] = []string{s.f.id}
 	}
 	return s.inner.Publish(source, m, u)
 }
@@ -515,15 +504,6 @@ func (s *fencedSink) SinkStatus() any {
 	}
 	return nil
 }
-
-// connSink publishes on the ApConnection, as the bridge's own core sink
-// does; a fleet relay wraps it.
-type connSink struct{ conn *apconn.Conn }
-
-func (s connSink) Publish(_ string, m *nats.Msg, _ *bridge.Update) error {
-	return s.conn.PublishOwned(m)
-}
-func (s connSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
 
 // fleetReconnectWait is the bucket connection's wait between reconnect
 // attempts: well under the lease's fence margin.

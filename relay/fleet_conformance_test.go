@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // A fleet relay's leased source passes the source conformance suite: the
@@ -105,7 +106,6 @@ func (s *leasedSims) Up(*testing.T) {
 	}
 }
 
-
 // stuckSource is a source whose Start waits until its context ends, as a
 // source that waits for servers that are down would.
 type stuckSource struct {
@@ -151,8 +151,8 @@ func TestLeasedSourceCloseEndsAStartingInstance(t *testing.T) {
 // discard is a Handler that keeps nothing.
 type discard struct{}
 
-func (discard) Update(uint32, bridge.Update) {}
-func (discard) RefreshStart(string)          {}
-func (discard) RefreshEnd()                  {}
-func (discard) HealthChanged(bridge.Health)  {}
-func (discard) Restored()                    {}
+func (discard) Update(uint32, wire.Update)  {}
+func (discard) RefreshStart(string)         {}
+func (discard) RefreshEnd()                 {}
+func (discard) HealthChanged(bridge.Health) {}
+func (discard) Restored()                   {}

@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -100,13 +101,13 @@ func (s *seen) add(m *nats.Msg) {
 		s.markers++
 		return
 	}
-	if m.Header.Get(relay.HeaderLease) == "" {
-		s.bad = append(s.bad, m.Subject+": no "+relay.HeaderLease)
+	if m.Header.Get(wire.HeaderLease) == "" {
+		s.bad = append(s.bad, m.Subject+": no "+wire.HeaderLease)
 	}
 	if s.by[src] == nil {
 		s.by[src] = map[string]int{}
 	}
-	s.by[src][m.Header.Get(relay.HeaderRelay)]++
+	s.by[src][m.Header.Get(wire.HeaderRelay)]++
 }
 
 // publishers returns the relays seen per source.

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/tlsconf"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -88,7 +89,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		if c.Fleet != nil && !c.NoHeaders {
 			// While a pair changes hands both relays publish it; the lease
 			// token keeps the old owner's late updates out of the stream.
-			jsOpts = append(jsOpts, jetstreamsink.WithFence(HeaderLease))
+			jsOpts = append(jsOpts, jetstreamsink.WithFence(wire.HeaderLease))
 		}
 		if r.js, err = jetstreamsink.New(ctx, conn, c.JetStream, jsOpts...); err != nil {
 			conn.Close()
@@ -98,7 +99,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	}
 	if c.Fleet != nil {
 		r.fl = newFleetPart(c.Fleet, o.log)
-		var inner bridge.Sink = connSink{conn}
+		var inner bridge.Sink = bridge.NewCoreSink(conn)
 		if r.js != nil {
 			inner = r.js
 		}

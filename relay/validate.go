@@ -8,9 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/tlsconf"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // The checks below are part of Validate (validate calls them): they see
@@ -134,30 +134,23 @@ func (c *Config) checkListen(add func(string, ...any)) {
 // checkSubjects checks the subjects of the tags against each other, the
 // service subjects and the JetStream stream: no two tags share a subject;
 // no tag subject, subject template result (for browsed tags) or stream
-// subject overlaps <prefix>.status, .snapshot, .write.>, .events.> (the
-// relay's updates would arrive as its own requests: with a writable tag,
-// as writes to the plant); a stream given subjects captures every tag.
+// subject overlaps a service subject (wire.ServiceSubjects: the relay's
+// updates would arrive as its own requests, with a writable tag as writes
+// to the plant); a stream given subjects captures every tag.
 func (c *Config) checkSubjects(add func(string, ...any)) {
 	prefix, tmpl := c.Service.Prefix, c.Subject
 	if prefix == "" {
-		prefix = "apbridge"
+		prefix = wire.DefaultPrefix
 	}
 	if tmpl == "" {
-		tmpl = "apbridge.{source}.{tag}"
+		tmpl = wire.DefaultSubject
 	}
-	m, err := bridge.NewMapper(tmpl)
-	if err != nil || bridge.ValidateSubject(prefix) != nil {
+	m, err := wire.NewMapper(tmpl)
+	if err != nil || wire.ValidateSubject(prefix) != nil {
 		return // reported by the field checks
 	}
-	svc := bridge.ServiceSubjects(prefix)
-	overlapping := func(subject string) string {
-		for _, s := range svc {
-			if bridge.SubjectsOverlap(subject, s) {
-				return s
-			}
-		}
-		return ""
-	}
+	svcList := wire.ServiceSubjects(prefix)
+	svc := wire.NewPatterns(svcList...)
 	type tagSubject struct{ field, subject string }
 	var all []tagSubject
 	owner := map[string]string{}
@@ -188,10 +181,10 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 					add("%s: %v", e.field, err)
 					continue
 				}
-			} else if bridge.ValidateSubject(subject) != nil {
+			} else if wire.ValidateSubject(subject) != nil {
 				continue
 			}
-			if sv := overlapping(subject); sv != "" {
+			if sv, ok := svc.Overlapping(subject); ok {
 				add("%s: subject %q overlaps the service subject %q: the relay's own updates would arrive as requests (change the tag's subject, the template or service.prefix)", e.field, subject, sv)
 			}
 			if other, dup := owner[subject]; dup {
@@ -202,7 +195,7 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 			all = append(all, tagSubject{e.field, subject})
 		}
 		if len(s.Browse) > 0 && (s.Type == "" || s.Type == TypeOPCUA) {
-			for _, sv := range svc {
+			for _, sv := range svcList {
 				if m.CanOverlap(s.Name, sv) {
 					add("%s.browse: the subject template %q can give a browsed tag of source %q a subject under the service subject %q; use a template or service.prefix that keeps them apart", f, tmpl, s.Name, sv)
 					break
@@ -215,39 +208,23 @@ func (c *Config) checkSubjects(add func(string, ...any)) {
 	}
 	valid := true
 	for k, js := range c.JetStream.Subjects {
-		if bridge.ValidateSubscribeSubject(js) != nil || !validWildcards(js) {
+		if wire.ValidatePattern(js) != nil {
 			valid = false
 			continue
 		}
-		if sv := overlapping(js); sv != "" {
+		if sv, ok := svc.Overlapping(js); ok {
 			add("jetstream.subjects[%d]: %q overlaps the service subject %q: the stream would capture the relay's requests", k, js, sv)
 		}
 	}
 	if len(c.JetStream.Subjects) == 0 || !valid {
 		return // a bad pattern is reported by the field checks
 	}
+	stream := wire.NewPatterns(c.JetStream.Subjects...)
 	for _, ts := range all {
-		covered := false
-		for _, js := range c.JetStream.Subjects {
-			if bridge.SubjectsOverlap(ts.subject, js) {
-				covered = true
-				break
-			}
-		}
-		if !covered {
+		if _, covered := stream.Covering(ts.subject); !covered {
 			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
 		}
 	}
-}
-
-// validWildcards reports whether every '*' and '>' in s is a whole token.
-func validWildcards(s string) bool {
-	for _, t := range strings.Split(s, ".") {
-		if t != "*" && t != ">" && strings.ContainsAny(t, "*>") {
-			return false
-		}
-	}
-	return true
 }
 
 // checkSecurityFiles checks the files of an OPC UA source's security: the

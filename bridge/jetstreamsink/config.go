@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/jsm.go/api"
 )
 
@@ -144,7 +145,7 @@ func (c Config) validated() (api.StreamConfig, error) {
 		return sc, bad("stream", "%q is not a stream name (1-255 characters, none of . * > / \\ or spaces)", c.Stream)
 	}
 	for i, s := range c.Subjects {
-		if err := validateSubjectPattern(s); err != nil {
+		if err := wire.ValidatePattern(s); err != nil {
 			return sc, bad(fmt.Sprintf("subjects[%d]", i), "%v", err)
 		}
 	}
@@ -227,27 +228,4 @@ func (c Config) validated() (api.StreamConfig, error) {
 		Duplicates:   c.DuplicateWindow,
 	}
 	return sc, nil
-}
-
-// validateSubjectPattern checks a stream subject: tokens separated by
-// dots, none empty, no spaces, "*" and ">" only as whole tokens and ">"
-// only last.
-func validateSubjectPattern(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty subject")
-	}
-	toks := strings.Split(s, ".")
-	for i, t := range toks {
-		switch {
-		case t == "":
-			return fmt.Errorf("%q has an empty token", s)
-		case strings.ContainsAny(t, " \t\r\n"):
-			return fmt.Errorf("%q contains white space", s)
-		case t == ">" && i != len(toks)-1:
-			return fmt.Errorf("%q has > before its last token", s)
-		case t != ">" && t != "*" && strings.ContainsAny(t, "*>"):
-			return fmt.Errorf("%q has a wildcard inside a token", s)
-		}
-	}
-	return nil
 }

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -69,7 +69,7 @@ func (p *fencedPublisher) send(base time.Time, v int64) error {
 
 // sendTag hands the sink value v of tag, stamped v ms after base.
 func (p *fencedPublisher) sendTag(base time.Time, tag string, v int64) error {
-	u := &bridge.Update{Tag: tag, Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
+	u := &wire.Update{Tag: tag, Value: v, SourceTime: base.Add(time.Duration(v) * time.Millisecond)}
 	m := &nats.Msg{Subject: strings.TrimSuffix(p.subject, "Counter") + tag, Data: []byte(strconv.FormatInt(v, 10)),
 		Header: nats.Header{fenceHeader: []string{strconv.FormatUint(p.token, 10)}}}
 	return p.sink.Publish("line1", m, u)

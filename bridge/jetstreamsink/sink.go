@@ -11,6 +11,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -31,7 +32,7 @@ func WithLogger(l zerolog.Logger) Option {
 }
 
 // Sink is a bridge.Sink that stores every update in a JetStream stream,
-// exactly once by message ID (MessageID), through broker maintenance,
+// exactly once by message ID (wire.MessageID), through broker maintenance,
 // broker death, stream leader changes and source failover.
 //
 // Publishes are asynchronous, on the ApConnection's current active
@@ -238,19 +239,19 @@ func (s *Sink) Config() Config { return s.cfg }
 // pending window, blocking while the window is full. It returns an error
 // only for an update the stream could never take (too large, or on a
 // subject the stream does not capture) or when the sink is closed.
-func (s *Sink) Publish(source string, m *nats.Msg, u *bridge.Update) error {
+func (s *Sink) Publish(source string, m *nats.Msg, u *wire.Update) error {
 	if m.Header == nil {
 		m.Header = make(nats.Header, 2)
 	}
-	m.Header[jetstream.MsgIDHeader] = []string{bridge.MessageID(source, u)}
+	m.Header[jetstream.MsgIDHeader] = []string{wire.MessageID(source, u)}
 	m.Header[jetstream.ExpectedStreamHeader] = []string{s.cfg.Stream}
 	size := msgSize(m)
-	patterns, maxMsg, err := s.streamReady()
+	st, err := s.streamReady()
 	if err != nil {
 		return err
 	}
-	if maxMsg > 0 && size > maxMsg {
-		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, maxMsg)
+	if st.maxMsg > 0 && size > st.maxMsg {
+		return fmt.Errorf("bridge: jetstream: tag %q: update of %d bytes is larger than the stream's maxMsgSize %d", u.Tag, size, st.maxMsg)
 	}
 	e := &jsEntry{msg: m, subject: m.Subject, size: size, queuedAt: time.Now(), token: s.tokenOf(m)}
 
@@ -261,9 +262,9 @@ func (s *Sink) Publish(source string, m *nats.Msg, u *bridge.Update) error {
 	}
 	q := s.subjects[m.Subject]
 	if q == nil {
-		if !coveredBy(m.Subject, patterns) {
+		if _, ok := st.capture.Covering(m.Subject); !ok {
 			s.mu.Unlock()
-			return fmt.Errorf("bridge: jetstream: tag %q: subject %q is not captured by stream %q (subjects %v)", u.Tag, m.Subject, s.cfg.Stream, patterns)
+			return fmt.Errorf("bridge: jetstream: tag %q: subject %q is not captured by stream %q (subjects %v)", u.Tag, m.Subject, s.cfg.Stream, st.subjects)
 		}
 		q = &jsSubject{}
 		s.subjects[m.Subject] = q

@@ -473,7 +473,8 @@ func TestJetStreamIncompatibleStreamRefused(t *testing.T) {
 }
 
 // TestJetStreamSubjectChecks refuses a stream that would capture the
-// bridge's own service subjects, and tags outside the stream.
+// bridge's own service subjects, the micro service's discovery subjects
+// among them, and tags outside the stream.
 func TestJetStreamSubjectChecks(t *testing.T) {
 	cl := startJSCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -484,20 +485,25 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 	}
 	defer conn.Close()
 	for _, c := range []struct {
-		stream, subject string
-		want            string
+		stream   string
+		subjects []string
+		template string // of the tag subjects; "" for the default
+		want     string
 	}{
-		{"ALL", "apbridge.>", `service subject "apbridge.status"`},
-		{"OTHER", "other.>", `tag subject "apbridge.s.Line1.T00" is not captured`},
+		{"ALL", []string{"apbridge.>"}, "", `service subject "apbridge.status"`},
+		{"OTHER", []string{"other.>"}, "", `tag subject "apbridge.s.Line1.T00" is not captured`},
+		// It captures every tag, and the ping, info and stats requests
+		// of every micro service.
+		{"SRV", []string{"srv.>", "$SRV.>"}, "srv.{source}.{tag}", `stream subject "$SRV.>" would also capture the bridge's service subject "$SRV.>"`},
 	} {
-		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: []string{c.subject}, Replicas: 1})
+		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: c.subjects, Replicas: 1})
 		if err != nil && !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%s: %v", c.stream, err)
 		}
 		if err != nil {
 			continue
 		}
-		b, err := bridge.New(conn, bridge.Config{}, bridge.WithSink(sink))
+		b, err := bridge.New(conn, bridge.Config{Subject: c.template}, bridge.WithSink(sink))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,39 +515,6 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: start gave %v, want %q", c.stream, err, c.want)
 		}
-	}
-}
-
-func TestMessageIDIsTheSourcesIdentity(t *testing.T) {
-	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
-	u := bridge.Update{Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at, ServerTime: at.Add(time.Millisecond), Seq: 7}
-	id := bridge.MessageID("pair1", &u)
-	same := u
-	same.Seq, same.ServerTime = 99, at.Add(time.Second) // relay-local or server-local: not part of the identity
-	same.SourceTime = at.In(time.FixedZone("X", 3600))
-	if got := bridge.MessageID("pair1", &same); got != id {
-		t.Fatalf("same update, other relay: %s != %s", got, id)
-	}
-	for name, v := range map[string]bridge.Update{
-		"value":       {Tag: "T1", Value: 21.6, Status: bridge.StatusGood, SourceTime: at},
-		"type":        {Tag: "T1", Value: float32(21.5), Status: bridge.StatusGood, SourceTime: at},
-		"status":      {Tag: "T1", Value: 21.5, Status: bridge.StatusUncertain, SourceTime: at},
-		"source time": {Tag: "T1", Value: 21.5, Status: bridge.StatusGood, SourceTime: at.Add(time.Nanosecond)},
-		"tag":         {Tag: "T2", Value: 21.5, Status: bridge.StatusGood, SourceTime: at},
-	} {
-		if bridge.MessageID("pair1", &v) == id {
-			t.Errorf("a different %s gives the same ID", name)
-		}
-	}
-	if bridge.MessageID("pair2", &u) == id {
-		t.Error("a different source gives the same ID")
-	}
-	// Without a source timestamp the server timestamp identifies it.
-	a := bridge.Update{Tag: "T1", Value: int64(1), ServerTime: at}
-	b := a
-	b.ServerTime = at.Add(time.Millisecond)
-	if bridge.MessageID("p", &a) == bridge.MessageID("p", &b) {
-		t.Error("server time ignored when there is no source time")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 )
@@ -19,8 +20,9 @@ type streamWant struct{ cfg api.StreamConfig }
 
 // streamState is what the sink knows of its stream once it is ready.
 type streamState struct {
-	patterns []string // the stream's subjects
-	maxMsg   int      // its max message size, 0 for none
+	subjects []string      // the stream's subjects
+	capture  wire.Patterns // the same, to check tag subjects against
+	maxMsg   int           // its max message size, 0 for none
 }
 
 // StreamMismatchError is returned when the stream exists with settings that
@@ -61,8 +63,9 @@ func compareStream(have, want api.StreamConfig) *StreamMismatchError {
 		e.Settings = append(e.Settings, setting)
 		e.Details = append(e.Details, setting+": "+fmt.Sprintf(format, a...))
 	}
+	captured := wire.NewPatterns(have.Subjects...)
 	for _, w := range want.Subjects {
-		if !coveredBy(w, have.Subjects) {
+		if _, ok := captured.Covering(w); !ok {
 			add("subjects", "the stream's %v do not capture %q", have.Subjects, w)
 			break
 		}
@@ -210,7 +213,8 @@ func (s *Sink) ensureOnce(ctx context.Context, want api.StreamConfig) error {
 	if mm := compareStream(have, want); mm != nil {
 		return mm
 	}
-	st2 := &streamState{patterns: slices.Clone(have.Subjects)}
+	subjects := slices.Clone(have.Subjects)
+	st2 := &streamState{subjects: subjects, capture: wire.NewPatterns(subjects...)}
 	if have.MaxMsgSize > 0 {
 		st2.maxMsg = int(have.MaxMsgSize)
 	}
@@ -219,21 +223,21 @@ func (s *Sink) ensureOnce(ctx context.Context, want api.StreamConfig) error {
 	return nil
 }
 
-// streamReady returns the stream's subjects and max message size, or an
-// error if the stream has not been set up yet.
-func (s *Sink) streamReady() ([]string, int, error) {
+// streamReady returns what the sink knows of its stream, or an error if
+// the stream has not been set up yet.
+func (s *Sink) streamReady() (*streamState, error) {
 	st := s.state.Load()
 	if st == nil {
-		return nil, 0, fmt.Errorf("bridge: jetstream: stream %q is not set up yet (set jetstream.subjects, or start the bridge)", s.cfg.Stream)
+		return nil, fmt.Errorf("bridge: jetstream: stream %q is not set up yet (set jetstream.subjects, or start the bridge)", s.cfg.Stream)
 	}
-	return st.patterns, st.maxMsg, nil
+	return st, nil
 }
 
 // Bind implements bridge.Binder. Bridge.Start calls it with the bridge's
 // service prefix and every tag subject by source: it works out the
 // stream's subjects if the configuration has none, sets the stream up, and
 // checks that it captures every tag subject and none of the bridge's
-// service subjects.
+// service subjects (wire.ServiceSubjects, the micro service's among them).
 func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	tags := bs.Tags
 	subjects := s.cfg.Subjects
@@ -243,14 +247,12 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 			return err
 		}
 	}
-	service := bs.Service()
+	service := wire.NewPatterns(wire.ServiceSubjects(bs.Prefix)...)
 	check := func(patterns []string, whose string) error {
 		for _, p := range patterns {
-			for _, svc := range service {
-				if subjectsIntersect(p, svc) {
-					return fmt.Errorf("bridge: jetstream: %s subject %q would also capture the bridge's service subject %q: "+
-						"give the tags a subject root of their own (the subject template) or the bridge another prefix", whose, p, svc)
-				}
+			if svc, ok := service.Overlapping(p); ok {
+				return fmt.Errorf("bridge: jetstream: %s subject %q would also capture the bridge's service subject %q: "+
+					"give the tags a subject root of their own (the subject template) or the bridge another prefix", whose, p, svc)
 			}
 		}
 		return nil
@@ -261,11 +263,11 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	if err := s.ensureStream(ctx, subjects); err != nil {
 		return err
 	}
-	patterns, _, err := s.streamReady()
+	st, err := s.streamReady()
 	if err != nil {
 		return err
 	}
-	if err := check(patterns, "the existing stream's"); err != nil {
+	if err := check(st.subjects, "the existing stream's"); err != nil {
 		return err
 	}
 	sources := make([]string, 0, len(tags))
@@ -275,9 +277,9 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	sort.Strings(sources)
 	for _, src := range sources {
 		for _, subj := range tags[src] {
-			if !coveredBy(subj, patterns) {
+			if _, ok := st.capture.Covering(subj); !ok {
 				return fmt.Errorf("bridge: jetstream: source %q: tag subject %q is not captured by stream %q (subjects %v)",
-					src, subj, s.cfg.Stream, patterns)
+					src, subj, s.cfg.Stream, st.subjects)
 			}
 		}
 	}
@@ -310,7 +312,11 @@ func deriveSubjects(tags map[string][]string, later map[string]string) ([]string
 			if !slices.Contains(out, p) {
 				out = append(out, p)
 			}
-			subjects = slices.DeleteFunc(slices.Clone(subjects), func(s string) bool { return subjectSubset(s, p) })
+			within := wire.NewPatterns(p)
+			subjects = slices.DeleteFunc(slices.Clone(subjects), func(s string) bool {
+				_, ok := within.Covering(s)
+				return ok
+			})
 		}
 		if len(subjects) == 0 {
 			continue
@@ -341,55 +347,4 @@ func deriveSubjects(tags map[string][]string, later map[string]string) ([]string
 		return nil, errors.New("jetstream.subjects: no tags to work the stream subjects out from: set jetstream.subjects")
 	}
 	return out, nil
-}
-
-// coveredBy reports whether every subject that subj matches (subj may
-// hold wildcards) is matched by one of patterns.
-func coveredBy(subj string, patterns []string) bool {
-	for _, p := range patterns {
-		if subjectSubset(subj, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// subjectSubset reports whether every subject matched by sub is matched by
-// pattern.
-func subjectSubset(sub, pattern string) bool {
-	st, pt := strings.Split(sub, "."), strings.Split(pattern, ".")
-	for i, p := range pt {
-		if p == ">" {
-			return i < len(st)
-		}
-		if i >= len(st) {
-			return false
-		}
-		switch s := st[i]; {
-		case s == ">":
-			return false
-		case p == "*":
-		case s == "*" || s != p:
-			return false
-		}
-	}
-	return len(st) == len(pt)
-}
-
-// subjectsIntersect reports whether some subject is matched by both a and
-// b.
-func subjectsIntersect(a, b string) bool {
-	at, bt := strings.Split(a, "."), strings.Split(b, ".")
-	for i := 0; ; i++ {
-		if i == len(at) || i == len(bt) {
-			return len(at) == len(bt)
-		}
-		x, y := at[i], bt[i]
-		if x == ">" || y == ">" {
-			return true
-		}
-		if x != "*" && y != "*" && x != y {
-			return false
-		}
-	}
 }

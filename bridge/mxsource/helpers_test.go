@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -26,7 +27,7 @@ type mxEnv struct {
 	tags []bridge.TagConfig
 
 	mu       sync.Mutex
-	updates  map[string][]bridge.Update
+	updates  map[string][]wire.Update
 	refresh  int
 	switches []mxsource.Event
 }
@@ -45,7 +46,7 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e := &mxEnv{data: mxsim.NewData(), updates: map[string][]bridge.Update{}}
+	e := &mxEnv{data: mxsim.NewData(), updates: map[string][]wire.Update{}}
 	if ec.tags == 0 {
 		ec.tags = 4
 	}
@@ -87,7 +88,7 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	}
 	t.Cleanup(nc.Close)
 	nc.Subscribe("apbridge.mx1.>", func(m *nats.Msg) {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			return
 		}
@@ -134,12 +135,12 @@ func (e *mxEnv) count(tag string) int {
 	return len(e.updates[tag])
 }
 
-func (e *mxEnv) last(tag string) bridge.Update {
+func (e *mxEnv) last(tag string) wire.Update {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	u := e.updates[tag]
 	if len(u) == 0 {
-		return bridge.Update{}
+		return wire.Update{}
 	}
 	return u[len(u)-1]
 }
@@ -183,7 +184,7 @@ func (e *mxEnv) commands(i int, kind string) uint64 {
 }
 
 // write writes v to tag through the bridge, as a write-back request.
-func (e *mxEnv) write(t *testing.T, tag, v string) bridge.WriteReply {
+func (e *mxEnv) write(t *testing.T, tag, v string) wire.WriteReply {
 	t.Helper()
 	subj, ok := e.b.Subject("mx1", tag)
 	if !ok {
@@ -200,10 +201,10 @@ type healthLog struct {
 	h  []bridge.Health
 }
 
-func (l *healthLog) Update(uint32, bridge.Update) {}
-func (l *healthLog) RefreshStart(string)          {}
-func (l *healthLog) RefreshEnd()                  {}
-func (l *healthLog) Restored()                    {}
+func (l *healthLog) Update(uint32, wire.Update) {}
+func (l *healthLog) RefreshStart(string)        {}
+func (l *healthLog) RefreshEnd()                {}
+func (l *healthLog) Restored()                  {}
 func (l *healthLog) HealthChanged(h bridge.Health) {
 	l.mu.Lock()
 	l.h = append(l.h, h)

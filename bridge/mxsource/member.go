@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/mxgateway"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // member is one gateway of the source and its current session.
@@ -357,13 +357,13 @@ func (s *Source) emit1(m *member, gen uint64, handle uint32, d mxgateway.DataCha
 
 // toUpdate turns a gateway data change into the bridge's update: the
 // quality becomes a status code, the gateway's timestamp the source time.
-func toUpdate(d mxgateway.DataChange) bridge.Update {
-	u := bridge.Update{Status: statusOf(d.Quality), SourceTime: d.Timestamp, ServerTime: d.Timestamp}
+func toUpdate(d mxgateway.DataChange) wire.Update {
+	u := wire.Update{Status: statusOf(d.Quality), SourceTime: d.Timestamp, ServerTime: d.Timestamp}
 	if d.Value == nil {
 		return u
 	}
-	if _, ok := bridge.TypeOf(d.Value); !ok {
-		return bridge.Unsupported("", d.Value, u.SourceTime, u.ServerTime)
+	if _, ok := wire.TypeOf(d.Value); !ok {
+		return wire.Unsupported("", d.Value, u.SourceTime, u.ServerTime)
 	}
 	u.Value = d.Value
 	return u

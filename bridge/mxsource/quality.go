@@ -1,24 +1,24 @@
 package mxsource
 
-import "github.com/apbridge/apbridge/bridge"
+import "github.com/apbridge/apbridge/wire"
 
 // statusOf maps an OPC DA quality, as MXAccess reports it, onto an OPC UA
 // status code: the class from the top bits (192-255 good, 64-191
 // uncertain, below 64 bad), and for a bad quality its reason. A Galaxy
 // engine failing over behind the gateway shows here, as quality; it is
 // not a reason for the relay to switch gateways.
-func statusOf(q int32) bridge.StatusCode {
+func statusOf(q int32) wire.StatusCode {
 	switch {
 	case q >= 0xC0:
-		return bridge.StatusGood
+		return wire.StatusGood
 	case q >= 0x40:
-		return bridge.StatusUncertain
+		return wire.StatusUncertain
 	}
 	switch q & 0xFC {
 	case 0x04: // configuration error
 		return 0x80890000 // Bad_ConfigurationError
 	case 0x08: // not connected
-		return bridge.StatusBadNotConnected
+		return wire.StatusBadNotConnected
 	case 0x0C: // device failure
 		return 0x808B0000 // Bad_DeviceFailure
 	case 0x10: // sensor failure
@@ -26,11 +26,11 @@ func statusOf(q int32) bridge.StatusCode {
 	case 0x14: // last known value
 		return 0x80310000 // Bad_NoCommunication
 	case 0x18: // communication failure
-		return bridge.StatusBadCommunicationErr
+		return wire.StatusBadCommunicationErr
 	case 0x1C: // out of service
-		return bridge.StatusBadOutOfService
+		return wire.StatusBadOutOfService
 	case 0x20: // waiting for initial data
-		return bridge.StatusBadWaitingForInit
+		return wire.StatusBadWaitingForInit
 	}
-	return bridge.StatusBad
+	return wire.StatusBad
 }

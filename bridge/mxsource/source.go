@@ -10,6 +10,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/mxgateway"
 	"github.com/apbridge/apbridge/mxgateway/mxpb"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/rs/zerolog"
 )
 
@@ -344,7 +345,7 @@ func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 // Write implements bridge.Source: the value goes to the active gateway as
 // the configured write user; the gateway's status comes back as the
 // write's status.
-func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	s.mu.Lock()
 	a := s.active
 	var (
@@ -359,23 +360,23 @@ func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.Statu
 	s.mu.Unlock()
 	switch {
 	case a < 0:
-		return bridge.StatusBadNotConnected, bridge.ErrNotWritableNow
+		return wire.StatusBadNotConnected, bridge.ErrNotWritableNow
 	case sess == nil:
-		return bridge.StatusBadWaitingForInit, fmt.Errorf("tag %q is not subscribed on the active gateway yet", tag.Name)
+		return wire.StatusBadWaitingForInit, fmt.Errorf("tag %q is not subscribed on the active gateway yet", tag.Name)
 	}
 	err := sess.Write(ctx, handle, v)
 	if err == nil {
-		return bridge.StatusGood, nil
+		return wire.StatusGood, nil
 	}
 	var se *mxgateway.StatusError
 	if errors.As(err, &se) {
 		switch se.Code {
 		case mxpb.MxStatusCode_MX_STATUS_CODE_WRITE_REFUSED:
-			return bridge.StatusBadNotWritable, err
+			return wire.StatusBadNotWritable, err
 		case mxpb.MxStatusCode_MX_STATUS_CODE_WRONG_TYPE:
-			return bridge.StatusBadTypeMismatch, err
+			return wire.StatusBadTypeMismatch, err
 		}
-		return bridge.StatusBad, err
+		return wire.StatusBad, err
 	}
-	return bridge.StatusBadCommunicationErr, err
+	return wire.StatusBadCommunicationErr, err
 }

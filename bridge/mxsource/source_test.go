@@ -16,13 +16,14 @@ import (
 	"github.com/apbridge/apbridge/mxgateway"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/wire"
 )
 
 func TestRelaysGatewayTagsWithOneSupervisoryBulkSubscribe(t *testing.T) {
 	e := startMx(t, envConfig{})
 	e.flowing(t, 3)
 	u := e.last("c0")
-	if u.Status != bridge.StatusGood || u.SourceTime.IsZero() {
+	if u.Status != wire.StatusGood || u.SourceTime.IsZero() {
 		t.Fatalf("update %+v: want Good with a source time", u)
 	}
 	if _, ok := u.Value.(int64); !ok {
@@ -157,7 +158,7 @@ func TestGalaxyQualityDoesNotSwitch(t *testing.T) {
 	e := startMx(t, envConfig{gateways: 2, period: time.Hour, cfg: mxsource.Config{ProbeInterval: 100 * time.Millisecond}})
 	testutil.WaitFor(t, "first values", 5*time.Second, func() bool { return e.count("c0") > 0 })
 	e.data.Set("Counter_0.Value", int64(-1), 0x18) // bad: communication failure
-	testutil.WaitFor(t, "bad quality relayed", 5*time.Second, func() bool { return e.last("c0").Status == bridge.StatusBadCommunicationErr })
+	testutil.WaitFor(t, "bad quality relayed", 5*time.Second, func() bool { return e.last("c0").Status == wire.StatusBadCommunicationErr })
 	// The source keeps judging the gateway (pings answered) and does not
 	// switch.
 	pings := e.commands(0, "Ping")
@@ -167,7 +168,7 @@ func TestGalaxyQualityDoesNotSwitch(t *testing.T) {
 	}
 	e.gw[0].Kill()
 	testutil.WaitFor(t, "switch on a dead gateway", 5*time.Second, func() bool { return e.switchCount() == 1 })
-	if e.last("c0").Status != bridge.StatusBadCommunicationErr {
+	if e.last("c0").Status != wire.StatusBadCommunicationErr {
 		t.Fatalf("after the switch c0 = %+v: the Galaxy's quality must come through", e.last("c0"))
 	}
 }

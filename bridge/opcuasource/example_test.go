@@ -11,6 +11,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -68,16 +69,16 @@ func ExampleNew() {
 		return
 	}
 	for m := range updates {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		if u.Status.Quality() != bridge.QualityGood {
+		if u.Status.Quality() != wire.QualityGood {
 			continue // the first value may come before the server has one
 		}
-		typ, _ := bridge.TypeOf(u.Value)
-		fmt.Printf("%s: %s, quality header %s\n", u.Tag, typ, m.Header.Get(bridge.HeaderQuality))
+		typ, _ := wire.TypeOf(u.Value)
+		fmt.Printf("%s: %s, quality header %s\n", u.Tag, typ, m.Header.Get(wire.HeaderQuality))
 		break
 	}
 	// Output:

@@ -18,6 +18,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -222,7 +223,7 @@ func TestWarmPairInterop(t *testing.T) {
 			}
 			good := 0
 			for _, u := range rec.of("Counter") {
-				if u.Status.Quality() == bridge.QualityGood {
+				if u.Status.Quality() == wire.QualityGood {
 					good++
 				}
 			}
@@ -246,7 +247,7 @@ func TestWarmPairInterop(t *testing.T) {
 	// The departing primary's data turned Bad_OutOfService with its level
 	// 0; a planned failover shows consumers none of it.
 	for _, u := range got {
-		if u.Status == bridge.StatusCode(ua.StatusBadOutOfService) {
+		if u.Status == wire.StatusCode(ua.StatusBadOutOfService) {
 			t.Errorf("a Bad_OutOfService sample reached consumers across the graceful failover: %+v", u)
 		}
 	}
@@ -286,8 +287,8 @@ func TestMonitoringInterop(t *testing.T) {
 	count := func(tag string) int { return len(rec.of(tag)) }
 	testutil.WaitFor(t, "four thinned counter updates", 20*time.Second, func() bool { return count("Thinned") >= 4 })
 	testutil.WaitFor(t, "the refusal logged", 10*time.Second, func() bool { return strings.Contains(logs.String(), `"tag":"Name"`) })
-	got := map[string][]bridge.Update{"Every": rec.of("Every"), "Thinned": rec.of("Thinned"), "Name": rec.of("Name")}
-	steps := func(us []bridge.Update) (smallest float64) {
+	got := map[string][]wire.Update{"Every": rec.of("Every"), "Thinned": rec.of("Thinned"), "Name": rec.of("Name")}
+	steps := func(us []wire.Update) (smallest float64) {
 		smallest = 1e9
 		for i := 2; i < len(us); i++ { // the first is the initial value
 			smallest = min(smallest, toFloat(us[i].Value)-toFloat(us[i-1].Value))
@@ -460,10 +461,10 @@ func TestPairFaultsInterop(t *testing.T) {
 // received collects what a NATS subscriber receives, by tag.
 type received struct {
 	mu    sync.Mutex
-	byTag map[string][]bridge.Update
+	byTag map[string][]wire.Update
 }
 
-func (r *received) of(tag string) []bridge.Update {
+func (r *received) of(tag string) []wire.Update {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.byTag[tag])
@@ -479,9 +480,9 @@ func relayOn(t *testing.T, src bridge.Source, tags []bridge.TagConfig, opts ...b
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	rec := &received{byTag: map[string][]bridge.Update{}}
+	rec := &received{byTag: map[string][]wire.Update{}}
 	if _, err := nc.Subscribe("apbridge."+src.Name()+".>", func(m *nats.Msg) {
-		if u, err := bridge.DecodeJSON(m.Data); err == nil {
+		if u, err := wire.DecodeJSON(m.Data); err == nil {
 			rec.mu.Lock()
 			rec.byTag[u.Tag] = append(rec.byTag[u.Tag], u)
 			rec.mu.Unlock()

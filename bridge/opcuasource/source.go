@@ -9,6 +9,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
@@ -324,7 +325,7 @@ func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 
 // Write implements Source: the Pair writes on the active endpoint only
 // while it reports a Healthy ServiceLevel, never on a standby.
-func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	s.mu.Lock()
 	p := s.pair
 	s.mu.Unlock()
@@ -334,11 +335,11 @@ func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.Statu
 	code, err := p.WriteNode(ctx, tag.Address, toWriteValue(v))
 	if err != nil {
 		if errors.Is(err, servicelevel.ErrWriteRefused) {
-			return bridge.StatusCode(code), fmt.Errorf("%w: %v", bridge.ErrNotWritableNow, err)
+			return wire.StatusCode(code), fmt.Errorf("%w: %v", bridge.ErrNotWritableNow, err)
 		}
-		return bridge.StatusCode(code), err
+		return wire.StatusCode(code), err
 	}
-	return bridge.StatusCode(code), nil
+	return wire.StatusCode(code), nil
 }
 
 // toWriteValue gives gopcua a value it encodes as the matching built-in
@@ -379,17 +380,17 @@ func (s *Source) Close() error {
 
 // fromDataValue turns an OPC UA DataValue into an Update. A value of a type
 // the bridge cannot carry becomes a Bad update that says so.
-func fromDataValue(dv *ua.DataValue) bridge.Update {
+func fromDataValue(dv *ua.DataValue) wire.Update {
 	if dv == nil {
-		return bridge.Update{Status: bridge.StatusBadWaitingForInit}
+		return wire.Update{Status: wire.StatusBadWaitingForInit}
 	}
-	u := bridge.Update{
-		Status:     bridge.StatusCode(dv.Status),
+	u := wire.Update{
+		Status:     wire.StatusCode(dv.Status),
 		SourceTime: dv.SourceTimestamp,
 		ServerTime: dv.ServerTimestamp,
 	}
 	if dv.EncodingMask&ua.DataValueStatusCode == 0 {
-		u.Status = bridge.StatusGood
+		u.Status = wire.StatusGood
 	}
 	if dv.Value == nil {
 		return u
@@ -404,8 +405,8 @@ func fromDataValue(dv *ua.DataValue) bridge.Update {
 			v = x.Text
 		}
 	}
-	if _, ok := bridge.TypeOf(v); !ok {
-		return bridge.Unsupported("", v, u.SourceTime, u.ServerTime)
+	if _, ok := wire.TypeOf(v); !ok {
+		return wire.Unsupported("", v, u.SourceTime, u.ServerTime)
 	}
 	u.Value = v
 	return u

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -27,7 +28,7 @@ type opcuaEnv struct {
 	nc   *nats.Conn
 
 	mu      sync.Mutex
-	updates map[string][]bridge.Update
+	updates map[string][]wire.Update
 	refresh int
 	// lastSrc and backwards: a data change older in source time than its
 	// tag's last one (a snapshot may repeat an older value).
@@ -39,7 +40,7 @@ func startOPCUAEnv(t *testing.T, pairOpts ...uaserver.Option) *opcuaEnv {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	e := &opcuaEnv{updates: map[string][]bridge.Update{}, lastSrc: map[string]time.Time{}}
+	e := &opcuaEnv{updates: map[string][]wire.Update{}, lastSrc: map[string]time.Time{}}
 	e.cl, e.conn = testutil.ClusterConn(t)
 	var err error
 	if e.pair, err = uaserver.StartPair(ctx, pairOpts...); err != nil {
@@ -51,13 +52,13 @@ func startOPCUAEnv(t *testing.T, pairOpts ...uaserver.Option) *opcuaEnv {
 	}
 	t.Cleanup(e.nc.Close)
 	e.nc.Subscribe("apbridge.opc1.>", func(m *nats.Msg) {
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			return
 		}
 		e.mu.Lock()
 		e.updates[u.Tag] = append(e.updates[u.Tag], u)
-		if m.Header.Get(bridge.HeaderRefresh) != "true" && u.SourceTime.Before(e.lastSrc[u.Tag]) {
+		if m.Header.Get(wire.HeaderRefresh) != "true" && u.SourceTime.Before(e.lastSrc[u.Tag]) {
 			e.backwards++
 		}
 		if u.SourceTime.After(e.lastSrc[u.Tag]) {
@@ -100,12 +101,12 @@ func (e *opcuaEnv) count(tag string) int {
 	return len(e.updates[tag])
 }
 
-func (e *opcuaEnv) last(tag string) bridge.Update {
+func (e *opcuaEnv) last(tag string) wire.Update {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	u := e.updates[tag]
 	if len(u) == 0 {
-		return bridge.Update{}
+		return wire.Update{}
 	}
 	return u[len(u)-1]
 }
@@ -137,7 +138,7 @@ func TestOPCUASourceRelaysTags(t *testing.T) {
 	counter := e.pair.Tags()[0].Name
 	testutil.WaitFor(t, "counter updates", 10*time.Second, func() bool { return e.count(counter) >= 5 })
 	u := e.last(counter)
-	if u.Status.Quality() != bridge.QualityGood || u.SourceTime.IsZero() || u.ServerTime.IsZero() {
+	if u.Status.Quality() != wire.QualityGood || u.SourceTime.IsZero() || u.ServerTime.IsZero() {
 		t.Fatalf("update %+v: want Good with both timestamps", u)
 	}
 	if _, ok := u.Value.(uint64); !ok {

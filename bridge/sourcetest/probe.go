@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // recorder is a Handler that keeps nothing: Start is given one where the
@@ -14,11 +15,11 @@ type recorder struct{}
 
 func newRecorder() *recorder { return &recorder{} }
 
-func (*recorder) Update(uint32, bridge.Update) {}
-func (*recorder) RefreshStart(string)          {}
-func (*recorder) RefreshEnd()                  {}
-func (*recorder) HealthChanged(bridge.Health)  {}
-func (*recorder) Restored()                    {}
+func (*recorder) Update(uint32, wire.Update)  {}
+func (*recorder) RefreshStart(string)         {}
+func (*recorder) RefreshEnd()                 {}
+func (*recorder) HealthChanged(bridge.Health) {}
+func (*recorder) Restored()                   {}
 
 // What a probe answers as a LinkReporter.
 const (
@@ -71,7 +72,7 @@ func (p *probe) run(ctx context.Context) {
 			p.mu.Lock()
 			for handle := range p.tags {
 				p.tags[handle]++
-				p.h.Update(handle, bridge.Update{Value: p.tags[handle], Status: bridge.StatusGood, SourceTime: now})
+				p.h.Update(handle, wire.Update{Value: p.tags[handle], Status: wire.StatusGood, SourceTime: now})
 			}
 			p.mu.Unlock()
 		}
@@ -98,7 +99,7 @@ func (p *probe) Unsubscribe(_ context.Context, tags []bridge.Tag) error {
 	return nil
 }
 
-func (p *probe) Write(context.Context, bridge.Tag, any) (bridge.StatusCode, error) {
+func (p *probe) Write(context.Context, bridge.Tag, any) (wire.StatusCode, error) {
 	return 0, bridge.ErrReadOnly
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // fleetPlant is the fleet benchmarks' plant: pairs of tags that count up
@@ -33,7 +34,7 @@ type plantPair struct {
 	name   string
 	views  map[*plantView]bool
 	count  []int64
-	last   []bridge.Update
+	last   []wire.Update
 	lastAt []int // index in log of each tag's last update
 	// log is every update produced, with whether a view had it.
 	log []plantUpdate
@@ -41,7 +42,7 @@ type plantPair struct {
 
 type plantUpdate struct {
 	tag    int
-	u      bridge.Update
+	u      wire.Update
 	served bool
 }
 
@@ -52,7 +53,7 @@ func newFleetPlant(pairs, tags int) *fleetPlant {
 	}
 	for i := range pairs {
 		name := fmt.Sprintf("pair%02d", i)
-		p.pairs[name] = &plantPair{name: name, views: map[*plantView]bool{}, count: make([]int64, tags), last: make([]bridge.Update, tags), lastAt: make([]int, tags)}
+		p.pairs[name] = &plantPair{name: name, views: map[*plantView]bool{}, count: make([]int64, tags), last: make([]wire.Update, tags), lastAt: make([]int, tags)}
 		p.order = append(p.order, name)
 	}
 	return p
@@ -93,7 +94,7 @@ func (p *fleetPlant) tick(pp *plantPair) {
 	var deliveries []func()
 	for i := range pp.count {
 		pp.count[i]++
-		u := bridge.Update{Value: pp.count[i], Status: bridge.StatusGood, SourceTime: now, ServerTime: now}
+		u := wire.Update{Value: pp.count[i], Status: wire.StatusGood, SourceTime: now, ServerTime: now}
 		pp.last[i] = u
 		served := false
 		for v := range pp.views {
@@ -137,7 +138,7 @@ func (p *fleetPlant) expected(subject func(pair, tag string) string, fault time.
 			u := e.u
 			u.Tag = tag
 			s := subject(name, tag)
-			out[s] = append(out[s], bridge.MessageID(name, &u))
+			out[s] = append(out[s], wire.MessageID(name, &u))
 		}
 	}
 	return out, unserved
@@ -187,7 +188,7 @@ func (v *plantView) handle(i int) (uint32, bool) {
 	return h, ok
 }
 
-func (v *plantView) deliver(handle uint32, u bridge.Update) {
+func (v *plantView) deliver(handle uint32, u wire.Update) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.h != nil {
@@ -226,7 +227,7 @@ func (v *plantView) Subscribe(_ context.Context, tags []bridge.Tag) ([]error, er
 
 func (v *plantView) Unsubscribe(context.Context, []bridge.Tag) error { return nil }
 
-func (v *plantView) Write(context.Context, bridge.Tag, any) (bridge.StatusCode, error) {
+func (v *plantView) Write(context.Context, bridge.Tag, any) (wire.StatusCode, error) {
 	return 0, bridge.ErrReadOnly
 }
 

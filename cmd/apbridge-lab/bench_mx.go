@@ -16,6 +16,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -208,8 +209,8 @@ func (c *mxConsumer) handle(m *nats.Msg) {
 	if !ok {
 		return
 	}
-	good := m.Header.Get(bridge.HeaderQuality) == "Good"
-	refresh := m.Header.Get(bridge.HeaderRefresh) == "true"
+	good := m.Header.Get(wire.HeaderQuality) == "Good"
+	refresh := m.Header.Get(wire.HeaderRefresh) == "true"
 	v, isInt := counterValue(m.Data)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -337,10 +338,10 @@ func (p *mxTP) plain(ctx context.Context, tags []bridge.TagConfig, d time.Durati
 			seq++
 		}
 		now := time.Now()
-		u := bridge.Update{Tag: tags[i].Name, Value: int64(seq), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: seq}
-		buf, _ = bridge.AppendJSON(buf[:0], &u)
+		u := wire.Update{Tag: tags[i].Name, Value: int64(seq), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: seq}
+		buf, _ = wire.AppendJSON(buf[:0], &u)
 		m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 6)}
-		bridge.SetHeaders(m.Header, &u)
+		wire.SetHeaders(m.Header, &u)
 		if size == 0 {
 			size = int64(len(m.Subject) + len(m.Data))
 			for k, vs := range m.Header {

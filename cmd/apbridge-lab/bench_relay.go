@@ -23,6 +23,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -47,7 +48,7 @@ func (c *counter) handle(m *nats.Msg) {
 	if n%16 != 0 {
 		return
 	}
-	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(bridge.HeaderSourceTime))
+	ts, err := time.Parse(time.RFC3339Nano, m.Header.Get(wire.HeaderSourceTime))
 	if err != nil {
 		return
 	}

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -347,7 +347,7 @@ func (r *soakRig) sourcesConfig() string {
 
 // update is the independent subscriber's handler.
 func (r *soakRig) update(m *nats.Msg) {
-	u, err := bridge.DecodeJSON(m.Data)
+	u, err := wire.DecodeJSON(m.Data)
 	if err != nil {
 		return
 	}

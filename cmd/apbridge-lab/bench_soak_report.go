@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -179,7 +179,7 @@ func (r *soakRig) auditStreamOnce(actx context.Context) (soakTotals, error) {
 					stored[id] = true
 				}
 			}
-			u, err := bridge.DecodeJSON(m.Data())
+			u, err := wire.DecodeJSON(m.Data())
 			if err != nil {
 				continue
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 )
@@ -128,7 +129,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	if _, err := consumer.Subscribe("plant.line1.>", d.update); err != nil {
 		return err
 	}
-	if _, err := consumer.Subscribe("apbridge.events.line1", d.sourceEvent); err != nil {
+	if _, err := consumer.Subscribe(wire.EventSubject(wire.DefaultPrefix, "line1"), d.sourceEvent); err != nil {
 		return err
 	}
 	consumer.Flush(ctx)
@@ -309,16 +310,16 @@ func (d *demo) sourceEvent(m *nats.Msg) {
 }
 
 func (d *demo) update(m *nats.Msg) {
-	u, err := bridge.DecodeJSON(m.Data)
+	u, err := wire.DecodeJSON(m.Data)
 	if err != nil {
 		return
 	}
-	d.record(u, m.Header.Get(bridge.HeaderRefresh) == "true", time.Now())
+	d.record(u, m.Header.Get(wire.HeaderRefresh) == "true", time.Now())
 }
 
 // record counts an update the consumer received at now; refresh is its
 // refresh header.
-func (d *demo) record(u bridge.Update, refresh bool, now time.Time) {
+func (d *demo) record(u wire.Update, refresh bool, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lastAt == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -106,7 +107,7 @@ func (g *galaxy) subscribe(consumer *apconn.Conn) error {
 	if _, err := consumer.Subscribe("plant."+galaxySource+".>", g.update); err != nil {
 		return err
 	}
-	_, err := consumer.Subscribe("apbridge.events."+galaxySource, g.event)
+	_, err := consumer.Subscribe(wire.EventSubject(wire.DefaultPrefix, galaxySource), g.event)
 	return err
 }
 
@@ -290,12 +291,12 @@ func (g *galaxy) waitFor(ctx context.Context, what string, within time.Duration,
 // them with the others, and here the counters' silences and skipped
 // values.
 func (g *galaxy) update(m *nats.Msg) {
-	u, err := bridge.DecodeJSON(m.Data)
+	u, err := wire.DecodeJSON(m.Data)
 	if err != nil {
 		return
 	}
 	now := time.Now()
-	g.d.record(u, m.Header.Get(bridge.HeaderRefresh) == "true", now)
+	g.d.record(u, m.Header.Get(wire.HeaderRefresh) == "true", now)
 	v, ok := u.Value.(int64)
 	if !ok {
 		return

@@ -10,10 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
-	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -208,13 +207,13 @@ func newSoakOwners() *soakOwners {
 
 // record takes an update u of the subject soak.<source>.<tag> received at
 // now.
-func (w *soakOwners) record(m *nats.Msg, u *bridge.Update, now time.Time) {
+func (w *soakOwners) record(m *nats.Msg, u *wire.Update, now time.Time) {
 	parts := strings.SplitN(m.Subject, ".", 3)
-	token, err := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
+	token, err := strconv.ParseUint(m.Header.Get(wire.HeaderLease), 10, 64)
 	if len(parts) < 3 || err != nil {
 		return
 	}
-	o := soakOwner{m.Header.Get(relay.HeaderRelay), token}
+	o := soakOwner{m.Header.Get(wire.HeaderRelay), token}
 	w.note(parts[1], o, now)
 	if v, ok := u.Value.(int64); ok && isCounter(u.Tag) {
 		w.mu.Lock()

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -115,7 +114,7 @@ func auditIdentity(msgs []natstest.StoredMsg, c soakAuditCtx) soakIdentity {
 	// same status under another ID, a copy.
 	type valueStatus struct {
 		v      int64
-		status bridge.StatusCode
+		status wire.StatusCode
 	}
 	type tagState struct {
 		max     int64
@@ -135,12 +134,12 @@ func auditIdentity(msgs []natstest.StoredMsg, c soakAuditCtx) soakIdentity {
 	tags := map[string]*tagState{}
 	for i, m := range msgs {
 		a.Stored++
-		u, err := bridge.DecodeJSON(m.Data)
+		u, err := wire.DecodeJSON(m.Data)
 		if err != nil {
 			continue
 		}
-		token, _ := strconv.ParseUint(m.Header.Get(relay.HeaderLease), 10, 64)
-		owner := soakOwner{m.Header.Get(relay.HeaderRelay), token}
+		token, _ := strconv.ParseUint(m.Header.Get(wire.HeaderLease), 10, 64)
+		owner := soakOwner{m.Header.Get(wire.HeaderRelay), token}
 		if m.MsgID != "" {
 			if first, ok := ids[m.MsgID]; ok {
 				if c.dupWindow > 0 && m.Time.Sub(msgs[first].Time) > c.dupWindow {
@@ -264,15 +263,15 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 // soakDescribe names a stored message for an example: where it is, who
 // published it, and the update.
 func soakDescribe(m natstest.StoredMsg) string {
-	u, err := bridge.DecodeJSON(m.Data)
+	u, err := wire.DecodeJSON(m.Data)
 	if err != nil {
 		return fmt.Sprintf("%s #%d: %v", m.Subject, m.Seq, err)
 	}
 	snapshot := ""
-	if m.Header.Get(bridge.HeaderRefresh) != "" {
+	if m.Header.Get(wire.HeaderRefresh) != "" {
 		snapshot = " (snapshot)"
 	}
-	return fmt.Sprintf("%s #%d by %s/%s: %v %v at %s, stored %s%s", m.Subject, m.Seq, m.Header.Get(relay.HeaderRelay), m.Header.Get(relay.HeaderLease),
+	return fmt.Sprintf("%s #%d by %s/%s: %v %v at %s, stored %s%s", m.Subject, m.Seq, m.Header.Get(wire.HeaderRelay), m.Header.Get(wire.HeaderLease),
 		u.Value, u.Status, u.SourceTime.Format(time.RFC3339Nano), m.Time.Format("15:04:05.000"), snapshot)
 }
 

@@ -5,9 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -29,21 +28,21 @@ func soakStoredMsgs(t *testing.T, t0 time.Time, in []soakStored) []natstest.Stor
 	t.Helper()
 	var out []natstest.StoredMsg
 	for i, s := range in {
-		u := bridge.Update{Tag: "Counter0", Value: s.value, Status: bridge.StatusGood, SourceTime: t0.Add(time.Duration(s.at) * time.Millisecond), Seq: s.seq}
+		u := wire.Update{Tag: "Counter0", Value: s.value, Status: wire.StatusGood, SourceTime: t0.Add(time.Duration(s.at) * time.Millisecond), Seq: s.seq}
 		if s.value < 0 {
 			u.Tag, u.Value = "Bool0", true
 		}
-		b, err := bridge.AppendJSON(nil, &u)
+		b, err := wire.AppendJSON(nil, &u)
 		if err != nil {
 			t.Fatal(err)
 		}
 		id := s.id
 		if id == "" {
-			id = bridge.MessageID("line1", &u)
+			id = wire.MessageID("line1", &u)
 		}
 		h := nats.Header{}
-		h.Set(relay.HeaderRelay, s.relay)
-		h.Set(relay.HeaderLease, strconv.FormatUint(s.token, 10))
+		h.Set(wire.HeaderRelay, s.relay)
+		h.Set(wire.HeaderLease, strconv.FormatUint(s.token, 10))
 		out = append(out, natstest.StoredMsg{Seq: uint64(i + 1), Subject: "soak.line1." + u.Tag, MsgID: id, Header: h, Data: b})
 	}
 	return out
@@ -141,15 +140,15 @@ func TestSoakOwnersTakeovers(t *testing.T) {
 func TestAuditIdentityStatus(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	msgs := soakStoredMsgs(t, t0, []soakStored{{1, "r1", 5, 1, 0, ""}, {2, "r1", 5, 2, 100, ""}, {2, "r1", 5, 3, 150, ""}, {3, "r1", 5, 4, 200, ""}})
-	u, err := bridge.DecodeJSON(msgs[1].Data)
+	u, err := wire.DecodeJSON(msgs[1].Data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.Status = 0x808D0000 // Bad_OutOfService
-	if msgs[1].Data, err = bridge.AppendJSON(nil, &u); err != nil {
+	if msgs[1].Data, err = wire.AppendJSON(nil, &u); err != nil {
 		t.Fatal(err)
 	}
-	msgs[1].MsgID = bridge.MessageID("line1", &u)
+	msgs[1].MsgID = wire.MessageID("line1", &u)
 	got := auditIdentity(msgs, soakAuditCtx{whereAt: func(time.Time) soakWhere { return soakWhere{"f", 1} }})
 	if got.Lost != 0 || got.Skipped != 0 || got.Duplicated != 0 || got.Counted != 4 {
 		t.Fatalf("got %+v, want 4 values checked and no problem", got)

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/internal/cli"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
@@ -74,7 +74,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	defer nc.Close()
 	var got atomic.Int64
 	nc.Subscribe("apbridge.opc1.>", func(m *nats.Msg) {
-		if _, err := bridge.DecodeJSON(m.Data); err == nil {
+		if _, err := wire.DecodeJSON(m.Data); err == nil {
 			got.Add(1)
 		}
 	})

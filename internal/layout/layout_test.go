@@ -37,6 +37,10 @@ func rules() []rule {
 		{"ldm", []string{module + "/apconn", module + "/bridge", module + "/servicelevel", "github.com/nats-io/"}},
 		{"apconn", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster"}},
 		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster"}},
+		// The wire format is what consumers import: it links nothing of
+		// the relay, of its sources or of the test servers.
+		{"wire", []string{module + "/apconn", module + "/bridge", module + "/relay", module + "/servicelevel",
+			module + "/testcluster", "github.com/gopcua/", "google.golang.org/grpc"}},
 		{"bridge", []string{"github.com/gopcua/", "github.com/nats-io/nats.go/jetstream", "github.com/nats-io/jsm.go",
 			"google.golang.org/grpc", module + "/mxgateway",
 			module + "/servicelevel", module + "/bridge/", module + "/relay", module + "/testcluster"}},

@@ -19,6 +19,7 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/internal/procstat"
 	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -64,10 +65,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// encode it.
 		publishOne := func(i int, now time.Time) error {
 			counts[i]++
-			u := bridge.Update{Tag: names[i], Value: int64(counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
-			buf, _ = bridge.AppendJSON(buf[:0], &u)
+			u := wire.Update{Tag: names[i], Value: int64(counts[i]), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: counts[i]}
+			buf, _ = wire.AppendJSON(buf[:0], &u)
 			m := &nats.Msg{Subject: subjects[i], Data: buf, Header: make(nats.Header, 8)}
-			bridge.SetHeaders(m.Header, &u)
+			wire.SetHeaders(m.Header, &u)
 			return nc.PublishMsg(m)
 		}
 		emit = func() int {

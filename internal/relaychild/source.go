@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // counterSource is the simulated source of the measured relay: every
@@ -46,7 +47,7 @@ func (s *counterSource) Unsubscribe(ctx context.Context, tags []bridge.Tag) erro
 	return errors.New("relaychild: the simulated source does not unsubscribe")
 }
 
-func (s *counterSource) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *counterSource) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	return 0, bridge.ErrReadOnly
 }
 
@@ -80,7 +81,7 @@ func (s *counterSource) emitSome(n int) int {
 		i := s.next % len(s.handles)
 		s.next = i + 1
 		s.counts[i]++
-		s.h.Update(s.handles[i], bridge.Update{Value: int64(s.counts[i]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(s.handles[i], wire.Update{Value: int64(s.counts[i]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return n
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Shared is one source seen by several relays at once, as two hot-hot
@@ -27,14 +28,14 @@ type Shared struct {
 	relays  []*Relay
 	started bool
 	names   map[uint32]string
-	last    map[uint32]bridge.Update
+	last    map[uint32]wire.Update
 	order   []uint32
 	log     []produced
 }
 
 type produced struct {
 	handle uint32
-	u      bridge.Update
+	u      wire.Update
 }
 
 // NewShared returns a shared source named name over a new Source.
@@ -46,7 +47,7 @@ func NewShared(name string) *Shared {
 // Share shares any source (an OPCUASource on a test pair, say) the same
 // way: src is started once, by the first relay, and closed by Close.
 func Share(src bridge.Source) *Shared {
-	s := &Shared{src: src, names: map[uint32]string{}, last: map[uint32]bridge.Update{}}
+	s := &Shared{src: src, names: map[uint32]string{}, last: map[uint32]wire.Update{}}
 	s.sim, _ = src.(*Source)
 	return s
 }
@@ -99,7 +100,7 @@ func (s *Shared) fanLocked(fs ...func(bridge.Handler)) (deliver func()) {
 
 // Update implements bridge.Handler for the simulation: record, then fan
 // out.
-func (s *Shared) Update(handle uint32, u bridge.Update) {
+func (s *Shared) Update(handle uint32, u wire.Update) {
 	s.mu.Lock()
 	s.log = append(s.log, produced{handle, u})
 	if _, ok := s.last[handle]; !ok {
@@ -175,7 +176,7 @@ func (s *Shared) ExpectedIDs(subject func(tag string) string) map[string][]strin
 		u := p.u
 		u.Tag = name
 		subj := subject(name)
-		out[subj] = append(out[subj], bridge.MessageID(s.src.Name(), &u))
+		out[subj] = append(out[subj], wire.MessageID(s.src.Name(), &u))
 	}
 	return out
 }
@@ -325,7 +326,7 @@ func (r *Relay) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, erro
 func (r *Relay) Unsubscribe(ctx context.Context, tags []bridge.Tag) error { return nil }
 
 // Write implements bridge.Source.
-func (r *Relay) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (r *Relay) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	return r.s.src.Write(ctx, tag, v)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Source is a bridge.Source that needs no server: it emits counter
@@ -177,17 +178,17 @@ func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 }
 
 // Write implements bridge.Source.
-func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (bridge.StatusCode, error) {
+func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusCode, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.health.Writable {
 		return 0, bridge.ErrNotWritableNow
 	}
 	if len(tag.Address) >= 3 && tag.Address[:3] == "ro:" {
-		return bridge.StatusBadNotWritable, nil
+		return wire.StatusBadNotWritable, nil
 	}
 	s.writes = append(s.writes, Write{Tag: tag, Value: v})
-	return bridge.StatusGood, nil
+	return wire.StatusGood, nil
 }
 
 // Writes returns the writes received so far.
@@ -273,7 +274,7 @@ func (s *Source) EmitAll() int {
 	now := time.Now()
 	for _, h := range s.order {
 		s.counts[h]++
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return len(s.order)
 }
@@ -293,13 +294,13 @@ func (s *Source) EmitSome(n int) int {
 		h := s.order[s.next]
 		s.next++
 		s.counts[h]++
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	return n
 }
 
 // Emit sends one update for the tag with the given handle.
-func (s *Source) Emit(handle uint32, u bridge.Update) {
+func (s *Source) Emit(handle uint32, u wire.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h != nil && !s.closed {
@@ -318,7 +319,7 @@ func (s *Source) Refresh(reason string) {
 	s.h.RefreshStart(reason)
 	now := time.Now()
 	for _, h := range s.order {
-		s.h.Update(h, bridge.Update{Value: int64(s.counts[h]), Status: bridge.StatusGood, SourceTime: now, ServerTime: now})
+		s.h.Update(h, wire.Update{Value: int64(s.counts[h]), Status: wire.StatusGood, SourceTime: now, ServerTime: now})
 	}
 	s.h.RefreshEnd()
 }

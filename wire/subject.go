@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"fmt"
@@ -27,8 +27,6 @@ type tmplPart struct {
 	ph      string
 }
 
-var placeholders = map[string]bool{"source": true, "tag": true, "tagid": true, "address": true}
-
 // NewMapper parses and checks a subject template.
 func NewMapper(template string) (*Mapper, error) {
 	m := &Mapper{template: template}
@@ -50,7 +48,7 @@ func NewMapper(template string) (*Mapper, error) {
 			return nil, fmt.Errorf("subject template %q: unclosed '{'", template)
 		}
 		name := rest[i+1 : i+j]
-		if !placeholders[name] {
+		if !isPlaceholder(name) {
 			return nil, fmt.Errorf("subject template %q: unknown placeholder {%s} (valid: {source}, {tag}, {tagid}, {address})", template, name)
 		}
 		m.parts = append(m.parts, tmplPart{ph: name})
@@ -65,6 +63,15 @@ func NewMapper(template string) (*Mapper, error) {
 		return nil, fmt.Errorf("subject template %q: %w", template, err)
 	}
 	return m, nil
+}
+
+// isPlaceholder reports whether {name} is a placeholder of a template.
+func isPlaceholder(name string) bool {
+	switch name {
+	case "source", "tag", "tagid", "address":
+		return true
+	}
+	return false
 }
 
 // Template returns the template the Mapper was made from.
@@ -148,28 +155,34 @@ func tokenSafe(c byte) bool {
 // on: not empty, no empty tokens, no whitespace or control characters, and
 // no wildcard tokens.
 func ValidateSubject(s string) error {
-	if s == "" {
-		return fmt.Errorf("subject is empty")
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c == 0x7f {
-			return fmt.Errorf("subject %q contains whitespace or a control character at byte %d", s, i)
-		}
-	}
-	for i, tok := range strings.Split(s, ".") {
-		switch tok {
-		case "":
-			return fmt.Errorf("subject %q has an empty token at position %d", s, i+1)
-		case "*", ">":
+	return checkSubject(s, func(i int, tok string, _ bool) error {
+		if tok == "*" || tok == ">" {
 			return fmt.Errorf("subject %q has the wildcard %q at position %d", s, tok, i+1)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// ValidateSubscribeSubject checks a subject that may end in wildcards, for
-// subjects the bridge subscribes to (write and snapshot prefixes).
-func ValidateSubscribeSubject(s string) error {
+// ValidatePattern checks a subject pattern, such as a stream's subject:
+// what ValidateSubject checks, but with the wildcards "*" and ">" allowed
+// as whole tokens, and ">" only as the last. Inside a token NATS takes
+// them as plain characters, which in a pattern is a mistake.
+func ValidatePattern(s string) error {
+	return checkSubject(s, func(i int, tok string, last bool) error {
+		switch {
+		case tok == ">" && !last:
+			return fmt.Errorf("subject %q has '>' before its last token", s)
+		case tok != "*" && tok != ">" && strings.ContainsAny(tok, "*>"):
+			return fmt.Errorf("subject %q has a wildcard inside its token %q at position %d", s, tok, i+1)
+		}
+		return nil
+	})
+}
+
+// checkSubject checks what every subject and pattern must be (not empty,
+// no whitespace or control characters, no empty token), and each token
+// with check, in order.
+func checkSubject(s string, check func(i int, tok string, last bool) error) error {
 	if s == "" {
 		return fmt.Errorf("subject is empty")
 	}
@@ -183,8 +196,8 @@ func ValidateSubscribeSubject(s string) error {
 		if tok == "" {
 			return fmt.Errorf("subject %q has an empty token at position %d", s, i+1)
 		}
-		if tok == ">" && i != len(toks)-1 {
-			return fmt.Errorf("subject %q has '>' before its last token", s)
+		if err := check(i, tok, i == len(toks)-1); err != nil {
+			return err
 		}
 	}
 	return nil

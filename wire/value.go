@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 // their own quality onto it.
 type StatusCode uint32
 
-// Status codes the bridge itself uses.
+// Status codes the relay itself uses.
 const (
 	StatusGood                StatusCode = 0x00000000
 	StatusUncertain           StatusCode = 0x40000000
@@ -27,12 +27,15 @@ const (
 // Quality is the class of a StatusCode.
 type Quality int
 
+// The qualities, as StatusCode.Quality gives them.
 const (
 	QualityGood Quality = iota
 	QualityUncertain
 	QualityBad
 )
 
+// String returns the quality as the payload and the Apb-Quality header
+// spell it: Good, Uncertain or Bad.
 func (q Quality) String() string {
 	switch q {
 	case QualityGood:
@@ -92,7 +95,7 @@ func (t Type) Elem() Type {
 	return t
 }
 
-// TypeOf returns the Type of a Go value, and false if the bridge cannot
+// TypeOf returns the Type of a Go value, and false if the relay cannot
 // carry it. Slices of the scalar types are arrays.
 func TypeOf(v any) (Type, bool) {
 	switch v.(type) {
@@ -154,7 +157,7 @@ func TypeOf(v any) (Type, bool) {
 	return "", false
 }
 
-// Update is one change of one tag, as a source reports it and as the bridge
+// Update is one change of one tag, as a source reports it and as the relay
 // publishes it.
 type Update struct {
 	// Tag is the tag's configured name.
@@ -168,7 +171,7 @@ type Update struct {
 	// when the source server last touched it. Either may be zero.
 	SourceTime time.Time
 	ServerTime time.Time
-	// Seq numbers the updates the bridge published for this tag, from 1,
+	// Seq numbers the updates the relay published for this tag, from 1,
 	// so a consumer can detect a gap. Sources leave it zero.
 	Seq uint64
 	// Err says why the value could not be carried (an unsupported type),
@@ -176,7 +179,7 @@ type Update struct {
 	Err string
 }
 
-// Unsupported returns the Update for a value whose type the bridge cannot
+// Unsupported returns the Update for a value whose type the relay cannot
 // carry: Bad (BadTypeMismatch), no value, and a reason naming the type, so
 // that it is reported rather than silently turned into a zero.
 func Unsupported(tag string, v any, src, srv time.Time) Update {

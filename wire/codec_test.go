@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"encoding/json"
@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -92,37 +90,6 @@ func TestCodecSchemaFields(t *testing.T) {
 	}
 }
 
-func TestHeaders(t *testing.T) {
-	ts := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	h := nats.Header{}
-	SetHeaders(h, &Update{Tag: "T", Value: 1.5, Status: StatusUncertain, SourceTime: ts, Seq: 9})
-	want := map[string]string{HeaderQuality: "Uncertain", HeaderStatus: "0x40000000",
-		HeaderSeq: "9", HeaderSourceTime: "2026-01-02T03:04:05.000000006Z"}
-	for k, v := range want {
-		if h.Get(k) != v {
-			t.Errorf("%s = %q, want %q", k, h.Get(k), v)
-		}
-	}
-	if h.Get(HeaderServerTime) != "" {
-		t.Error("zero server time set")
-	}
-}
-
-func TestStatusQuality(t *testing.T) {
-	tests := []struct {
-		s StatusCode
-		q Quality
-	}{
-		{StatusGood, QualityGood}, {0x00A00000, QualityGood}, {StatusUncertain, QualityUncertain},
-		{0x408F0000, QualityUncertain}, {StatusBadNodeIDUnknown, QualityBad}, {0xC0000000, QualityBad},
-	}
-	for _, tt := range tests {
-		if got := tt.s.Quality(); got != tt.q {
-			t.Errorf("%v.Quality() = %v, want %v", tt.s, got, tt.q)
-		}
-	}
-}
-
 func TestDecodeValueErrors(t *testing.T) {
 	tests := []struct {
 		typ Type
@@ -146,14 +113,5 @@ func BenchmarkAppendJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf, _ = AppendJSON(buf[:0], &u)
-	}
-}
-
-func BenchmarkSetHeaders(b *testing.B) {
-	u := Update{Tag: "Plant.Line1.Temperature", Value: 21.53, Status: StatusGood,
-		SourceTime: time.Now(), ServerTime: time.Now(), Seq: 123456}
-	b.ReportAllocs()
-	for b.Loop() {
-		SetHeaders(make(nats.Header, 6), &u)
 	}
 }

@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"strings"
@@ -54,14 +54,25 @@ func TestMapperRejects(t *testing.T) {
 	}
 }
 
-func TestValidateSubscribeSubject(t *testing.T) {
-	for _, s := range []string{"a.b", "a.*", "a.>", "a.*.c"} {
-		if err := ValidateSubscribeSubject(s); err != nil {
+func TestValidateSubject(t *testing.T) {
+	if err := ValidateSubject("a.b-c"); err != nil {
+		t.Error(err)
+	}
+	for _, s := range []string{"", "a..b", "a.*", "a.>", ">", "a b", "a.\x00"} {
+		if err := ValidateSubject(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+func TestValidatePattern(t *testing.T) {
+	for _, s := range []string{"a.b", "a.*", "a.>", "a.*.c", ">", "*"} {
+		if err := ValidatePattern(s); err != nil {
 			t.Errorf("%q: %v", s, err)
 		}
 	}
-	for _, s := range []string{"", "a..b", "a.>.c", "a b", "a.\tb"} {
-		if err := ValidateSubscribeSubject(s); err == nil {
+	for _, s := range []string{"", "a..b", "a.>.c", "a b", "a.\tb", "a.b*", "a.>b.c", "a.\x7f"} {
+		if err := ValidatePattern(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
 	}

@@ -1,4 +1,4 @@
-package bridge
+package wire
 
 import (
 	"bytes"
@@ -10,19 +10,6 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/nats-io/nats.go"
-)
-
-// Headers the bridge sets on every update, so a consumer can filter on
-// quality and time without decoding the payload.
-const (
-	HeaderQuality    = "Apb-Quality"     // Good, Uncertain or Bad
-	HeaderStatus     = "Apb-Status"      // the status code, 0x80340000
-	HeaderSourceTime = "Apb-Source-Time" // RFC 3339 with nanoseconds, UTC
-	HeaderServerTime = "Apb-Server-Time"
-	HeaderSeq        = "Apb-Seq"     // the per-tag sequence number
-	HeaderRefresh    = "Apb-Refresh" // "true" inside a snapshot refresh
 )
 
 // AppendJSON appends the JSON payload of u to dst (schema: docs/payload.md).
@@ -34,7 +21,7 @@ const (
 func AppendJSON(dst []byte, u *Update) ([]byte, error) {
 	typ, ok := TypeOf(u.Value)
 	if !ok {
-		return dst, fmt.Errorf("bridge: tag %q: unsupported value type %T", u.Tag, u.Value)
+		return dst, fmt.Errorf("wire: tag %q: unsupported value type %T", u.Tag, u.Value)
 	}
 	dst = append(dst, `{"tag":`...)
 	dst = appendString(dst, u.Tag)
@@ -74,44 +61,6 @@ func appendStatus(dst []byte, s StatusCode) []byte {
 	}
 	return dst
 }
-
-// SetHeaders sets the update's headers on h: quality, status, sequence
-// number and the timestamps that are set.
-func SetHeaders(h nats.Header, u *Update) {
-	// One backing array for the values and one string for the formatted
-	// ones, which the values slice: at 100,000 updates a second every
-	// allocation per message counts, in CPU and in the garbage the heap
-	// grows to hold.
-	vals := make([]string, 5)
-	var buf [96]byte
-	b := appendStatus(buf[:0], u.Status)
-	b = strconv.AppendUint(b, u.Seq, 10)
-	seqEnd := len(b)
-	if !u.SourceTime.IsZero() {
-		b = u.SourceTime.UTC().AppendFormat(b, time.RFC3339Nano)
-	}
-	srcEnd := len(b)
-	if !u.ServerTime.IsZero() {
-		b = u.ServerTime.UTC().AppendFormat(b, time.RFC3339Nano)
-	}
-	all := string(b)
-	set := func(i int, k, v string) {
-		vals[i] = v
-		h[k] = vals[i : i+1 : i+1]
-	}
-	set(0, HeaderQuality, u.Status.Quality().String())
-	set(1, HeaderStatus, all[:statusLen])
-	set(2, HeaderSeq, all[statusLen:seqEnd])
-	if srcEnd > seqEnd {
-		set(3, HeaderSourceTime, all[seqEnd:srcEnd])
-	}
-	if len(all) > srcEnd {
-		set(4, HeaderServerTime, all[srcEnd:])
-	}
-}
-
-// statusLen is the length of a status as appendStatus writes it.
-const statusLen = len("0x00000000")
 
 func appendValue(dst []byte, v any) []byte {
 	switch x := v.(type) {
@@ -260,11 +209,11 @@ type wireUpdate struct {
 func DecodeJSON(data []byte) (Update, error) {
 	var w wireUpdate
 	if err := json.Unmarshal(data, &w); err != nil {
-		return Update{}, fmt.Errorf("bridge: decode update: %w", err)
+		return Update{}, fmt.Errorf("wire: decode update: %w", err)
 	}
 	code, err := strconv.ParseUint(strings.TrimPrefix(w.Status, "0x"), 16, 32)
 	if err != nil {
-		return Update{}, fmt.Errorf("bridge: decode update: status %q: %w", w.Status, err)
+		return Update{}, fmt.Errorf("wire: decode update: status %q: %w", w.Status, err)
 	}
 	v, err := DecodeValue(w.Type, w.Value)
 	if err != nil {
