@@ -46,6 +46,12 @@ sources:
 		t.Fatal(err)
 	}
 	defer r.Close()
+	// Browsed in the background, once the bridge runs: the tags arrive
+	// in one batch.
+	testutil.WaitFor(t, "the browsed tags", 30*time.Second, func() bool {
+		_, ok := r.Bridge().Subject("plc", "Interop.Name")
+		return ok
+	})
 	got := map[string]bool{}
 	for _, tag := range []string{"MyCounter", "Interop.Counter", "Interop.Name", "Interop.Setpoint"} {
 		_, got[tag] = r.Bridge().Subject("plc", tag)
