@@ -200,7 +200,9 @@ func newBridge(t *testing.T, conn *apconn.Conn) (*bridge.Bridge, *observer) {
 	t.Helper()
 	n := bridges.Add(1)
 	root := fmt.Sprintf("sourcetest%d", n)
-	b, err := bridge.New(conn, bridge.Config{Prefix: root + ".svc", Subject: root + ".{source}.{tag}"})
+	// The service subjects (health events among them) under a root of
+	// their own: the observer counts tag updates only.
+	b, err := bridge.New(conn, bridge.Config{Prefix: root + "-svc", Subject: root + ".{source}.{tag}"})
 	if err != nil {
 		t.Fatal(err)
 	}
