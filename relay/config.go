@@ -9,7 +9,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/ldm"
-	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 )
 
@@ -142,8 +142,8 @@ type SourceConfig struct {
 	// Type is "opcua" (the default) or "mxgateway".
 	Type string `yaml:"type"`
 	// The pair's endpoints, failover rules and timing.
-	servicelevel.PairConfig `yaml:",inline"`
-	Security                opcuasource.Security `yaml:"security"`
+	uaclient.PairConfig `yaml:",inline"`
+	Security            opcuasource.Security `yaml:"security"`
 	// Tags are listed tags, each with optional monitoring overrides.
 	Tags []opcuasource.TagConfig `yaml:"tags"`
 	// Groups are tags that share monitoring overrides.

@@ -3,9 +3,6 @@ package servicelevel
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strings"
 	"time"
 )
 
@@ -163,32 +160,4 @@ func (c FailoverConfig) Settings() (Settings, error) {
 		return Settings{}, errors.Join(errs...)
 	}
 	return s, nil
-}
-
-// SameEndpoint reports whether two endpoint URLs name the same server, so
-// that a pair's config can reject a backup that is its own primary (a
-// "failover" to it would reconnect to the server being left). It compares
-// scheme and host case-insensitively, treats a missing opc.tcp port as
-// 4840 and ignores a trailing slash. It does no I/O: two different names
-// for one host are not detected.
-func SameEndpoint(a, b string) bool {
-	return normalizeEndpoint(a) == normalizeEndpoint(b)
-}
-
-func normalizeEndpoint(raw string) string {
-	s := strings.TrimSpace(raw)
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		return strings.ToLower(strings.TrimSuffix(s, "/"))
-	}
-	host := strings.ToLower(u.Hostname())
-	port := u.Port()
-	scheme := strings.ToLower(u.Scheme)
-	if port == "" && scheme == "opc.tcp" {
-		port = "4840"
-	}
-	if port != "" {
-		host = net.JoinHostPort(host, port)
-	}
-	return scheme + "://" + host + strings.TrimSuffix(u.EscapedPath(), "/")
 }

@@ -177,26 +177,3 @@ func TestFailoverConfigBoundariesAreValid(t *testing.T) {
 		}
 	}
 }
-
-func TestSameEndpoint(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want bool
-	}{
-		{"opc.tcp://plc-a:4840", "opc.tcp://plc-a:4840", true},
-		{"opc.tcp://PLC-A:4840/", "opc.tcp://plc-a:4840", true},
-		{"OPC.TCP://plc-a", "opc.tcp://plc-a:4840", true},
-		{" opc.tcp://plc-a:4840 ", "opc.tcp://plc-a:4840", true},
-		{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://plc-a:4840/UA/Server/", true},
-		{"opc.tcp://plc-a:4840", "opc.tcp://plc-b:4840", false},
-		{"opc.tcp://plc-a:4840", "opc.tcp://plc-a:4841", false},
-		{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://plc-a:4840/UA/Other", false},
-		{"opc.tcp://[::1]:4840", "opc.tcp://[::1]", true},
-		{"not a url", "NOT A URL", true},
-	}
-	for _, tt := range tests {
-		if got := SameEndpoint(tt.a, tt.b); got != tt.want {
-			t.Errorf("SameEndpoint(%q, %q) = %v, want %v", tt.a, tt.b, got, tt.want)
-		}
-	}
-}

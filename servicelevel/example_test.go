@@ -1,12 +1,10 @@
 package servicelevel_test
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/apbridge/apbridge/testcluster/uaserver"
 )
 
 // A supervisor feeds the Policy what its sessions report and executes
@@ -118,57 +116,4 @@ func ExampleFailoverConfig_Validate() {
 	// Output:
 	// serviceLevelFailover.degradedWindowSeconds: 0 is out of range (valid 1-3600)
 	// failoverRetryCount: 0 is out of range (valid 1-100)
-}
-
-// A Pair on uaserver's redundant server pair. The primary (250) stops
-// gracefully: it publishes ServiceLevel 0 as the backup promotes itself
-// from the Warm standby level (90) to 250. The Pair moves the data to the
-// backup and frames the move as a snapshot.
-func ExamplePair() {
-	ctx := context.Background()
-	servers, err := uaserver.StartPair(ctx, uaserver.WithServiceLevels(250, 90))
-	if err != nil {
-		panic(err)
-	}
-	defer servers.Close()
-
-	snapshots := make(chan servicelevel.Update, 16)
-	failovers := make(chan servicelevel.Event, 16)
-	p, err := servicelevel.NewPair(servicelevel.PairConfig{Endpoints: servers.Endpoints()},
-		servicelevel.WithDataHandler(func(u servicelevel.Update) {
-			if u.Kind == servicelevel.UpdateRefreshEnd {
-				snapshots <- u
-			}
-		}),
-		servicelevel.WithEventHandler(func(e servicelevel.Event) {
-			if e.Kind == servicelevel.EventFailover {
-				failovers <- e
-			}
-		}))
-	if err != nil {
-		panic(err)
-	}
-	defer p.Close()
-	if _, err := p.AddItems(ctx, []servicelevel.Item{
-		{Handle: 1, NodeID: "ns=1;s=Counter0000"},
-		{Handle: 2, NodeID: "ns=1;s=Ramp0001"},
-	}); err != nil {
-		panic(err)
-	}
-	if err := p.Start(ctx); err != nil {
-		panic(err)
-	}
-	u := <-snapshots
-	fmt.Printf("snapshot %d from %s: %d items\n", u.Epoch, u.Endpoint, u.Items)
-
-	servers.B().Promote()
-	servers.A().GracefulStop(time.Second)
-	fmt.Println(<-failovers)
-	u = <-snapshots
-	fmt.Printf("snapshot %d from %s: %d items (%s)\n", u.Epoch, u.Endpoint, u.Items, u.Cause)
-
-	// Output:
-	// snapshot 1 from primary: 2 items
-	// failover from primary to backup (ServiceLevel 0; backup reports 250)
-	// snapshot 2 from backup: 2 items (ServiceLevel 0)
 }

@@ -109,6 +109,17 @@ func NewPolicy(cfg FailoverConfig) (*Policy, error) {
 	return &Policy{set: s, active: Primary}, nil
 }
 
+// NewSinglePolicy is NewPolicy for one server: there is no peer to probe
+// or to switch to, so every rule that would move the connection retries
+// the same server instead.
+func NewSinglePolicy(cfg FailoverConfig) (*Policy, error) {
+	p, err := NewPolicy(cfg)
+	if p != nil {
+		p.single = true
+	}
+	return p, err
+}
+
 // Settings returns the resolved settings the Policy runs on.
 func (p *Policy) Settings() Settings { return p.set }
 

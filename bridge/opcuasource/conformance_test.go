@@ -9,8 +9,8 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/bridge/sourcetest"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 )
 
 // The OPC UA source passes the source conformance suite on a Warm pair of
@@ -42,7 +42,7 @@ func startConformancePair(t *testing.T, up bool) sourcetest.Servers {
 }
 
 func (s *uaServers) NewSource(t *testing.T, name string) bridge.Source {
-	src, err := opcuasource.New(name, servicelevel.PairConfig{Endpoints: s.pair.Endpoints()},
+	src, err := opcuasource.New(name, uaclient.PairConfig{Endpoints: s.pair.Endpoints()},
 		opcuasource.WithLogger(testutil.Logger(t).With().Str("source", name).Logger()))
 	if err != nil {
 		t.Fatal(err)

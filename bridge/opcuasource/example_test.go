@@ -8,9 +8,9 @@ import (
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -40,7 +40,7 @@ func ExampleNew() {
 		return
 	}
 	defer conn.Close()
-	source, err := opcuasource.New("line1", servicelevel.PairConfig{Endpoints: servers.Endpoints()})
+	source, err := opcuasource.New("line1", uaclient.PairConfig{Endpoints: servers.Endpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -18,6 +18,7 @@ import (
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
@@ -210,7 +211,7 @@ func TestWarmPairInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := opcuasource.New("plant", servicelevel.PairConfig{Endpoints: []string{a.Endpoint, b.Endpoint}},
+	src, err := opcuasource.New("plant", uaclient.PairConfig{Endpoints: []string{a.Endpoint, b.Endpoint}},
 		opcuasource.WithLogger(testutil.Logger(t)), opcuasource.WithPairOptions(secOpts...))
 	if err != nil {
 		t.Fatal(err)
@@ -267,9 +268,9 @@ func TestWarmPairInterop(t *testing.T) {
 // the tag.
 func TestMonitoringInterop(t *testing.T) {
 	srv := nodeopcua.StartT(t, nodeopcua.Config{CounterMs: 50})
-	deadband := &servicelevel.DataChangeFilter{DeadbandType: "absolute", DeadbandValue: 4.5}
+	deadband := &uaclient.DataChangeFilter{DeadbandType: "absolute", DeadbandValue: 4.5}
 	queue := 1
-	src, err := opcuasource.New("mon", servicelevel.PairConfig{Endpoints: []string{srv.Endpoint}},
+	src, err := opcuasource.New("mon", uaclient.PairConfig{Endpoints: []string{srv.Endpoint}},
 		opcuasource.WithMonitoring(map[string]opcuasource.Monitoring{
 			"Thinned": {Filter: deadband, QueueSize: &queue},
 			"Name":    {Filter: deadband},
@@ -403,17 +404,17 @@ func TestPairFaultsInterop(t *testing.T) {
 			var mu sync.Mutex
 			good := map[servicelevel.Endpoint]int{}
 			failovers := 0
-			p, err := servicelevel.NewPair(servicelevel.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint}},
-				servicelevel.WithLogger(testutil.Logger(t)),
-				servicelevel.WithDataHandler(func(u servicelevel.Update) {
+			p, err := uaclient.NewPair(uaclient.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint}},
+				uaclient.WithLogger(testutil.Logger(t)),
+				uaclient.WithDataHandler(func(u uaclient.Update) {
 					if u.Value != nil && u.Value.Status == ua.StatusOK {
 						mu.Lock()
 						good[u.Endpoint]++
 						mu.Unlock()
 					}
 				}),
-				servicelevel.WithEventHandler(func(e servicelevel.Event) {
-					if e.Kind == servicelevel.EventFailover {
+				uaclient.WithEventHandler(func(e uaclient.Event) {
+					if e.Kind == uaclient.EventFailover {
 						mu.Lock()
 						failovers++
 						mu.Unlock()
@@ -523,13 +524,13 @@ func TestPairBlipInterop(t *testing.T) {
 	t.Cleanup(func() { proxy.Close() })
 	var mu sync.Mutex
 	var values []int32
-	var recovered []servicelevel.Event
+	var recovered []uaclient.Event
 	failovers := 0
-	p, err := servicelevel.NewPair(servicelevel.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint},
+	p, err := uaclient.NewPair(uaclient.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint},
 		QueueSize: new(10), SamplingIntervalMilliseconds: new(25)},
-		servicelevel.WithLogger(testutil.Logger(t)),
-		servicelevel.WithDataHandler(func(u servicelevel.Update) {
-			if u.Kind != servicelevel.UpdateData || u.Value == nil || u.Value.Value == nil || u.Endpoint != servicelevel.Primary {
+		uaclient.WithLogger(testutil.Logger(t)),
+		uaclient.WithDataHandler(func(u uaclient.Update) {
+			if u.Kind != uaclient.UpdateData || u.Value == nil || u.Value.Value == nil || u.Endpoint != servicelevel.Primary {
 				return
 			}
 			if v, ok := u.Value.Value.Value().(int32); ok {
@@ -538,13 +539,13 @@ func TestPairBlipInterop(t *testing.T) {
 				mu.Unlock()
 			}
 		}),
-		servicelevel.WithEventHandler(func(e servicelevel.Event) {
+		uaclient.WithEventHandler(func(e uaclient.Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch e.Kind {
-			case servicelevel.EventFailover:
+			case uaclient.EventFailover:
 				failovers++
-			case servicelevel.EventLinkRecovered:
+			case uaclient.EventLinkRecovered:
 				recovered = append(recovered, e)
 			}
 		}))
@@ -582,11 +583,11 @@ func TestPairBlipInterop(t *testing.T) {
 
 // startOnCounter adds the interop server's counter to p, as handle 1, and
 // starts p.
-func startOnCounter(t *testing.T, p *servicelevel.Pair) {
+func startOnCounter(t *testing.T, p *uaclient.Pair) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := p.AddItems(ctx, []servicelevel.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
+	if _, err := p.AddItems(ctx, []uaclient.Item{{Handle: 1, NodeID: "nsu=urn:apbridge:interop;s=Counter"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Start(ctx); err != nil {

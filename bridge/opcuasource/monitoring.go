@@ -7,6 +7,7 @@ import (
 
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/uaclient"
 )
 
 // Monitoring overrides a source's monitoring settings (its
@@ -14,10 +15,10 @@ import (
 // group of tags or for one tag. An unset field keeps the value of the
 // level above: tag over group over source.
 type Monitoring struct {
-	SamplingIntervalMilliseconds *int                           `yaml:"samplingIntervalMilliseconds,omitempty" json:"samplingIntervalMilliseconds,omitempty"`
-	QueueSize                    *int                           `yaml:"queueSize,omitempty" json:"queueSize,omitempty"`
-	DiscardOldest                *bool                          `yaml:"discardOldest,omitempty" json:"discardOldest,omitempty"`
-	Filter                       *servicelevel.DataChangeFilter `yaml:"filter,omitempty" json:"filter,omitempty"`
+	SamplingIntervalMilliseconds *int                       `yaml:"samplingIntervalMilliseconds,omitempty" json:"samplingIntervalMilliseconds,omitempty"`
+	QueueSize                    *int                       `yaml:"queueSize,omitempty" json:"queueSize,omitempty"`
+	DiscardOldest                *bool                      `yaml:"discardOldest,omitempty" json:"discardOldest,omitempty"`
+	Filter                       *uaclient.DataChangeFilter `yaml:"filter,omitempty" json:"filter,omitempty"`
 }
 
 // TagConfig is a tag of an OPC UA source: the bridge's tag fields and,
@@ -39,13 +40,13 @@ type TagGroup struct {
 func (m Monitoring) Validate(field string) error {
 	var errs []error
 	if v := m.SamplingIntervalMilliseconds; v != nil &&
-		(*v < servicelevel.MinSamplingIntervalMilliseconds || *v > servicelevel.MaxSamplingIntervalMilliseconds) {
+		(*v < uaclient.MinSamplingIntervalMilliseconds || *v > uaclient.MaxSamplingIntervalMilliseconds) {
 		errs = append(errs, &servicelevel.FieldError{Field: field + "samplingIntervalMilliseconds", Value: *v,
-			Min: servicelevel.MinSamplingIntervalMilliseconds, Max: servicelevel.MaxSamplingIntervalMilliseconds})
+			Min: uaclient.MinSamplingIntervalMilliseconds, Max: uaclient.MaxSamplingIntervalMilliseconds})
 	}
-	if v := m.QueueSize; v != nil && (*v < servicelevel.MinQueueSize || *v > servicelevel.MaxQueueSize) {
+	if v := m.QueueSize; v != nil && (*v < uaclient.MinQueueSize || *v > uaclient.MaxQueueSize) {
 		errs = append(errs, &servicelevel.FieldError{Field: field + "queueSize", Value: *v,
-			Min: servicelevel.MinQueueSize, Max: servicelevel.MaxQueueSize})
+			Min: uaclient.MinQueueSize, Max: uaclient.MaxQueueSize})
 	}
 	if m.Filter != nil {
 		if err := m.Filter.Validate(field + "filter"); err != nil {
@@ -78,7 +79,7 @@ func (m Monitoring) IsZero() bool {
 }
 
 // apply sets m's overrides on it.
-func (m Monitoring) apply(it *servicelevel.Item) {
+func (m Monitoring) apply(it *uaclient.Item) {
 	if v := m.SamplingIntervalMilliseconds; v != nil {
 		// 0 asks the server for its fastest rate; the Item takes only a
 		// positive override, so the fastest is 1 ms here.

@@ -3,12 +3,11 @@ package opcuasource
 import (
 	"errors"
 	"fmt"
-	"os"
-	"slices"
-
-	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/gopcua/opcua"
 	"github.com/rs/zerolog"
+	"os"
+	"slices"
 )
 
 // Security is how an OPC UA source authenticates to its servers and which
@@ -134,12 +133,12 @@ func (c Security) discovers() bool {
 // certificate and sets the channel and the login from it. log gets the
 // server certificate's thumbprint and subject at the first connection to
 // each endpoint.
-func (c Security) PairOptions(log zerolog.Logger) ([]servicelevel.PairOption, error) {
+func (c Security) PairOptions(log zerolog.Logger) ([]uaclient.PairOption, error) {
 	d, err := newDialer(c, log)
 	if err != nil {
 		return nil, err
 	}
-	return []servicelevel.PairOption{servicelevel.WithDialOptions(d.pairOptions)}, nil
+	return []uaclient.PairOption{uaclient.WithDialOptions(d.pairOptions)}, nil
 }
 
 // clientAuth returns the options every client of c has, whatever the

@@ -8,26 +8,26 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
 
 // Source is a bridge.Source on a redundant OPC UA server pair: a
-// servicelevel.Pair follows the servers' ServiceLevel, keeps a warm
+// uaclient.Pair follows the servers' ServiceLevel, keeps a warm
 // standby session and fails over; the source turns its data changes into
 // updates and its promotions into refresh frames.
 type Source struct {
 	name string
-	cfg  servicelevel.PairConfig
-	opts []servicelevel.PairOption
+	cfg  uaclient.PairConfig
+	opts []uaclient.PairOption
 	log  zerolog.Logger
 	// monitoring holds the tags' own monitoring settings, by tag name.
 	monitoring map[string]Monitoring
 
 	mu     sync.Mutex
-	pair   *servicelevel.Pair
+	pair   *uaclient.Pair
 	h      bridge.Handler
 	added  map[uint32]bool
 	health bridge.Health
@@ -51,7 +51,7 @@ type Option func(*options) error
 
 type options struct {
 	log        zerolog.Logger
-	pair       []servicelevel.PairOption
+	pair       []uaclient.PairOption
 	monitoring map[string]Monitoring
 }
 
@@ -61,16 +61,16 @@ func WithLogger(l zerolog.Logger) Option {
 	return func(o *options) error { o.log = l; return nil }
 }
 
-// WithPairOptions passes opts to the source's servicelevel.Pair: client
+// WithPairOptions passes opts to the source's uaclient.Pair: client
 // options for security (Security.PairOptions returns them), or anything
 // else the Pair takes.
-func WithPairOptions(opts ...servicelevel.PairOption) Option {
+func WithPairOptions(opts ...uaclient.PairOption) Option {
 	return func(o *options) error { o.pair = append(o.pair, opts...); return nil }
 }
 
 // New checks cfg and returns a source named name on the pair of servers
 // it names.
-func New(name string, cfg servicelevel.PairConfig, opts ...Option) (*Source, error) {
+func New(name string, cfg uaclient.PairConfig, opts ...Option) (*Source, error) {
 	if name == "" {
 		return nil, errors.New("opcuasource: name is empty")
 	}
@@ -96,13 +96,13 @@ func (s *Source) Name() string { return s.name }
 // Start implements Source: it starts the Pair, which connects in the
 // background, and returns at once; Health tells when data flows.
 func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
-	opts := append([]servicelevel.PairOption{
-		servicelevel.WithPairName(s.name),
-		servicelevel.WithLogger(s.log),
-		servicelevel.WithDataHandler(s.onData),
-		servicelevel.WithEventHandler(s.onEvent),
+	opts := append([]uaclient.PairOption{
+		uaclient.WithPairName(s.name),
+		uaclient.WithLogger(s.log),
+		uaclient.WithDataHandler(s.onData),
+		uaclient.WithEventHandler(s.onEvent),
 	}, s.opts...)
-	p, err := servicelevel.NewPair(s.cfg, opts...)
+	p, err := uaclient.NewPair(s.cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 		// Closed before it started: a Pair started now would run on
 		// with nobody to close it.
 		s.mu.Unlock()
-		return servicelevel.ErrClosed
+		return uaclient.ErrClosed
 	}
 	s.pair, s.h = p, h
 	s.mu.Unlock()
@@ -123,7 +123,7 @@ func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 }
 
 // onData runs on the Pair's output goroutine, in order.
-func (s *Source) onData(u servicelevel.Update) {
+func (s *Source) onData(u uaclient.Update) {
 	s.mu.Lock()
 	h := s.h
 	s.mu.Unlock()
@@ -131,11 +131,11 @@ func (s *Source) onData(u servicelevel.Update) {
 		return
 	}
 	switch u.Kind {
-	case servicelevel.UpdateData, servicelevel.UpdateRefreshValue:
+	case uaclient.UpdateData, uaclient.UpdateRefreshValue:
 		h.Update(u.Handle, fromDataValue(u.Value))
-	case servicelevel.UpdateRefreshStart:
+	case uaclient.UpdateRefreshStart:
 		h.RefreshStart(fmt.Sprintf("%s on %s", u.Cause, u.Endpoint))
-	case servicelevel.UpdateRefreshEnd:
+	case uaclient.UpdateRefreshEnd:
 		s.mu.Lock()
 		s.ready = true
 		restore := s.refused
@@ -148,7 +148,7 @@ func (s *Source) onData(u servicelevel.Update) {
 	}
 }
 
-func (s *Source) onEvent(e servicelevel.Event) {
+func (s *Source) onEvent(e uaclient.Event) {
 	s.mu.Lock()
 	p, h := s.pair, s.h
 	s.mu.Unlock()
@@ -156,7 +156,7 @@ func (s *Source) onEvent(e servicelevel.Event) {
 		return
 	}
 	hl := s.healthOf(p.Status())
-	if e.Kind == servicelevel.EventFailover {
+	if e.Kind == uaclient.EventFailover {
 		hl.LastSwitch, hl.LastAt = e.String(), e.At
 		hl.LastSwitchCause, hl.LastSwitchTook = e.Cause.String(), e.Duration
 	} else {
@@ -174,7 +174,7 @@ func (s *Source) onEvent(e servicelevel.Event) {
 	}
 }
 
-func (s *Source) healthOf(st servicelevel.PairStatus) bridge.Health {
+func (s *Source) healthOf(st uaclient.PairStatus) bridge.Health {
 	h := bridge.Health{Endpoint: st.ActiveURL, Level: -1}
 	if v, ok := st.ActiveLevel.Value(); ok {
 		h.Level = int(v)
@@ -208,7 +208,7 @@ func lastErrDetail(err error) string {
 // linkDetail describes what the active server granted for riding out a
 // link blip: the session timeout and subscription lifetimes as revised,
 // and the longest blip they let recover without loss.
-func linkDetail(lp servicelevel.LinkParams) string {
+func linkDetail(lp uaclient.LinkParams) string {
 	if lp.SessionTimeout == 0 {
 		return ""
 	}
@@ -226,7 +226,7 @@ type Stats struct {
 	Republished uint64
 	// Link are the active session's parameters as its server revised
 	// them.
-	Link servicelevel.LinkParams
+	Link uaclient.LinkParams
 }
 
 // Stats returns the counters; zero before Start.
@@ -265,13 +265,13 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 		return nil, ErrNotConnected
 	}
 	errs := make([]error, len(tags))
-	var items []servicelevel.Item
+	var items []uaclient.Item
 	var idx []int
 	for i, t := range tags {
 		if s.added[t.Handle] {
 			continue // already a data item: accepted again
 		}
-		it := servicelevel.Item{Handle: t.Handle, NodeID: t.Address}
+		it := uaclient.Item{Handle: t.Handle, NodeID: t.Address}
 		if m, ok := s.monitoring[t.Name]; ok {
 			m.apply(&it)
 		}
@@ -334,7 +334,7 @@ func (s *Source) Write(ctx context.Context, tag bridge.Tag, v any) (wire.StatusC
 	}
 	code, err := p.WriteNode(ctx, tag.Address, toWriteValue(v))
 	if err != nil {
-		if errors.Is(err, servicelevel.ErrWriteRefused) {
+		if errors.Is(err, uaclient.ErrWriteRefused) {
 			return wire.StatusCode(code), fmt.Errorf("%w: %v", bridge.ErrNotWritableNow, err)
 		}
 		return wire.StatusCode(code), err
@@ -360,7 +360,7 @@ func (s *Source) Health() bridge.Health {
 }
 
 // Pair returns the source's Pair, once started.
-func (s *Source) Pair() *servicelevel.Pair {
+func (s *Source) Pair() *uaclient.Pair {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pair

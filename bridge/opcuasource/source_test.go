@@ -11,9 +11,9 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/testutil"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -74,7 +74,7 @@ func startOPCUAEnv(t *testing.T, pairOpts ...uaserver.Option) *opcuaEnv {
 		}
 	})
 	e.nc.Flush()
-	cfg := servicelevel.PairConfig{Endpoints: e.pair.Endpoints()}
+	cfg := uaclient.PairConfig{Endpoints: e.pair.Endpoints()}
 	if e.src, err = opcuasource.New("opc1", cfg); err != nil {
 		t.Fatal(err)
 	}

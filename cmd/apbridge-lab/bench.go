@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/cli"
-	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/rs/zerolog"
 )
 
@@ -31,7 +31,7 @@ type benchConfig struct {
 	// tags is the number of tags of the sl-* scenarios; 0 means slTags.
 	tags int
 	// mode is the Pair's mode in the sl-* scenarios.
-	mode servicelevel.Mode
+	mode uaclient.Mode
 	// blip is how long sl-blip freezes the primary's link; 0 resets it
 	// instead.
 	blip     time.Duration
@@ -206,8 +206,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
 	}
-	cfg.mode = servicelevel.Mode(*mode)
-	if cfg.mode != servicelevel.ModeWarm && cfg.mode != servicelevel.ModeHot && cfg.mode != servicelevel.ModePrepared {
+	cfg.mode = uaclient.Mode(*mode)
+	if cfg.mode != uaclient.ModeWarm && cfg.mode != uaclient.ModeHot && cfg.mode != uaclient.ModePrepared {
 		return fmt.Errorf("--mode: %q is not valid (valid: warm, hot, prepared)", *mode)
 	}
 	if cfg.tags < 0 || cfg.tags > 20000 {

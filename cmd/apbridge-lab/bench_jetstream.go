@@ -15,10 +15,10 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/nats-io/jsm.go"
 	"github.com/nats-io/nats.go"
 )
@@ -232,7 +232,7 @@ func jsMaintenanceOnce(ctx context.Context, cl *natstest.Cluster, cfg benchConfi
 	// Every change reaches the relay: publishing and sampling as fast as
 	// the tags change.
 	interval := int(jsMaintPeriod / time.Millisecond)
-	opc, err := opcuasource.New(name, servicelevel.PairConfig{Endpoints: pair.Endpoints(),
+	opc, err := opcuasource.New(name, uaclient.PairConfig{Endpoints: pair.Endpoints(),
 		PublishingIntervalMilliseconds: &interval, SamplingIntervalMilliseconds: &interval}, opcuasource.WithLogger(cfg.log))
 	if err != nil {
 		return a, st, nil, err

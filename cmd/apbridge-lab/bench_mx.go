@@ -13,9 +13,9 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -54,9 +54,9 @@ func mxTickFor(n int) time.Duration {
 // gateway's too.
 func mxMode(cfg benchConfig) (string, error) {
 	switch cfg.mode {
-	case "", servicelevel.ModeWarm:
+	case "", uaclient.ModeWarm:
 		return mxsource.ModeWarm, nil
-	case servicelevel.ModeHot:
+	case uaclient.ModeHot:
 		return mxsource.ModeHot, nil
 	}
 	return "", fmt.Errorf("--mode: %q is not a gateway mode (valid for mx-*: warm, hot)", cfg.mode)

@@ -15,10 +15,11 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/gopcua/opcua/ua"
 )
 
-// The sl-* scenarios run servicelevel.Pair against uaserver's redundant
+// The sl-* scenarios run uaclient.Pair against uaserver's redundant
 // OPC UA pair (16 simulated tags ticking every 100 ms, counters among
 // them), inject one fault per run for real, and measure from the fault to
 // the first Good value the consumer receives from the backup.
@@ -127,7 +128,7 @@ type slRecorder struct {
 	switches    int
 	causes      map[string]int
 	// recovered is when the primary's link recovered after the mark
-	// (servicelevel.EventLinkRecovered); republished sums what the
+	// (uaclient.EventLinkRecovered); republished sums what the
 	// recoveries asked the server for again.
 	recovered   time.Time
 	recoveries  int
@@ -363,10 +364,10 @@ func (r *slRecorder) waitFirstSample(ctx context.Context) (time.Time, error) {
 // of the original ServiceLevel design.
 type slSubject func(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (stop func(), err error)
 
-// pairSubject is servicelevel.Pair with its defaults, except a queue of 10
+// pairSubject is uaclient.Pair with its defaults, except a queue of 10
 // per item so that no tick is lost to OPC UA's sampling in steady state.
 func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (func(), error) {
-	pc := servicelevel.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10), Mode: cfg.mode}
+	pc := uaclient.PairConfig{Endpoints: t.endpoints(), QueueSize: new(10), Mode: cfg.mode}
 	if cfg.server == serverNode {
 		// node-opcua samples its counter on a timer of its own: sampled
 		// at the counter's 100 ms, a tick is now and then missed in steady
@@ -381,25 +382,25 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 			pc.ReadTimeoutMilliseconds = new(3000)
 		}
 	}
-	sp, err := servicelevel.NewPair(pc,
-		servicelevel.WithLogger(cfg.log),
-		servicelevel.WithDataHandler(func(u servicelevel.Update) {
+	sp, err := uaclient.NewPair(pc,
+		uaclient.WithLogger(cfg.log),
+		uaclient.WithDataHandler(func(u uaclient.Update) {
 			switch u.Kind {
-			case servicelevel.UpdateData, servicelevel.UpdateRefreshValue:
-				rec.value(u.Endpoint, u.Handle, u.Value, u.Kind == servicelevel.UpdateRefreshValue)
-			case servicelevel.UpdateRefreshEnd:
+			case uaclient.UpdateData, uaclient.UpdateRefreshValue:
+				rec.value(u.Endpoint, u.Handle, u.Value, u.Kind == uaclient.UpdateRefreshValue)
+			case uaclient.UpdateRefreshEnd:
 				rec.refreshDone(u.Endpoint)
 			}
 		}),
-		servicelevel.WithEventHandler(func(e servicelevel.Event) {
+		uaclient.WithEventHandler(func(e uaclient.Event) {
 			switch {
-			case e.Kind == servicelevel.EventFailover:
+			case e.Kind == uaclient.EventFailover:
 				rec.failover(e.Cause.String())
-			case e.Kind == servicelevel.EventLinkRecovered:
+			case e.Kind == uaclient.EventLinkRecovered:
 				rec.linkRecovered(e.Republished)
-			case e.Kind == servicelevel.EventSessionLost && e.Endpoint == servicelevel.Primary:
+			case e.Kind == uaclient.EventSessionLost && e.Endpoint == servicelevel.Primary:
 				rec.linkLost()
-			case e.Kind == servicelevel.EventLevelChanged && e.Role == servicelevel.RoleActive && e.Endpoint == servicelevel.Primary:
+			case e.Kind == uaclient.EventLevelChanged && e.Role == uaclient.RoleActive && e.Endpoint == servicelevel.Primary:
 				rec.sample()
 			}
 		}))
@@ -489,7 +490,7 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	}
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
-	r.set("mode", string(cmp.Or(cfg.mode, servicelevel.ModeWarm)))
+	r.set("mode", string(cmp.Or(cfg.mode, uaclient.ModeWarm)))
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
@@ -686,7 +687,7 @@ func benchSLHealthy(ctx context.Context, cfg benchConfig) (*result, error) {
 	r.set("bad_samples", bad)
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
-	r.set("mode", string(cmp.Or(cfg.mode, servicelevel.ModeWarm)))
+	r.set("mode", string(cmp.Or(cfg.mode, uaclient.ModeWarm)))
 	if sw > 0 {
 		r.set("cause", causeList(causes))
 	}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/nodeopcua"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 )
 
 // The servers the sl-* scenarios run on (--server).
@@ -20,7 +20,7 @@ const (
 // slTarget is a redundant server pair a scenario injects its faults into.
 type slTarget interface {
 	endpoints() []string
-	items() []servicelevel.Item
+	items() []uaclient.Item
 	// recorder returns a consumer for one run.
 	recorder() *slRecorder
 	// reset brings both servers up, healed, at the given levels.
@@ -55,10 +55,10 @@ type embeddedTarget struct{ p *uaserver.Pair }
 
 func (t *embeddedTarget) endpoints() []string { return t.p.Endpoints() }
 
-func (t *embeddedTarget) items() []servicelevel.Item {
-	var items []servicelevel.Item
+func (t *embeddedTarget) items() []uaclient.Item {
+	var items []uaclient.Item
 	for i, tag := range t.p.Tags() {
-		items = append(items, servicelevel.Item{Handle: uint32(i), NodeID: tag.NodeID().String()})
+		items = append(items, uaclient.Item{Handle: uint32(i), NodeID: tag.NodeID().String()})
 	}
 	return items
 }
@@ -110,10 +110,10 @@ func (t *nodeTarget) endpoints() []string {
 	return []string{"opc.tcp://" + t.proxies[0].Addr(), "opc.tcp://" + t.proxies[1].Addr()}
 }
 
-func (t *nodeTarget) items() []servicelevel.Item {
-	items := []servicelevel.Item{{Handle: 0, NodeID: nodeCounter}}
+func (t *nodeTarget) items() []uaclient.Item {
+	items := []uaclient.Item{{Handle: 0, NodeID: nodeCounter}}
 	for i := range t.tags {
-		items = append(items, servicelevel.Item{Handle: uint32(i + 1), NodeID: fmt.Sprintf("nsu=urn:apbridge:interop;s=T%d", i)})
+		items = append(items, uaclient.Item{Handle: uint32(i + 1), NodeID: fmt.Sprintf("nsu=urn:apbridge:interop;s=T%d", i)})
 	}
 	return items
 }

@@ -18,9 +18,9 @@ import (
 	"github.com/apbridge/apbridge/internal/ctxtime"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -109,7 +109,7 @@ func runMaintenance(ctx context.Context, d *demo, grace time.Duration, nTags int
 	handling := ldm.SwitchToPassive.String()
 	sources := []relay.SourceConfig{{
 		Name:       "line1",
-		PairConfig: servicelevel.PairConfig{Endpoints: pair.Endpoints()},
+		PairConfig: uaclient.PairConfig{Endpoints: pair.Endpoints()},
 		Tags:       tags,
 	}}
 	if gx != nil {

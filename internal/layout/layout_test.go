@@ -36,19 +36,28 @@ func rules() []rule {
 	return []rule{
 		{"ldm", []string{module + "/apconn", module + "/bridge", module + "/servicelevel", "github.com/nats-io/"}},
 		{"apconn", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster"}},
-		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster"}},
+		// The ServiceLevel vocabulary and the failover Policy are pure:
+		// no OPC UA client, no NATS.
+		{"servicelevel", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster",
+			module + "/uaclient", "github.com/gopcua/", "github.com/nats-io/"}},
+		// The OPC UA client knows nothing of NATS or of the relay.
+		{"uaclient", []string{module + "/bridge", module + "/apconn", module + "/relay", module + "/testcluster",
+			module + "/wire", "github.com/nats-io/"}},
 		// The wire format is what consumers import: it links nothing of
 		// the relay, of its sources or of the test servers.
-		{"wire", []string{module + "/apconn", module + "/bridge", module + "/relay", module + "/servicelevel",
+		{"wire", []string{module + "/apconn", module + "/bridge", module + "/relay", module + "/servicelevel", module + "/uaclient",
 			module + "/testcluster", "github.com/gopcua/", "google.golang.org/grpc"}},
 		{"bridge", []string{"github.com/gopcua/", "github.com/nats-io/nats.go/jetstream", "github.com/nats-io/jsm.go",
 			"google.golang.org/grpc", module + "/mxgateway",
-			module + "/servicelevel", module + "/bridge/", module + "/relay", module + "/testcluster"}},
+			module + "/servicelevel", module + "/uaclient", module + "/bridge/", module + "/relay", module + "/testcluster"}},
+		// What a source's author runs its source against links no test
+		// server: the harness brings its own.
+		{"bridge/sourcetest", []string{module + "/testcluster", "github.com/nats-io/nats-server/", "github.com/gopcua/"}},
 		{"bridge/opcuasource", []string{module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
 		// The gateway client knows nothing of the relay; the gateway source
 		// nothing of OPC UA.
 		{"mxgateway", []string{module + "/bridge", module + "/servicelevel", module + "/relay", module + "/testcluster", "github.com/nats-io/"}},
-		{"bridge/mxsource", []string{"github.com/gopcua/", module + "/servicelevel", module + "/bridge/opcuasource",
+		{"bridge/mxsource", []string{"github.com/gopcua/", module + "/servicelevel", module + "/uaclient", module + "/bridge/opcuasource",
 			module + "/bridge/jetstreamsink", module + "/relay", module + "/testcluster"}},
 		{"bridge/jetstreamsink", []string{"github.com/gopcua/", module + "/bridge/opcuasource", module + "/relay", module + "/testcluster"}},
 		// The fleet divides pairs among relays and knows nothing of what

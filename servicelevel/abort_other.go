@@ -1,9 +1,0 @@
-//go:build !unix
-
-package servicelevel
-
-import "syscall"
-
-// abortConn does nothing here: a handshake on a frozen link ends with the
-// connect timeout.
-func abortConn(syscall.RawConn) {}

@@ -1,0 +1,214 @@
+package uaclient
+
+import (
+	"errors"
+	"fmt"
+	"github.com/apbridge/apbridge/servicelevel"
+	"slices"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// connectActive makes d.To carry the data: it promotes the session there
+// if one is up, lets one that is connecting finish first, or connects.
+func (p *Pair) connectActive(d servicelevel.Decision, now time.Time) {
+	s := p.sess[d.To]
+	if s == nil {
+		s = p.startSession(d.To, d.DialTimeout, d.Attempt, RoleActive, now)
+	}
+	s.activateOnUp = true
+	s.activateCause = d.Cause
+	s.attempt = d.Attempt
+	if s.state == SessionUp {
+		p.activate(s, now)
+	}
+}
+
+// ensureStandby connects the standby endpoint when it has no session,
+// with a backoff between failed attempts.
+func (p *Pair) ensureStandby(now time.Time) {
+	e := p.pol.Active().Other()
+	if p.set.Single || p.sess[e] != nil || now.Before(p.standbyAt) {
+		return
+	}
+	p.startSession(e, p.set.Failover.ConnectTimeout, 0, RoleStandby, now)
+}
+
+func (p *Pair) startSession(e servicelevel.Endpoint, dialTimeout time.Duration, attempt int, role Role, now time.Time) *session {
+	p.nextID++
+	s := newSession(p, e, p.nextID, dialTimeout)
+	s.attempt = attempt
+	if role == RoleActive {
+		// The remnant stays with the Pair until a session is up: an
+		// attempt that fails on the link leaves it to the next one.
+		s.from = p.remnants[e]
+	} else {
+		p.remnants[e] = nil // a standby has no data to recover
+	}
+	p.sess[e] = s
+	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.url, dialTimeout)
+	if attempt > 0 {
+		msg = fmt.Sprintf("connecting %s %s (%s, attempt %d, dial timeout %v)", role, e, s.url, attempt, dialTimeout)
+	}
+	p.emit(Event{Kind: EventConnecting, At: now, Endpoint: e, Role: role, Attempt: attempt, Message: msg})
+	p.wg.Add(1)
+	go s.run()
+	return s
+}
+
+func (p *Pair) onConnected(ev evConnected, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	if ev.err != nil {
+		s.dead = true
+		s.cancel()
+		p.sess[s.ep] = nil
+		p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, ev.err))
+		role := p.roleOf(s)
+		p.emit(Event{Kind: EventConnectFailed, At: now, Endpoint: s.ep, Role: role, Attempt: s.attempt, Err: ev.err,
+			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.url, ev.err)})
+		p.answerProbeWait(s.ep, now)
+		switch {
+		case s.activateOnUp:
+			p.feed(p.pol.ConnectFailed(now))
+		case isRefusal(ev.err):
+			// Trying again sooner will not change the server's mind.
+			p.standbyWait = p.set.Failover.ReconnectDelay
+			p.standbyAt = now.Add(p.standbyWait)
+		default:
+			p.backoffStandby(now)
+		}
+		return
+	}
+	s.state = SessionUp
+	p.remnants[s.ep] = nil
+	if s.how != resumeNone {
+		// The subscriptions go on: so do their sequence numbers. A
+		// Republish round of the old session will never be answered: its
+		// numbers are asked for again.
+		s.seqs, s.fence, s.lastMsgs = s.from.from.seqs, s.from.from.fence, s.from.from.lastMsgs
+		for _, q := range s.seqs {
+			q.asked(now)
+		}
+	} else {
+		s.seqs = map[uint32]*sequencer[[]dataNote]{
+			s.healthSub: newSequencer[[]dataNote](reorderWait),
+			s.dataSub:   newSequencer[[]dataNote](reorderWait),
+		}
+		if s.from != nil {
+			p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
+				"a new session, and a snapshot, replace them; what the server produced meanwhile is lost")
+		}
+	}
+	s.from = nil
+	if lp := s.link; p.set.BlipTolerance > 0 && lp.Recoverable < p.set.BlipTolerance {
+		ms := func(d time.Duration) int64 { return d.Milliseconds() }
+		p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Int64("session_timeout_ms", ms(lp.SessionTimeout)).
+			Int64("health_lifetime_ms", ms(lp.Health.Lifetime())).Int64("data_lifetime_ms", ms(lp.Data.Lifetime())).
+			Int64("recoverable_ms", ms(lp.Recoverable)).Int64("blip_tolerance_ms", ms(p.set.BlipTolerance)).
+			Msg("the server revised the session or subscription parameters below the blip tolerance")
+	}
+	s.lastBeat, s.lastData = now, now
+	s.nextPoll = now.Add(p.set.PollInterval)
+	l, why := levelOf(s.initial)
+	if !s.activateOnUp {
+		p.standbyWait = 0
+		p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleStandby, Level: l,
+			Message: fmt.Sprintf("%s session up (standby, %s)", s.ep, levelText(l, why))})
+	}
+	p.onLevel(s, l, why, now)
+	switch {
+	case s.activateOnUp && s.how != resumeNone:
+		p.resumeServing(s, now)
+	case s.activateOnUp:
+		p.activate(s, now)
+	default:
+		p.pushDesires()
+	}
+	if w := p.probeWait; w.id != 0 && w.ep == s.ep {
+		p.probeWait = probeWait{}
+		if !s.read(readProbe, w.id) {
+			p.feed(p.pol.ProbeResult(now, w.id, servicelevel.Unknown()))
+		}
+	}
+}
+
+func (p *Pair) backoffStandby(now time.Time) {
+	p.standbyWait = min(max(2*p.standbyWait, 100*time.Millisecond), p.set.Failover.ReconnectDelay)
+	p.standbyAt = now.Add(p.standbyWait)
+}
+
+func (p *Pair) roleOf(s *session) Role {
+	if s.ep == p.pol.Active() {
+		return RoleActive
+	}
+	return RoleStandby
+}
+
+// sessionLost ends s and tells the Policy what that means.
+func (p *Pair) sessionLost(s *session, err error) {
+	if s.dead {
+		return
+	}
+	now := time.Now()
+	s.dead = true
+	p.keepRemnant(s, now) // before the cancel: the close must leave the session be
+	s.cancel()
+	p.sess[s.ep] = nil
+	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, err))
+	role := p.roleOf(s)
+	p.emit(Event{Kind: EventSessionLost, At: now, Endpoint: s.ep, Role: role, Level: s.level, Err: err,
+		Message: fmt.Sprintf("%s session on %s lost: %v", role, s.ep, err)})
+	wasServing, wasActivating := s.serving, s.activating
+	if wasServing {
+		p.serving = nil
+	}
+	if wasActivating {
+		p.activating = nil
+	}
+	p.releaseWaiters(s)
+	p.answerProbeWait(s.ep, now)
+	if s.ep == p.pol.Active() {
+		switch {
+		case wasActivating || s.activateOnUp && !wasServing:
+			p.feed(p.pol.ConnectFailed(now))
+		case wasServing:
+			p.feed(p.pol.LinkLost(now))
+		}
+		return
+	}
+	p.feed(p.pol.StandbyLevel(now, servicelevel.Unknown()))
+	p.backoffStandby(now)
+}
+
+// refusedError marks a connect error that is a matter of trust or
+// configuration (the server's certificate, its security offer, the login),
+// not of the link: it is logged as an error and retried no sooner than the
+// reconnect delay.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// refusalCodes are the status codes with which a server refuses a client's
+// certificate or login.
+var refusalCodes = []ua.StatusCode{
+	ua.StatusBadUserAccessDenied, ua.StatusBadIdentityTokenInvalid, ua.StatusBadIdentityTokenRejected,
+	ua.StatusBadCertificateUntrusted, ua.StatusBadCertificateInvalid, ua.StatusBadSecurityChecksFailed,
+	ua.StatusBadCertificateRevoked, ua.StatusBadCertificateUseNotAllowed, ua.StatusBadSecurityPolicyRejected,
+	ua.StatusBadCertificateURIInvalid, ua.StatusBadCertificateHostNameInvalid, ua.StatusBadCertificateTimeInvalid,
+}
+
+// isRefusal reports whether err says the server (or the client's own
+// security settings) refused the connection, as opposed to a link fault.
+func isRefusal(err error) bool {
+	var re *refusedError
+	if errors.As(err, &re) {
+		return true
+	}
+	var sc ua.StatusCode
+	return errors.As(err, &sc) && slices.Contains(refusalCodes, sc)
+}

@@ -1,0 +1,23 @@
+package uaclient
+
+// Test-only options, for the real-server tests of package
+// servicelevel_test.
+
+// WithPublishers sets how many Publish requests each session keeps
+// outstanding (default 2).
+func WithPublishers(n int) PairOption {
+	return func(o *options) error {
+		o.publishers = n
+		return nil
+	}
+}
+
+// WithDroppedMessages drops the data messages for whose sequence number
+// drop returns true, as if they never arrived: a gap only Republish can
+// fill.
+func WithDroppedMessages(drop func(seq uint32) bool) PairOption {
+	return func(o *options) error {
+		o.dropMessage = drop
+		return nil
+	}
+}

@@ -1,0 +1,159 @@
+package uaclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/apbridge/apbridge/servicelevel"
+
+	"github.com/gopcua/opcua"
+	"github.com/rs/zerolog"
+)
+
+// PairOption configures a Pair. It follows the project's one options
+// style (nats.go's): a function that sets a field of the unexported
+// options and returns an error for an invalid value, which NewPair returns
+// wrapped with the package name.
+type PairOption func(*options) error
+
+// options holds what the PairOptions set; defaultOptions gives the
+// defaults they start from.
+type options struct {
+	name       string
+	logger     zerolog.Logger
+	onData     func(Update)
+	onEvent    func(Event)
+	clientOpts []opcua.Option    // both endpoints
+	endpOpts   [2][]opcua.Option // per endpoint, after clientOpts
+	dialOpts   DialOptionsFunc   // per connection, after endpOpts
+	backlog    int
+	publishers int // Publish requests outstanding per session
+
+	// dropMessage, if set, drops the data messages of the sessions' data
+	// subscriptions for which it returns true, as if they never arrived:
+	// the tests' way to open a gap the server cannot fill.
+	dropMessage func(seq uint32) bool
+}
+
+func defaultOptions() options {
+	return options{
+		name:       "apbridge",
+		logger:     zerolog.Nop(),
+		backlog:    1 << 16,
+		publishers: defaultPublishers,
+	}
+}
+
+// WithPairName names the Pair in its log lines and in the OPC UA session
+// names ("<name>-primary", "<name>-backup"). Default "apbridge".
+func WithPairName(name string) PairOption {
+	return func(o *options) error {
+		if name == "" {
+			return errors.New("pair name: must not be empty")
+		}
+		o.name = name
+		return nil
+	}
+}
+
+// WithLogger logs through l: one line per Event, at Info for failovers,
+// sessions and level changes, at Warn for failures, at Debug for probes
+// and retries. Default: no logging.
+func WithLogger(l zerolog.Logger) PairOption {
+	return func(o *options) error {
+		o.logger = l
+		return nil
+	}
+}
+
+// WithDataHandler calls h for every Update: data changes, and the snapshot
+// (refresh start, one value per item, refresh end) that frames every
+// (re)establishment of the data path. Updates are delivered in order on one
+// goroutine of the Pair, which also runs the event handler; a slow handler
+// delays later updates but never a failover decision. While more updates
+// wait than the backlog allows (WithBacklog), the Pair stops asking the
+// servers for more: OPC UA's own flow control, the servers' item queues
+// then decide what is kept. h must not call Close.
+func WithDataHandler(h func(Update)) PairOption {
+	return func(o *options) error {
+		o.onData = h
+		return nil
+	}
+}
+
+// WithEventHandler calls h for every Event, on the goroutine that runs the
+// data handler, in order with the updates: an EventFailover comes before
+// the snapshot of the promoted endpoint. h must not call Close.
+func WithEventHandler(h func(Event)) PairOption {
+	return func(o *options) error {
+		o.onEvent = h
+		return nil
+	}
+}
+
+// WithBacklog bounds how many updates and events may wait for the
+// handlers before the Pair stops asking the servers for more. While it
+// holds back, the heartbeat gap checks stand down (the silence is the
+// Pair's own) and the ServiceLevel polls alone watch the links. Default
+// 65536; valid 16-16777216.
+func WithBacklog(n int) PairOption {
+	return func(o *options) error {
+		if n < 16 || n > 1<<24 {
+			return fmt.Errorf("backlog: %d is out of range (valid 16-16777216)", n)
+		}
+		o.backlog = n
+		return nil
+	}
+}
+
+// WithClientOptions passes gopcua client options to both endpoints'
+// clients: security policy and mode, certificates and keys, user
+// authentication, request and session timeouts, buffer sizes. Set buffer
+// sizes with opcua.Dialer and a uacp.Dialer of your own: gopcua v0.8.0's
+// ReceiveBufferSize, SendBufferSize, MaxMessageSize and MaxChunkCount
+// write to a default that every client in the process shares. The Pair
+// applies AutoReconnect(false) (it rebuilds sessions itself), its own
+// session name and no StateChangedCh (gopcua blocks its reconnect loop on
+// that channel) after them, so options that set those are overridden.
+func WithClientOptions(opts ...opcua.Option) PairOption {
+	return func(o *options) error {
+		o.clientOpts = append(o.clientOpts, opts...)
+		return nil
+	}
+}
+
+// DialOptionsFunc returns client options that must be read from the
+// server before each connection: its endpoints, certificate and user token
+// policies (OPC UA GetEndpoints). ctx is bounded by the dial timeout; an
+// error fails the connection attempt, as a dial error does.
+type DialOptionsFunc func(ctx context.Context, e servicelevel.Endpoint, url string) ([]opcua.Option, error)
+
+// WithDialOptions has the Pair call f before every connection to an
+// endpoint (every session start, on both endpoints) and apply the options
+// it returns after those of WithClientOptions and
+// WithEndpointClientOptions. Secure channels need it: the client must
+// take the server's certificate and thumbprint, and the user token's
+// policy ID, from the endpoint the server describes, and a server's
+// certificate can change between connections.
+func WithDialOptions(f DialOptionsFunc) PairOption {
+	return func(o *options) error {
+		if f == nil {
+			return errors.New("dial options: nil function")
+		}
+		o.dialOpts = f
+		return nil
+	}
+}
+
+// WithEndpointClientOptions is WithClientOptions for one endpoint only,
+// for servers with different certificates or credentials. They apply after
+// the options given to both.
+func WithEndpointClientOptions(e servicelevel.Endpoint, opts ...opcua.Option) PairOption {
+	return func(o *options) error {
+		if e != servicelevel.Primary && e != servicelevel.Backup {
+			return fmt.Errorf("endpoint client options: %v is not an endpoint (valid: primary, backup)", e)
+		}
+		o.endpOpts[e] = append(o.endpOpts[e], opts...)
+		return nil
+	}
+}

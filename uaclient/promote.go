@@ -1,0 +1,270 @@
+package uaclient
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// activate starts the promotion of s: its items are created (or switched
+// to Reporting) and read, batch by batch; onSnapshotPart hands the data
+// path over with the first batch and onReconciled completes it.
+func (p *Pair) activate(s *session, now time.Time) {
+	if o := p.activating; o != nil && o != s {
+		// The Policy moved on while o was being promoted: o's snapshot,
+		// begun or not, is superseded by s's.
+		o.activating, o.refreshing, o.refreshPending = false, false, nil
+		o.buffered, o.firstValueAt = nil, time.Time{}
+	}
+	s.activating = true
+	s.activateAt = now
+	p.activating = s
+	p.pushDesires()
+}
+
+// pushDesires tells every live session which items it must have: all of
+// them, Reporting, on the active (with a snapshot while it is promoted);
+// all of them, Sampling, on a Hot standby, Disabled on a Prepared one;
+// none on a Warm standby.
+func (p *Pair) pushDesires() {
+	items := p.itemList()
+	for _, s := range p.sess {
+		if s == nil || s.dead || s.state != SessionUp {
+			continue
+		}
+		p.version++
+		s.wantVer = p.version
+		d := desire{version: p.version, items: items, mode: ua.MonitoringModeReporting}
+		switch {
+		case s.activating:
+			d.snapshot = true
+			s.activationVer = p.version
+		case s.serving:
+		case p.set.Mode == ModeHot:
+			d.mode = ua.MonitoringModeSampling
+		case p.set.Mode == ModePrepared:
+			d.mode = ua.MonitoringModeDisabled
+		default:
+			d.items = nil
+		}
+		s.setDesire(d)
+	}
+}
+
+// onSnapshotPart relays one batch of a promotion's snapshot. The first
+// batch takes the data path over: the snapshot opens, and the session that
+// served stops delivering (a server that is leaving would only send
+// Bad_OutOfService now). Batches finish in any order and are relayed in
+// the items' order. Data changes of the new session wait until the
+// snapshot is whole, so that each item's value from the snapshot comes
+// first.
+func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
+	s := ev.s
+	if s.dead || !s.activating || ev.version < s.activationVer {
+		return // superseded: a newer desire reads every item again
+	}
+	if !s.refreshing {
+		p.cutOver(s, now)
+	}
+	if s.refreshVer != ev.version {
+		// A newer desire (items added meanwhile) reads every item again:
+		// its values go on in the same snapshot, from its first item.
+		s.refreshVer, s.refreshNext, s.refreshPending = ev.version, 0, nil
+	}
+	if ev.start != s.refreshNext {
+		if s.refreshPending == nil {
+			s.refreshPending = map[int]evSnapshotPart{}
+		}
+		s.refreshPending[ev.start] = ev
+		return
+	}
+	for {
+		for _, v := range ev.values {
+			p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
+			s.fence[v.handle] = v.dv
+		}
+		s.refreshNext += len(ev.values)
+		next, ok := s.refreshPending[s.refreshNext]
+		if !ok {
+			return
+		}
+		delete(s.refreshPending, s.refreshNext)
+		ev = next
+	}
+}
+
+// cutOver opens s's snapshot and stops the data of the session it
+// replaces.
+func (p *Pair) cutOver(s *session, now time.Time) {
+	if h := p.hold; h != nil {
+		p.releaseHold(h.s != s, now)
+	}
+	p.epoch++
+	s.refreshing, s.refreshVer, s.refreshNext, s.refreshPending = true, 0, 0, nil
+	total := len(p.items)
+	s.fence = make(map[uint32]*ua.DataValue, total)
+	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: s.activateCause, Items: total, Received: now})
+	if old := p.serving; old != nil && old != s {
+		old.serving = false
+		old.fence = nil
+		p.serving = nil
+	}
+	if s.firstValueAt.IsZero() {
+		s.firstValueAt = now
+	}
+}
+
+func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	if ev.err != nil {
+		p.sessionLost(s, ev.err)
+		return
+	}
+	p.answerWaiters(s, ev)
+	if s.activating && ev.snapshotted && ev.version >= s.activationVer {
+		if !s.refreshing {
+			p.cutOver(s, now) // no items: an empty snapshot
+		}
+		p.promoted(s, ev, now)
+	}
+}
+
+// promoted completes a promotion: the snapshot closes, the data
+// notifications that arrived meanwhile follow, then the old active is
+// released and the Policy learns that the new active is up.
+func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
+	cause := s.activateCause
+	items := s.refreshNext
+	p.out.data(Update{Kind: UpdateRefreshEnd, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: items, Received: now})
+
+	old := p.serving
+	s.activating, s.activateOnUp, s.refreshing, s.refreshPending = false, false, false, nil
+	s.serving = true
+	p.activating = nil
+	p.serving = s
+	buffered := s.buffered
+	s.buffered = nil
+	p.deliver(s, buffered)
+	if old != nil && old != s {
+		old.serving = false
+		old.fence = nil
+	}
+	p.pushDesires() // releases the old active's items
+
+	took := now.Sub(p.switchAt)
+	first := s.firstValueAt.Sub(p.switchAt)
+	s.firstValueAt = time.Time{}
+	p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Cause: cause, Duration: took,
+		Message: fmt.Sprintf("%s carries the data (%s): %d items, snapshot %d, first values %v and the whole snapshot %v after the %s decision",
+			s.ep, levelText(s.level, s.levelProblem), items, p.epoch, first.Round(time.Microsecond), took.Round(time.Microsecond), cause)})
+	failed := make([]uint32, 0)
+	for h, code := range ev.status {
+		if code != ua.StatusOK {
+			failed = append(failed, h)
+		}
+	}
+	slices.Sort(failed)
+	for _, h := range failed {
+		code := ev.status[h]
+		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: h, Err: code,
+			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", h, p.nodeOf(h), s.ep, code)})
+	}
+	// The Pair is ready once the first snapshot, and what the first
+	// samples made of it, have reached the handlers.
+	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
+
+	p.tellPolicyServing(s, now)
+}
+
+// tellPolicyServing tells the Policy that s carries the data, and the
+// levels s and the standby last reported. It reports false when that made
+// the Policy move on (s is no longer the one serving).
+func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
+	p.feed(p.pol.SessionUp(now))
+	if s.dead || p.serving != s {
+		return false
+	}
+	if s.sampled {
+		p.feed(p.pol.ActiveLevel(now, s.level))
+	}
+	if o := p.sess[s.ep.Other()]; o != nil && o.state == SessionUp && o.sampled && !o.dead {
+		p.feed(p.pol.StandbyLevel(now, o.level))
+	}
+	return true
+}
+
+// deliver hands data notifications of the serving session to the output,
+// dropping those that repeat or predate the snapshot.
+func (p *Pair) deliver(s *session, notes []dataNote) {
+	for _, n := range notes {
+		if p.items[n.handle] == nil {
+			continue // removed meanwhile
+		}
+		if f, ok := s.fence[n.handle]; ok {
+			if stale(n.dv, f) {
+				continue
+			}
+			delete(s.fence, n.handle)
+		}
+		if s.recent != nil {
+			// Recovering from a blip: a server may send a sample again in
+			// a new message that also sits in the message it sent into
+			// the broken connection (node-opcua does), and Republish
+			// brings both.
+			if last := s.recent[n.handle]; last != nil && sameSample(n.dv, last) {
+				continue
+			}
+			s.recent[n.handle] = n.dv
+		}
+		p.out.data(Update{Kind: UpdateData, Epoch: p.epoch, Endpoint: s.ep, Handle: n.handle, Value: n.dv, Received: n.at})
+	}
+}
+
+// sameSample reports whether dv and last are the same sample: the same
+// source time (known), status and value.
+func sameSample(dv, last *ua.DataValue) bool {
+	if dv == nil || last == nil || dv.SourceTimestamp.IsZero() || !dv.SourceTimestamp.Equal(last.SourceTimestamp) || dv.Status != last.Status {
+		return false
+	}
+	if dv.Value == nil || last.Value == nil {
+		return dv.Value == last.Value
+	}
+	return reflect.DeepEqual(dv.Value.Value(), last.Value.Value())
+}
+
+// stale reports whether a data change that follows a snapshot repeats or
+// predates the snapshot's value f: the same sample again (the initial
+// notification of an item created just before the snapshot read, or the
+// queue a Hot promotion releases), or an older one.
+func stale(dv, f *ua.DataValue) bool {
+	if !dv.SourceTimestamp.IsZero() && !f.SourceTimestamp.IsZero() {
+		if dv.SourceTimestamp.Before(f.SourceTimestamp) {
+			return true
+		}
+		if !dv.SourceTimestamp.Equal(f.SourceTimestamp) {
+			return false
+		}
+		if dv.Status == f.Status {
+			return true
+		}
+		// The same tick in another status: a status change, unless the
+		// server took it before it answered the snapshot's read. A Hot
+		// standby's queue holds the tick's Bad_OutOfService sample from
+		// before its level rose; released by the promotion, it must not
+		// follow the Good value the snapshot already gave.
+		return !dv.ServerTimestamp.IsZero() && !f.ServerTimestamp.IsZero() && dv.ServerTimestamp.Before(f.ServerTimestamp)
+	}
+	if dv.Status != f.Status {
+		return false
+	}
+	if dv.Value == nil || f.Value == nil {
+		return dv.Value == f.Value
+	}
+	return reflect.DeepEqual(dv.Value.Value(), f.Value.Value())
+}

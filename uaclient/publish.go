@@ -1,0 +1,335 @@
+package uaclient
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gopcua/opcua/ua"
+)
+
+// defaultPublishers is how many Publish requests each session keeps
+// outstanding: enough that the server always holds some when a publishing
+// cycle is due while the answers to others travel, and that a burst (the
+// first samples of thousands of items at a promotion) leaves in several
+// responses per cycle: a server caps the notifications of one response
+// (node-opcua at 1,000), and only answers a Publish request it holds. With
+// two, a 10,000-item promotion on node-opcua waited five cycles for its
+// samples.
+const defaultPublishers = 4
+
+// reorderWait is how long a gap in a subscription's sequence numbers may
+// stay open before the missing messages are asked for again (Republish).
+// The answers to the outstanding Publish requests reach the loop from
+// different goroutines, so a message can arrive a moment after the one
+// that followed it on the wire; the wait lets it come by itself, as it
+// nearly always does within a millisecond.
+const reorderWait = 200 * time.Millisecond
+
+// dataNote is one data notification, with when its response arrived.
+type dataNote struct {
+	handle uint32
+	dv     *ua.DataValue
+	at     time.Time
+}
+
+func (s *session) takeAcks() []*ua.SubscriptionAcknowledgement {
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	a := s.acks
+	s.acks = nil
+	if a == nil {
+		a = []*ua.SubscriptionAcknowledgement{}
+	}
+	return a
+}
+
+func (s *session) ack(sub, seq uint32) {
+	s.amu.Lock()
+	s.acks = append(s.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: sub, SequenceNumber: seq})
+	s.amu.Unlock()
+}
+
+// publisher keeps one Publish request outstanding and hands every answer
+// to the loop. It replaces gopcua's publish loop, whose pause and resume
+// signals can arrive out of order and which blocks on an undrained
+// notification channel: this one never blocks on anything but the server
+// and the Pair's backlog limit. Several publishers run at once, so their
+// answers reach the loop in any order; the loop puts them back into
+// sequence-number order (see sequencer).
+func (s *session) publisher() {
+	for {
+		if s.p.out.waitRoom(s.ctx) != nil {
+			return
+		}
+		res, err := send[*ua.PublishResponse](s.ctx, s.c, &ua.PublishRequest{SubscriptionAcknowledgements: s.takeAcks()})
+		at := time.Now()
+		if s.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.p.post(evSessionErr{s: s, err: fmt.Errorf("publish: %w", err)})
+			return
+		}
+		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, keepAlive: true, avail: res.AvailableSequenceNumbers}
+		if nm := res.NotificationMessage; nm != nil {
+			ev.seq = nm.SequenceNumber
+			ev.keepAlive = len(nm.NotificationData) == 0
+			if drop := s.p.opt.dropMessage; drop != nil && !ev.keepAlive && res.SubscriptionID == s.dataSub && drop(ev.seq) {
+				continue
+			}
+			// Data messages are acknowledged by the loop once it has
+			// handed them on: a message acknowledged on arrival would be
+			// gone from the server's retransmission queue if the session
+			// died before the loop took it.
+			ev.notes, ev.status, ev.statusChange = notesOf(nm, at)
+			if res.SubscriptionID == s.dataSub {
+				s.first.add(ev.notes)
+			}
+		}
+		if !s.p.post(ev) {
+			return
+		}
+	}
+}
+
+// notesOf returns the data notifications of nm, received at at, and the
+// status of a StatusChangeNotification in it.
+func notesOf(nm *ua.NotificationMessage, at time.Time) (notes []dataNote, status ua.StatusCode, statusChange bool) {
+	for _, eo := range nm.NotificationData {
+		if eo == nil {
+			continue
+		}
+		switch v := eo.Value.(type) {
+		case *ua.DataChangeNotification:
+			for _, n := range v.MonitoredItems {
+				if n != nil && n.Value != nil {
+					notes = append(notes, dataNote{handle: n.ClientHandle, dv: n.Value, at: at})
+				}
+			}
+		case *ua.StatusChangeNotification:
+			status, statusChange = v.Status, true
+		}
+	}
+	return notes, status, statusChange
+}
+
+func (p *Pair) onPublish(ev evPublish, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	switch ev.sub {
+	case s.healthSub:
+		s.lastBeat = ev.at
+	case s.dataSub:
+		s.lastData = ev.at
+		s.dataSince = true
+	default:
+		return
+	}
+	if ev.statusChange {
+		p.sessionLost(s, fmt.Errorf("the %s subscription ended (%v)", s.subName(ev.sub), ev.status))
+		return
+	}
+	q := s.seqs[ev.sub]
+	raiseHorizon(q, ev.avail, now)
+	for _, n := range ev.avail {
+		if seqDiff(n, q.next) < 0 {
+			// Handed on, and its acknowledgement went out on a channel
+			// that broke: the server would keep it for ever.
+			s.ack(ev.sub, n)
+		}
+	}
+	from := q.next
+	switch {
+	case ev.keepAlive:
+		q.keepAlive(ev.seq, now)
+	case ev.seq == 0:
+		// Part 4 never numbers a data message 0: a server that does
+		// cannot be put in order, so its messages go on as they come.
+		p.handOn(s, ev.sub, [][]dataNote{ev.notes}, now)
+	default:
+		msgs, _ := q.data(ev.seq, ev.notes, now)
+		p.handOn(s, ev.sub, msgs, now)
+	}
+	s.ackHandedOn(ev.sub, from, q.next)
+	p.recoverGaps(s, now)
+	p.checkRecovered(s, now)
+}
+
+// ackHandedOn acknowledges the data messages of sub from from up to (not
+// including) to: the sequencer has handed them on, or given them up, and
+// the server may forget them. Part 4: data messages are acknowledged,
+// keep-alives (which use no number up) are not.
+func (s *session) ackHandedOn(sub, from, to uint32) {
+	for n := from; n != to; n = seqNext(n) {
+		s.ack(sub, n)
+	}
+}
+
+// handOn passes messages of subscription sub, in sequence-number order,
+// to what the subscription feeds: the ServiceLevel samples of the health
+// subscription, or the data path.
+func (p *Pair) handOn(s *session, sub uint32, msgs [][]dataNote, now time.Time) {
+	for _, notes := range msgs {
+		if s.dead {
+			return
+		}
+		if sub == s.healthSub {
+			for _, n := range notes {
+				if n.handle == handleServiceLevel {
+					l, why := levelOf(n.dv)
+					p.onLevel(s, l, why, now)
+					if s.dead {
+						return
+					}
+				}
+			}
+			continue
+		}
+		switch {
+		case s.serving:
+			s.lastMsgs[0], s.lastMsgs[1] = s.lastMsgs[1], notes
+			p.holdOrDeliver(s, notes, now)
+		case s.activating:
+			s.buffered = append(s.buffered, notes...)
+		}
+	}
+}
+
+// recoverGaps asks the server again for the messages missing from a gap
+// in either subscription's sequence numbers that has stayed open for the
+// reorder wait.
+func (p *Pair) recoverGaps(s *session, now time.Time) {
+	if s.dead || s.state != SessionUp {
+		return
+	}
+	for _, sub := range [...]uint32{s.healthSub, s.dataSub} {
+		if ask := s.seqs[sub].due(now); ask != nil {
+			// false only while the session closes: it is dead by then,
+			// and its sequencers with it.
+			s.republish(sub, ask)
+		}
+	}
+}
+
+// republished is the server's answer to a Republish request for message
+// seq: its notifications (ok), or why it could not be given back.
+type republished struct {
+	seq   uint32
+	notes []dataNote
+	ok    bool
+	err   error
+}
+
+// republish asks the server for messages seqs of subscription sub again,
+// one Republish request at a time, each within the read timeout, and posts
+// the answers as one event. After a failure other than
+// Bad_MessageNotAvailable (a timeout, a server without Republish) the
+// rest are not asked for: they fail the same way. It returns false if the
+// session is closing.
+func (s *session) republish(sub uint32, seqs []uint32) bool {
+	if !s.acquire() {
+		return false
+	}
+	timeout := s.p.set.ReadTimeout
+	go func() {
+		defer s.release()
+		ev := evRepublished{s: s, sub: sub, answers: make([]republished, 0, len(seqs))}
+		var stop error
+		for _, seq := range seqs {
+			a := republished{seq: seq, err: stop}
+			if stop == nil {
+				ctx, cancel := context.WithTimeout(s.ctx, timeout)
+				res, err := send[*ua.RepublishResponse](ctx, s.c, &ua.RepublishRequest{SubscriptionID: sub, RetransmitSequenceNumber: seq})
+				cancel()
+				switch {
+				case err != nil:
+					a.err = err
+					if !errors.Is(err, ua.StatusBadMessageNotAvailable) {
+						stop = err
+					}
+				case res.NotificationMessage == nil || res.NotificationMessage.SequenceNumber != seq:
+					a.err = fmt.Errorf("the server answered with another message")
+				default:
+					a.notes, _, _ = notesOf(res.NotificationMessage, time.Now())
+					a.ok = true
+				}
+			}
+			ev.answers = append(ev.answers, a)
+		}
+		s.p.post(ev)
+	}()
+	return true
+}
+
+// onRepublished takes the answers to a Republish round: recovered messages
+// fill their gaps, and the numbers the server could not give back are
+// reported as lost, before the data that follows them, and skipped.
+func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
+	s := ev.s
+	if s.dead {
+		return
+	}
+	q := s.seqs[ev.sub]
+	var msgs [][]dataNote
+	var lost []uint32
+	var cause error
+	from := q.next
+	for _, a := range ev.answers {
+		out, gone := q.answered(a.seq, a.notes, a.ok, now)
+		msgs = append(msgs, out...)
+		if gone {
+			lost = append(lost, a.seq)
+			cause = cmp.Or(cause, a.err)
+		}
+		if a.ok && ev.sub == s.dataSub {
+			s.republishedNotes += len(a.notes)
+			p.republished += uint64(len(a.notes))
+		}
+	}
+	q.asked(now)
+	s.ackHandedOn(ev.sub, from, q.next)
+	if len(lost) > 0 {
+		role := p.roleOf(s)
+		p.emit(Event{Kind: EventNotificationsLost, At: now, Endpoint: s.ep, Role: role, Subscription: ev.sub, Missing: lost, Err: cause,
+			Message: fmt.Sprintf("%s %s subscription %d lost notification messages %s (Republish: %v); delivery goes on after them",
+				s.ep, s.subName(ev.sub), ev.sub, seqList(lost), cause)})
+	}
+	p.handOn(s, ev.sub, msgs, now)
+	p.recoverGaps(s, now)
+	p.checkRecovered(s, now)
+}
+
+// subName names subscription sub of s in messages.
+func (s *session) subName(sub uint32) string {
+	if sub == s.healthSub {
+		return "health"
+	}
+	return "data"
+}
+
+// seqList renders sequence numbers, runs as ranges: "5-8, 11".
+func seqList(seqs []uint32) string {
+	var b strings.Builder
+	for i := 0; i < len(seqs); {
+		j := i
+		for j+1 < len(seqs) && seqs[j+1] == seqNext(seqs[j]) {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatUint(uint64(seqs[i]), 10))
+		if j > i {
+			b.WriteString("-" + strconv.FormatUint(uint64(seqs[j]), 10))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
