@@ -89,14 +89,14 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		// The subscriptions go on: so do their sequence numbers. A
 		// Republish round of the old session will never be answered: its
 		// numbers are asked for again.
-		s.seqs, s.fence, s.lastMsgs = s.from.from.seqs, s.from.from.fence, s.from.from.lastMsgs
-		for _, q := range s.seqs {
-			q.asked(now)
+		s.subs, s.fence, s.lastMsgs = s.from.from.subs, s.from.from.fence, s.from.from.lastMsgs
+		for _, sb := range s.subs {
+			sb.resumed(now)
 		}
 	} else {
-		s.seqs = map[uint32]*sequencer[[]dataNote]{
-			s.healthSub: newSequencer[[]dataNote](reorderWait),
-			s.dataSub:   newSequencer[[]dataNote](reorderWait),
+		s.subs = map[uint32]*subscription{
+			s.healthSub: newSubscription(s.healthSub, "health"),
+			s.dataSub:   newSubscription(s.dataSub, "data"),
 		}
 		if s.from != nil {
 			p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +

@@ -38,12 +38,9 @@ type (
 		err error
 	}
 	evPublish struct {
-		s            *session
-		sub          uint32
-		seq          uint32   // the NotificationMessage's sequence number
-		keepAlive    bool     // no notifications: seq is the next data message's
-		avail        []uint32 // the server's retransmission queue for sub
-		notes        []dataNote
+		s   *session
+		sub uint32
+		published
 		status       ua.StatusCode
 		statusChange bool
 		at           time.Time
@@ -171,8 +168,8 @@ func (p *Pair) nextWake() (time.Time, bool) {
 		if !s.polling {
 			consider(s.nextPoll)
 		}
-		for _, q := range s.seqs {
-			if d, has := q.deadline(); has {
+		for _, sb := range s.subs {
+			if d, has := sb.deadline(); has {
 				consider(d)
 			}
 		}

@@ -1,7 +1,6 @@
 package uaclient
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,9 +47,16 @@ func (s *session) takeAcks() []*ua.SubscriptionAcknowledgement {
 	return a
 }
 
-func (s *session) ack(sub, seq uint32) {
+// ack queues acknowledgements of sub's messages seqs for the next Publish
+// request.
+func (s *session) ack(sub uint32, seqs ...uint32) {
+	if len(seqs) == 0 {
+		return
+	}
 	s.amu.Lock()
-	s.acks = append(s.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: sub, SequenceNumber: seq})
+	for _, n := range seqs {
+		s.acks = append(s.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: sub, SequenceNumber: n})
+	}
 	s.amu.Unlock()
 }
 
@@ -75,7 +81,7 @@ func (s *session) publisher() {
 			s.p.post(evSessionErr{s: s, err: fmt.Errorf("publish: %w", err)})
 			return
 		}
-		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, keepAlive: true, avail: res.AvailableSequenceNumbers}
+		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, published: published{keepAlive: true, avail: res.AvailableSequenceNumbers}}
 		if nm := res.NotificationMessage; nm != nil {
 			ev.seq = nm.SequenceNumber
 			ev.keepAlive = len(nm.NotificationData) == 0
@@ -132,55 +138,27 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 	default:
 		return
 	}
+	sb := s.subs[ev.sub]
 	if ev.statusChange {
-		p.sessionLost(s, fmt.Errorf("the %s subscription ended (%v)", s.subName(ev.sub), ev.status))
+		p.sessionLost(s, fmt.Errorf("the %s subscription ended (%v)", sb.name, ev.status))
 		return
 	}
-	q := s.seqs[ev.sub]
-	raiseHorizon(q, ev.avail, now)
-	for _, n := range ev.avail {
-		if seqDiff(n, q.next) < 0 {
-			// Handed on, and its acknowledgement went out on a channel
-			// that broke: the server would keep it for ever.
-			s.ack(ev.sub, n)
-		}
-	}
-	from := q.next
-	switch {
-	case ev.keepAlive:
-		q.keepAlive(ev.seq, now)
-	case ev.seq == 0:
-		// Part 4 never numbers a data message 0: a server that does
-		// cannot be put in order, so its messages go on as they come.
-		p.handOn(s, ev.sub, [][]dataNote{ev.notes}, now)
-	default:
-		msgs, _ := q.data(ev.seq, ev.notes, now)
-		p.handOn(s, ev.sub, msgs, now)
-	}
-	s.ackHandedOn(ev.sub, from, q.next)
+	st := sb.published(ev.published, now)
+	p.handOn(s, sb, st.msgs, now)
+	s.ack(sb.id, st.acks...)
 	p.recoverGaps(s, now)
 	p.checkRecovered(s, now)
-}
-
-// ackHandedOn acknowledges the data messages of sub from from up to (not
-// including) to: the sequencer has handed them on, or given them up, and
-// the server may forget them. Part 4: data messages are acknowledged,
-// keep-alives (which use no number up) are not.
-func (s *session) ackHandedOn(sub, from, to uint32) {
-	for n := from; n != to; n = seqNext(n) {
-		s.ack(sub, n)
-	}
 }
 
 // handOn passes messages of subscription sub, in sequence-number order,
 // to what the subscription feeds: the ServiceLevel samples of the health
 // subscription, or the data path.
-func (p *Pair) handOn(s *session, sub uint32, msgs [][]dataNote, now time.Time) {
+func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.Time) {
 	for _, notes := range msgs {
 		if s.dead {
 			return
 		}
-		if sub == s.healthSub {
+		if sb.id == s.healthSub {
 			for _, n := range notes {
 				if n.handle == handleServiceLevel {
 					l, why := levelOf(n.dv)
@@ -209,22 +187,13 @@ func (p *Pair) recoverGaps(s *session, now time.Time) {
 	if s.dead || s.state != SessionUp {
 		return
 	}
-	for _, sub := range [...]uint32{s.healthSub, s.dataSub} {
-		if ask := s.seqs[sub].due(now); ask != nil {
+	for _, id := range [...]uint32{s.healthSub, s.dataSub} {
+		if ask := s.subs[id].due(now); ask != nil {
 			// false only while the session closes: it is dead by then,
-			// and its sequencers with it.
-			s.republish(sub, ask)
+			// and its subscriptions with it.
+			s.republish(id, ask)
 		}
 	}
-}
-
-// republished is the server's answer to a Republish request for message
-// seq: its notifications (ok), or why it could not be given back.
-type republished struct {
-	seq   uint32
-	notes []dataNote
-	ok    bool
-	err   error
 }
 
 // republish asks the server for messages seqs of subscription sub again,
@@ -276,42 +245,22 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 	if s.dead {
 		return
 	}
-	q := s.seqs[ev.sub]
-	var msgs [][]dataNote
-	var lost []uint32
-	var cause error
-	from := q.next
-	for _, a := range ev.answers {
-		out, gone := q.answered(a.seq, a.notes, a.ok, now)
-		msgs = append(msgs, out...)
-		if gone {
-			lost = append(lost, a.seq)
-			cause = cmp.Or(cause, a.err)
-		}
-		if a.ok && ev.sub == s.dataSub {
-			s.republishedNotes += len(a.notes)
-			p.republished += uint64(len(a.notes))
-		}
+	sb := s.subs[ev.sub]
+	st, rc := sb.republished(ev.answers, now)
+	if ev.sub == s.dataSub {
+		s.republishedNotes += rc.notes
+		p.republished += uint64(rc.notes)
 	}
-	q.asked(now)
-	s.ackHandedOn(ev.sub, from, q.next)
-	if len(lost) > 0 {
+	s.ack(sb.id, st.acks...)
+	if len(rc.lost) > 0 {
 		role := p.roleOf(s)
-		p.emit(Event{Kind: EventNotificationsLost, At: now, Endpoint: s.ep, Role: role, Subscription: ev.sub, Missing: lost, Err: cause,
+		p.emit(Event{Kind: EventNotificationsLost, At: now, Endpoint: s.ep, Role: role, Subscription: ev.sub, Missing: rc.lost, Err: rc.cause,
 			Message: fmt.Sprintf("%s %s subscription %d lost notification messages %s (Republish: %v); delivery goes on after them",
-				s.ep, s.subName(ev.sub), ev.sub, seqList(lost), cause)})
+				s.ep, sb.name, ev.sub, seqList(rc.lost), rc.cause)})
 	}
-	p.handOn(s, ev.sub, msgs, now)
+	p.handOn(s, sb, st.msgs, now)
 	p.recoverGaps(s, now)
 	p.checkRecovered(s, now)
-}
-
-// subName names subscription sub of s in messages.
-func (s *session) subName(sub uint32) string {
-	if sub == s.healthSub {
-		return "health"
-	}
-	return "data"
 }
 
 // seqList renders sequence numbers, runs as ranges: "5-8, 11".

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -249,8 +248,8 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 		if !s.dataSince {
 			return
 		}
-		for _, q := range s.seqs {
-			if !q.settled() {
+		for _, sb := range s.subs {
+			if !sb.settled() {
 				return
 			}
 		}
@@ -267,26 +266,4 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 		Republished: s.republishedNotes, Transferred: s.how == resumeTransferred,
 		Message: fmt.Sprintf("%s link recovered %v after it was lost: %s, %d notifications republished, nothing lost that the server kept",
 			s.ep, took.Round(time.Millisecond), how, s.republishedNotes)})
-}
-
-// raiseHorizon tells q of the messages the server still holds for it
-// (AvailableSequenceNumbers): one beyond what q has seen was sent into a
-// broken channel, and q asks for it after its wait.
-func raiseHorizon(q *sequencer[[]dataNote], avail []uint32, now time.Time) {
-	if len(avail) == 0 {
-		return
-	}
-	top := slices.MaxFunc(avail, func(a, b uint32) int {
-		d := seqDiff(a, b)
-		switch {
-		case d < 0:
-			return -1
-		case d > 0:
-			return 1
-		}
-		return 0
-	})
-	if top != 0 {
-		q.keepAlive(seqNext(top), now)
-	}
 }

@@ -91,7 +91,7 @@ type session struct {
 	refreshNext    int
 	refreshPending map[int]evSnapshotPart
 	firstValueAt   time.Time
-	seqs           map[uint32]*sequencer[[]dataNote] // by subscription ID
+	subs           map[uint32]*subscription // by subscription ID
 	fence          map[uint32]*ua.DataValue
 	attempt        int
 	// A resumed session until its recovery is reported: since when, whether
