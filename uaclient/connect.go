@@ -17,10 +17,12 @@ func (p *Pair) connectActive(d servicelevel.Decision, now time.Time) {
 	if s == nil {
 		s = p.startSession(d.To, d.DialTimeout, d.Attempt, RoleActive, now)
 	}
-	s.activateOnUp = true
-	s.activateCause = d.Cause
+	if s.promotion == nil {
+		s.promotion = &promotion{}
+	}
+	s.promotion.cause = d.Cause
 	s.attempt = d.Attempt
-	if s.state == SessionUp {
+	if s.up() {
 		p.activate(s, now)
 	}
 }
@@ -59,11 +61,11 @@ func (p *Pair) startSession(e servicelevel.Endpoint, dialTimeout time.Duration, 
 
 func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	s := ev.s
-	if s.dead {
+	if s.dead() {
 		return
 	}
 	if ev.err != nil {
-		s.dead = true
+		s.to(phaseDead)
 		s.cancel()
 		p.sess[s.ep] = nil
 		p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, ev.err))
@@ -72,7 +74,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.url, ev.err)})
 		p.answerProbeWait(s.ep, now)
 		switch {
-		case s.activateOnUp:
+		case s.promotion != nil:
 			p.feed(p.pol.ConnectFailed(now))
 		case isRefusal(ev.err):
 			// Trying again sooner will not change the server's mind.
@@ -83,7 +85,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		}
 		return
 	}
-	s.state = SessionUp
+	s.to(phaseStandby)
 	p.remnants[s.ep] = nil
 	if s.how != resumeNone {
 		// The subscriptions go on: so do their sequence numbers. A
@@ -114,16 +116,16 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	s.lastBeat, s.lastData = now, now
 	s.nextPoll = now.Add(p.set.PollInterval)
 	l, why := levelOf(s.initial)
-	if !s.activateOnUp {
+	if s.promotion == nil {
 		p.standbyWait = 0
 		p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleStandby, Level: l,
 			Message: fmt.Sprintf("%s session up (standby, %s)", s.ep, levelText(l, why))})
 	}
 	p.onLevel(s, l, why, now)
 	switch {
-	case s.activateOnUp && s.how != resumeNone:
+	case s.promotion != nil && s.how != resumeNone:
 		p.resumeServing(s, now)
-	case s.activateOnUp:
+	case s.promotion != nil:
 		p.activate(s, now)
 	default:
 		p.pushDesires()
@@ -150,30 +152,30 @@ func (p *Pair) roleOf(s *session) Role {
 
 // sessionLost ends s and tells the Policy what that means.
 func (p *Pair) sessionLost(s *session, err error) {
-	if s.dead {
+	if s.dead() {
 		return
 	}
 	now := time.Now()
-	s.dead = true
 	p.keepRemnant(s, now) // before the cancel: the close must leave the session be
+	wasServing, wasPromoting, wanted := s.serves(), s.promoting(), s.promotion != nil
+	s.to(phaseDead)
 	s.cancel()
 	p.sess[s.ep] = nil
 	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, err))
 	role := p.roleOf(s)
 	p.emit(Event{Kind: EventSessionLost, At: now, Endpoint: s.ep, Role: role, Level: s.level, Err: err,
 		Message: fmt.Sprintf("%s session on %s lost: %v", role, s.ep, err)})
-	wasServing, wasActivating := s.serving, s.activating
 	if wasServing {
 		p.serving = nil
 	}
-	if wasActivating {
+	if wasPromoting {
 		p.activating = nil
 	}
 	p.releaseWaiters(s)
 	p.answerProbeWait(s.ep, now)
 	if s.ep == p.pol.Active() {
 		switch {
-		case wasActivating || s.activateOnUp && !wasServing:
+		case wasPromoting || wanted && !wasServing:
 			p.feed(p.pol.ConnectFailed(now))
 		case wasServing:
 			p.feed(p.pol.LinkLost(now))

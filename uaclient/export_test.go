@@ -12,6 +12,15 @@ func WithPublishers(n int) PairOption {
 	}
 }
 
+// WithStrictPhases makes a session transition that the phase table does
+// not list panic instead of logging it.
+func WithStrictPhases() PairOption {
+	return func(o *options) error {
+		o.strictPhases = true
+		return nil
+	}
+}
+
 // WithDroppedMessages drops the data messages for whose sequence number
 // drop returns true, as if they never arrived: a gap only Republish can
 // fill.

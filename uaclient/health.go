@@ -23,7 +23,7 @@ func (p *Pair) onTimer(now time.Time) {
 	// the polls alone watch the links.
 	holding := p.out.full()
 	for _, s := range p.sess {
-		if s == nil || s.state != SessionUp {
+		if s == nil || !s.up() {
 			continue
 		}
 		if holding {
@@ -57,8 +57,8 @@ func (p *Pair) onTimer(now time.Time) {
 func (p *Pair) probe(d servicelevel.Decision, now time.Time) {
 	s := p.sess[d.To]
 	switch {
-	case s != nil && s.state == SessionUp && s.read(readProbe, d.Probe):
-	case s != nil && s.state == SessionConnecting:
+	case s != nil && s.up() && s.read(readProbe, d.Probe):
+	case s != nil && s.phase == phaseConnecting:
 		// The standby is still connecting (at startup, or after it was
 		// lost): it answers when it is up, or Unknown at the deadline.
 		p.probeWait = probeWait{id: d.Probe, ep: d.To, deadline: now.Add(p.set.ReadTimeout)}
@@ -91,7 +91,7 @@ func (p *Pair) onLevel(s *session, l servicelevel.Level, why string, now time.Ti
 		p.feed(p.pol.StandbyLevel(now, l))
 		return
 	}
-	if s.serving {
+	if s.serves() {
 		p.feed(p.pol.ActiveLevel(now, l))
 	}
 	// A session being promoted keeps the sample for SessionUp.
@@ -102,7 +102,7 @@ func (p *Pair) onRead(ev evRead, now time.Time) {
 	if ev.kind == readPoll {
 		s.polling = false
 	}
-	if s.dead {
+	if s.dead() {
 		if ev.kind == readProbe {
 			p.feed(p.pol.ProbeResult(now, ev.probe, servicelevel.Unknown()))
 		}

@@ -110,6 +110,7 @@ func newRig(t *testing.T, o rigOption) *rig {
 		o.cfg(&cfg)
 	}
 	opts := append([]uaclient.PairOption{
+		uaclient.WithStrictPhases(),
 		uaclient.WithLogger(testutil.Logger(t)),
 		uaclient.WithDataHandler(r.onUpdate),
 		uaclient.WithEventHandler(r.onEvent),

@@ -60,7 +60,7 @@ func (p *Pair) takeoverReady(s *session) bool {
 		return false
 	}
 	o := p.sess[s.ep.Other()]
-	return o != nil && o.state == SessionUp && !o.dead
+	return o != nil && o.up()
 }
 
 // releaseHold ends the hold: after a promotion of another session

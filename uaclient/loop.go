@@ -160,7 +160,7 @@ func (p *Pair) nextWake() (time.Time, bool) {
 		consider(d)
 	}
 	for _, s := range p.sess {
-		if s == nil || s.state != SessionUp {
+		if s == nil || !s.up() {
 			continue
 		}
 		consider(s.lastBeat.Add(p.set.HeartbeatTimeout))
@@ -173,8 +173,8 @@ func (p *Pair) nextWake() (time.Time, bool) {
 				consider(d)
 			}
 		}
-		if s.recovering {
-			consider(s.recoverSince.Add(recoverBound))
+		if s.resumed != nil {
+			consider(s.resumed.since.Add(recoverBound))
 		}
 	}
 	if p.probeWait.id != 0 {
@@ -199,7 +199,7 @@ func (p *Pair) handle(ev event) {
 	case evRepublished:
 		p.onRepublished(ev, now)
 	case evSessionErr:
-		if !ev.s.dead {
+		if !ev.s.dead() {
 			p.sessionLost(ev.s, ev.err)
 		}
 	case evRead:

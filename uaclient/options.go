@@ -33,6 +33,9 @@ type options struct {
 	// subscriptions for which it returns true, as if they never arrived:
 	// the tests' way to open a gap the server cannot fill.
 	dropMessage func(seq uint32) bool
+	// strictPhases makes a session transition that the phase table
+	// does not list panic: the tests' way to catch one.
+	strictPhases bool
 }
 
 func defaultOptions() options {

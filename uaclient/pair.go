@@ -228,8 +228,8 @@ func (p *Pair) shutdown() {
 		if s == nil {
 			continue
 		}
-		s.dead = true
-		s.polite.Store(s.state == SessionUp)
+		s.polite.Store(s.up())
+		s.to(phaseDead)
 		s.cancel()
 		p.sess[i] = nil
 	}

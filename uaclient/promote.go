@@ -16,11 +16,19 @@ func (p *Pair) activate(s *session, now time.Time) {
 	if o := p.activating; o != nil && o != s {
 		// The Policy moved on while o was being promoted: o's snapshot,
 		// begun or not, is superseded by s's.
-		o.activating, o.refreshing, o.refreshPending = false, false, nil
-		o.buffered, o.firstValueAt = nil, time.Time{}
+		o.promotion = nil
+		if p.serving == o {
+			o.to(phaseServing) // promoted again while it served: it goes on
+		} else {
+			o.to(phaseStandby)
+		}
 	}
-	s.activating = true
-	s.activateAt = now
+	if !s.promoting() {
+		if s.resumed != nil {
+			s.resumed = nil // a snapshot replaces the recovery
+		}
+		s.to(phasePromoting)
+	}
 	p.activating = s
 	p.pushDesires()
 }
@@ -32,17 +40,17 @@ func (p *Pair) activate(s *session, now time.Time) {
 func (p *Pair) pushDesires() {
 	items := p.itemList()
 	for _, s := range p.sess {
-		if s == nil || s.dead || s.state != SessionUp {
+		if s == nil || !s.up() {
 			continue
 		}
 		p.version++
 		s.wantVer = p.version
 		d := desire{version: p.version, items: items, mode: ua.MonitoringModeReporting}
 		switch {
-		case s.activating:
+		case s.promoting():
 			d.snapshot = true
-			s.activationVer = p.version
-		case s.serving:
+			s.promotion.ver = p.version
+		case s.serves():
 		case p.set.Mode == ModeHot:
 			d.mode = ua.MonitoringModeSampling
 		case p.set.Mode == ModePrepared:
@@ -63,22 +71,23 @@ func (p *Pair) pushDesires() {
 // first.
 func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
 	s := ev.s
-	if s.dead || !s.activating || ev.version < s.activationVer {
+	if !s.promoting() || ev.version < s.promotion.ver {
 		return // superseded: a newer desire reads every item again
 	}
-	if !s.refreshing {
+	if s.phase != phaseCutOver {
 		p.cutOver(s, now)
 	}
-	if s.refreshVer != ev.version {
+	pr := s.promotion
+	if pr.snapVer != ev.version {
 		// A newer desire (items added meanwhile) reads every item again:
 		// its values go on in the same snapshot, from its first item.
-		s.refreshVer, s.refreshNext, s.refreshPending = ev.version, 0, nil
+		pr.snapVer, pr.next, pr.pending = ev.version, 0, nil
 	}
-	if ev.start != s.refreshNext {
-		if s.refreshPending == nil {
-			s.refreshPending = map[int]evSnapshotPart{}
+	if ev.start != pr.next {
+		if pr.pending == nil {
+			pr.pending = map[int]evSnapshotPart{}
 		}
-		s.refreshPending[ev.start] = ev
+		pr.pending[ev.start] = ev
 		return
 	}
 	for {
@@ -86,12 +95,12 @@ func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
 			p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
 			s.fence[v.handle] = v.dv
 		}
-		s.refreshNext += len(ev.values)
-		next, ok := s.refreshPending[s.refreshNext]
+		pr.next += len(ev.values)
+		next, ok := pr.pending[pr.next]
 		if !ok {
 			return
 		}
-		delete(s.refreshPending, s.refreshNext)
+		delete(pr.pending, pr.next)
 		ev = next
 	}
 }
@@ -103,23 +112,31 @@ func (p *Pair) cutOver(s *session, now time.Time) {
 		p.releaseHold(h.s != s, now)
 	}
 	p.epoch++
-	s.refreshing, s.refreshVer, s.refreshNext, s.refreshPending = true, 0, 0, nil
+	s.to(phaseCutOver)
+	pr := s.promotion
+	pr.snapVer, pr.next, pr.pending = 0, 0, nil
 	total := len(p.items)
 	s.fence = make(map[uint32]*ua.DataValue, total)
-	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: s.activateCause, Items: total, Received: now})
+	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: pr.cause, Items: total, Received: now})
 	if old := p.serving; old != nil && old != s {
-		old.serving = false
-		old.fence = nil
+		p.demote(old)
 		p.serving = nil
 	}
-	if s.firstValueAt.IsZero() {
-		s.firstValueAt = now
+	if pr.firstValueAt.IsZero() {
+		pr.firstValueAt = now
 	}
+}
+
+// demote ends old's carrying of the data: another session carries it now.
+func (p *Pair) demote(old *session) {
+	old.resumed = nil
+	old.fence = nil
+	old.to(phaseStandby)
 }
 
 func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 	s := ev.s
-	if s.dead {
+	if s.dead() {
 		return
 	}
 	if ev.err != nil {
@@ -127,8 +144,8 @@ func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 		return
 	}
 	p.answerWaiters(s, ev)
-	if s.activating && ev.snapshotted && ev.version >= s.activationVer {
-		if !s.refreshing {
+	if s.promoting() && ev.snapshotted && ev.version >= s.promotion.ver {
+		if s.phase != phaseCutOver {
 			p.cutOver(s, now) // no items: an empty snapshot
 		}
 		p.promoted(s, ev, now)
@@ -139,27 +156,23 @@ func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 // notifications that arrived meanwhile follow, then the old active is
 // released and the Policy learns that the new active is up.
 func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
-	cause := s.activateCause
-	items := s.refreshNext
+	pr := s.promotion
+	cause, items := pr.cause, pr.next
 	p.out.data(Update{Kind: UpdateRefreshEnd, Epoch: p.epoch, Endpoint: s.ep, Cause: cause, Items: items, Received: now})
 
 	old := p.serving
-	s.activating, s.activateOnUp, s.refreshing, s.refreshPending = false, false, false, nil
-	s.serving = true
+	s.promotion = nil
+	s.to(phaseServing)
 	p.activating = nil
 	p.serving = s
-	buffered := s.buffered
-	s.buffered = nil
-	p.deliver(s, buffered)
+	p.deliver(s, pr.buffered)
 	if old != nil && old != s {
-		old.serving = false
-		old.fence = nil
+		p.demote(old)
 	}
 	p.pushDesires() // releases the old active's items
 
 	took := now.Sub(p.switchAt)
-	first := s.firstValueAt.Sub(p.switchAt)
-	s.firstValueAt = time.Time{}
+	first := pr.firstValueAt.Sub(p.switchAt)
 	p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Cause: cause, Duration: took,
 		Message: fmt.Sprintf("%s carries the data (%s): %d items, snapshot %d, first values %v and the whole snapshot %v after the %s decision",
 			s.ep, levelText(s.level, s.levelProblem), items, p.epoch, first.Round(time.Microsecond), took.Round(time.Microsecond), cause)})
@@ -187,13 +200,13 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 // the Policy move on (s is no longer the one serving).
 func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
 	p.feed(p.pol.SessionUp(now))
-	if s.dead || p.serving != s {
+	if s.dead() || p.serving != s {
 		return false
 	}
 	if s.sampled {
 		p.feed(p.pol.ActiveLevel(now, s.level))
 	}
-	if o := p.sess[s.ep.Other()]; o != nil && o.state == SessionUp && o.sampled && !o.dead {
+	if o := p.sess[s.ep.Other()]; o != nil && o.up() && o.sampled {
 		p.feed(p.pol.StandbyLevel(now, o.level))
 	}
 	return true
@@ -212,15 +225,15 @@ func (p *Pair) deliver(s *session, notes []dataNote) {
 			}
 			delete(s.fence, n.handle)
 		}
-		if s.recent != nil {
+		if r := s.resumed; r != nil {
 			// Recovering from a blip: a server may send a sample again in
 			// a new message that also sits in the message it sent into
 			// the broken connection (node-opcua does), and Republish
 			// brings both.
-			if last := s.recent[n.handle]; last != nil && sameSample(n.dv, last) {
+			if last := r.recent[n.handle]; last != nil && sameSample(n.dv, last) {
 				continue
 			}
-			s.recent[n.handle] = n.dv
+			r.recent[n.handle] = n.dv
 		}
 		p.out.data(Update{Kind: UpdateData, Epoch: p.epoch, Endpoint: s.ep, Handle: n.handle, Value: n.dv, Received: n.at})
 	}

@@ -126,7 +126,7 @@ func notesOf(nm *ua.NotificationMessage, at time.Time) (notes []dataNote, status
 
 func (p *Pair) onPublish(ev evPublish, now time.Time) {
 	s := ev.s
-	if s.dead {
+	if s.dead() {
 		return
 	}
 	switch ev.sub {
@@ -134,7 +134,9 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		s.lastBeat = ev.at
 	case s.dataSub:
 		s.lastData = ev.at
-		s.dataSince = true
+		if s.resumed != nil {
+			s.resumed.dataSeen = true
+		}
 	default:
 		return
 	}
@@ -155,7 +157,7 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 // subscription, or the data path.
 func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.Time) {
 	for _, notes := range msgs {
-		if s.dead {
+		if s.dead() {
 			return
 		}
 		if sb.id == s.healthSub {
@@ -163,7 +165,7 @@ func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.
 				if n.handle == handleServiceLevel {
 					l, why := levelOf(n.dv)
 					p.onLevel(s, l, why, now)
-					if s.dead {
+					if s.dead() {
 						return
 					}
 				}
@@ -171,11 +173,11 @@ func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.
 			continue
 		}
 		switch {
-		case s.serving:
+		case s.serves():
 			s.lastMsgs[0], s.lastMsgs[1] = s.lastMsgs[1], notes
 			p.holdOrDeliver(s, notes, now)
-		case s.activating:
-			s.buffered = append(s.buffered, notes...)
+		case s.promoting():
+			s.promotion.buffered = append(s.promotion.buffered, notes...)
 		}
 	}
 }
@@ -184,7 +186,7 @@ func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.
 // in either subscription's sequence numbers that has stayed open for the
 // reorder wait.
 func (p *Pair) recoverGaps(s *session, now time.Time) {
-	if s.dead || s.state != SessionUp {
+	if !s.up() {
 		return
 	}
 	for _, id := range [...]uint32{s.healthSub, s.dataSub} {
@@ -242,13 +244,15 @@ func (s *session) republish(sub uint32, seqs []uint32) bool {
 // reported as lost, before the data that follows them, and skipped.
 func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 	s := ev.s
-	if s.dead {
+	if s.dead() {
 		return
 	}
 	sb := s.subs[ev.sub]
 	st, rc := sb.republished(ev.answers, now)
 	if ev.sub == s.dataSub {
-		s.republishedNotes += rc.notes
+		if s.resumed != nil {
+			s.resumed.republished += rc.notes
+		}
 		p.republished += uint64(rc.notes)
 	}
 	s.ack(sb.id, st.acks...)

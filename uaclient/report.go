@@ -92,14 +92,14 @@ func (p *Pair) publishStatus() {
 		Active:      ps.Active,
 		ActiveURL:   p.set.Endpoints[ps.Active],
 		Connected:   ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
-		Switching:   p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].state == SessionConnecting,
+		Switching:   p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].phase == phaseConnecting,
 		Items:       len(p.items),
 		Failovers:   p.failovers,
 		Recoveries:  p.recoveries,
 		Republished: p.republished,
 		Policy:      ps,
 	}
-	if s := p.sess[ps.Active]; s != nil && s.state == SessionUp {
+	if s := p.sess[ps.Active]; s != nil && s.up() {
 		st.Link = s.link
 	}
 	if s := p.sess[ps.Active]; s != nil && s.sampled {
@@ -111,7 +111,7 @@ func (p *Pair) publishStatus() {
 	}
 	for i, s := range p.sess {
 		if s != nil {
-			st.Sessions[i] = s.state
+			st.Sessions[i] = s.sessionState()
 		}
 	}
 	p.statusMu.Lock()

@@ -108,7 +108,7 @@ type remnant struct {
 // session is detached before the client closes, so that the close does
 // not end it on the server.
 func (p *Pair) keepRemnant(s *session, now time.Time) {
-	if !s.serving || p.set.BlipTolerance == 0 || s.c == nil || s.link.SessionTimeout == 0 {
+	if !s.serves() || p.set.BlipTolerance == 0 || s.c == nil || s.link.SessionTimeout == 0 {
 		return
 	}
 	cs := s.c.Session()
@@ -211,21 +211,20 @@ func (s *session) takeOver(r *remnant, how resumeKind) {
 // nothing is lost; its sequencers ask for what went missing, and
 // checkRecovered reports the recovery once the gaps are closed.
 func (p *Pair) resumeServing(s *session, now time.Time) {
-	s.activateOnUp = false
-	s.serving = true
+	s.promotion = nil
+	s.to(phaseRecovering)
 	p.serving = s
-	s.recovering = true
-	s.recoverSince = now
 	// A server may send the samples of its last messages before the
 	// break again, in new messages on the new channel (node-opcua does
 	// when the session is activated again at once): they were delivered
 	// already.
-	s.recent = map[uint32]*ua.DataValue{}
+	r := &resumption{since: now, recent: map[uint32]*ua.DataValue{}}
 	for _, notes := range s.lastMsgs {
 		for _, n := range notes {
-			s.recent[n.handle] = n.dv
+			r.recent[n.handle] = n.dv
 		}
 	}
+	s.resumed = r
 	p.pushDesires()
 	if p.tellPolicyServing(s, now) {
 		p.checkRecovered(s, now)
@@ -241,11 +240,12 @@ const recoverBound = 2 * time.Second
 // subscription has answered on the new channel and neither subscription
 // has a gap left, or after recoverBound.
 func (p *Pair) checkRecovered(s *session, now time.Time) {
-	if !s.recovering || s.dead {
+	r := s.resumed
+	if s.phase != phaseRecovering {
 		return
 	}
-	if now.Sub(s.recoverSince) < recoverBound {
-		if !s.dataSince {
+	if now.Sub(r.since) < recoverBound {
+		if !r.dataSeen {
 			return
 		}
 		for _, sb := range s.subs {
@@ -254,8 +254,8 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 			}
 		}
 	}
-	s.recovering = false
-	s.recent = nil
+	s.resumed = nil
+	s.to(phaseServing)
 	p.recoveries++
 	how := "the session was activated on a new connection"
 	if s.how == resumeTransferred {
@@ -263,7 +263,7 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 	}
 	took := now.Sub(s.lostAt)
 	p.emit(Event{Kind: EventLinkRecovered, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Duration: took,
-		Republished: s.republishedNotes, Transferred: s.how == resumeTransferred,
+		Republished: r.republished, Transferred: s.how == resumeTransferred,
 		Message: fmt.Sprintf("%s link recovered %v after it was lost: %s, %d notifications republished, nothing lost that the server kept",
-			s.ep, took.Round(time.Millisecond), how, s.republishedNotes)})
+			s.ep, took.Round(time.Millisecond), how, r.republished)})
 }

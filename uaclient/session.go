@@ -65,44 +65,26 @@ type session struct {
 	amu  sync.Mutex
 	acks []*ua.SubscriptionAcknowledgement
 
-	// loop
-	state         SessionState
-	dead          bool
-	level         servicelevel.Level
-	sampled       bool
-	levelProblem  string
-	lastBeat      time.Time // last answer of the health subscription
-	lastData      time.Time // last answer of the data subscription
-	nextPoll      time.Time
-	polling       bool
-	activateOnUp  bool
-	activating    bool
-	activateCause servicelevel.Cause
-	activateAt    time.Time
-	activationVer uint64
-	wantVer       uint64 // version of the last desire sent
-	serving       bool
-	buffered      []dataNote
-	// A promotion's snapshot once its first batch is in: the desire
-	// version being relayed, the index of the next item to relay, the
-	// batches that finished ahead of it, and when the first value went.
-	refreshing     bool
-	refreshVer     uint64
-	refreshNext    int
-	refreshPending map[int]evSnapshotPart
-	firstValueAt   time.Time
-	subs           map[uint32]*subscription // by subscription ID
-	fence          map[uint32]*ua.DataValue
-	attempt        int
-	// A resumed session until its recovery is reported: since when, whether
-	// the data subscription answered on the new channel, and the data
-	// changes Republish recovered.
-	recovering       bool
-	recoverSince     time.Time
-	dataSince        bool
-	republishedNotes int
-	recent           map[uint32]*ua.DataValue // the last sample delivered per item, while recovering
-	lastMsgs         [2][]dataNote            // the last two data messages handed on while serving
+	// Owned by the loop.
+	phase phase
+	// promotion is set while the Policy wants s to carry the data and it
+	// does not yet; resumed while s recovers a lost session it took over.
+	promotion    *promotion
+	resumed      *resumption
+	level        servicelevel.Level
+	sampled      bool // a level was sampled (it may be Unknown)
+	levelProblem string
+	lastBeat     time.Time // last answer of the health subscription
+	lastData     time.Time // last answer of the data subscription
+	nextPoll     time.Time
+	polling      bool                     // a poll's read is in flight
+	wantVer      uint64                   // version of the last desire sent
+	subs         map[uint32]*subscription // by subscription ID
+	// fence holds, per item, the snapshot's value while no newer one has
+	// been delivered: a data change that repeats or predates it is stale.
+	fence    map[uint32]*ua.DataValue
+	attempt  int
+	lastMsgs [2][]dataNote // the last two data messages handed on while serving
 }
 
 func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.Duration) *session {
@@ -112,7 +94,6 @@ func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.D
 		ctx: ctx, cancel: cancel, dialTimeout: dialTimeout,
 		kick:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
-		state:  SessionConnecting,
 	}
 }
 

@@ -92,9 +92,9 @@ type republished struct {
 	err   error
 }
 
-// recovery is what a Republish round came to: the notifications given
+// roundResult is what a Republish round came to: the notifications given
 // back, and the numbers given up, with the first reason why.
-type recovery struct {
+type roundResult struct {
 	notes int
 	lost  []uint32
 	cause error
@@ -103,9 +103,9 @@ type recovery struct {
 // republished takes the answers to a Republish round, in the order the
 // numbers were asked for: a message given back fills its gap; a number
 // the server no longer has is given up, and delivery goes on after it.
-func (sb *subscription) republished(answers []republished, now time.Time) (step, recovery) {
+func (sb *subscription) republished(answers []republished, now time.Time) (step, roundResult) {
 	var st step
-	var rc recovery
+	var rc roundResult
 	q := sb.seq
 	from := q.next
 	for _, a := range answers {

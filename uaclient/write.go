@@ -88,7 +88,7 @@ func (p *Pair) onWrite(ev evWrite) {
 	}
 	s := p.serving
 	switch {
-	case s == nil || s.dead:
+	case s == nil || s.dead():
 		refuse(servicelevel.Unknown(), ErrNoSession, "no endpoint carries the data")
 		return
 	case p.activating != nil || s.ep != p.pol.Active():
