@@ -44,18 +44,18 @@ func (p *Pair) startSession(e servicelevel.Endpoint, dialTimeout time.Duration, 
 	if role == RoleActive {
 		// The remnant stays with the Pair until a session is up: an
 		// attempt that fails on the link leaves it to the next one.
-		s.from = p.remnants[e]
+		s.conn.from = p.remnants[e]
 	} else {
 		p.remnants[e] = nil // a standby has no data to recover
 	}
 	p.sess[e] = s
-	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.url, dialTimeout)
+	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.conn.url, dialTimeout)
 	if attempt > 0 {
-		msg = fmt.Sprintf("connecting %s %s (%s, attempt %d, dial timeout %v)", role, e, s.url, attempt, dialTimeout)
+		msg = fmt.Sprintf("connecting %s %s (%s, attempt %d, dial timeout %v)", role, e, s.conn.url, attempt, dialTimeout)
 	}
 	p.emit(Event{Kind: EventConnecting, At: now, Endpoint: e, Role: role, Attempt: attempt, Message: msg})
 	p.wg.Add(1)
-	go s.run()
+	go s.conn.run()
 	return s
 }
 
@@ -66,12 +66,12 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	}
 	if ev.err != nil {
 		s.to(phaseDead)
-		s.cancel()
+		s.conn.cancel()
 		p.sess[s.ep] = nil
-		p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, ev.err))
+		p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.conn.url, ev.err))
 		role := p.roleOf(s)
 		p.emit(Event{Kind: EventConnectFailed, At: now, Endpoint: s.ep, Role: role, Attempt: s.attempt, Err: ev.err,
-			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.url, ev.err)})
+			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.conn.url, ev.err)})
 		p.answerProbeWait(s.ep, now)
 		switch {
 		case s.promotion != nil:
@@ -87,35 +87,35 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	}
 	s.to(phaseStandby)
 	p.remnants[s.ep] = nil
-	if s.how != resumeNone {
+	if s.conn.how != resumeNone {
 		// The subscriptions go on: so do their sequence numbers. A
 		// Republish round of the old session will never be answered: its
 		// numbers are asked for again.
-		s.subs, s.fence, s.lastMsgs = s.from.from.subs, s.from.from.fence, s.from.from.lastMsgs
+		s.subs, s.fence, s.lastMsgs = s.conn.from.from.subs, s.conn.from.from.fence, s.conn.from.from.lastMsgs
 		for _, sb := range s.subs {
 			sb.resumed(now)
 		}
 	} else {
 		s.subs = map[uint32]*subscription{
-			s.healthSub: newSubscription(s.healthSub, "health"),
-			s.dataSub:   newSubscription(s.dataSub, "data"),
+			s.conn.healthSub: newSubscription(s.conn.healthSub, "health"),
+			s.conn.dataSub:   newSubscription(s.conn.dataSub, "data"),
 		}
-		if s.from != nil {
-			p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
+		if s.conn.from != nil {
+			p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
 				"a new session, and a snapshot, replace them; what the server produced meanwhile is lost")
 		}
 	}
-	s.from = nil
-	if lp := s.link; p.set.BlipTolerance > 0 && lp.Recoverable < p.set.BlipTolerance {
+	s.conn.from = nil
+	if lp := s.conn.link; p.set.BlipTolerance > 0 && lp.Recoverable < p.set.BlipTolerance {
 		ms := func(d time.Duration) int64 { return d.Milliseconds() }
-		p.log.Warn().Str("endpoint", s.url).Str("member", s.ep.String()).Int64("session_timeout_ms", ms(lp.SessionTimeout)).
+		p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Int64("session_timeout_ms", ms(lp.SessionTimeout)).
 			Int64("health_lifetime_ms", ms(lp.Health.Lifetime())).Int64("data_lifetime_ms", ms(lp.Data.Lifetime())).
 			Int64("recoverable_ms", ms(lp.Recoverable)).Int64("blip_tolerance_ms", ms(p.set.BlipTolerance)).
 			Msg("the server revised the session or subscription parameters below the blip tolerance")
 	}
 	s.lastBeat, s.lastData = now, now
 	s.nextPoll = now.Add(p.set.PollInterval)
-	l, why := levelOf(s.initial)
+	l, why := levelOf(s.conn.initial)
 	if s.promotion == nil {
 		p.standbyWait = 0
 		p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleStandby, Level: l,
@@ -123,7 +123,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	}
 	p.onLevel(s, l, why, now)
 	switch {
-	case s.promotion != nil && s.how != resumeNone:
+	case s.promotion != nil && s.conn.how != resumeNone:
 		p.resumeServing(s, now)
 	case s.promotion != nil:
 		p.activate(s, now)
@@ -132,7 +132,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	}
 	if w := p.probeWait; w.id != 0 && w.ep == s.ep {
 		p.probeWait = probeWait{}
-		if !s.read(readProbe, w.id) {
+		if !s.conn.read(readProbe, w.id) {
 			p.feed(p.pol.ProbeResult(now, w.id, servicelevel.Unknown()))
 		}
 	}
@@ -159,9 +159,9 @@ func (p *Pair) sessionLost(s *session, err error) {
 	p.keepRemnant(s, now) // before the cancel: the close must leave the session be
 	wasServing, wasPromoting, wanted := s.serves(), s.promoting(), s.promotion != nil
 	s.to(phaseDead)
-	s.cancel()
+	s.conn.cancel()
 	p.sess[s.ep] = nil
-	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.url, err))
+	p.setLastErr(fmt.Errorf("%s %s: %w", s.ep, s.conn.url, err))
 	role := p.roleOf(s)
 	p.emit(Event{Kind: EventSessionLost, At: now, Endpoint: s.ep, Role: role, Level: s.level, Err: err,
 		Message: fmt.Sprintf("%s session on %s lost: %v", role, s.ep, err)})

@@ -15,13 +15,13 @@ import (
 // hold the session, and Pair.Close, until the connect timeout (measured:
 // 9.7 s). The dialer's sockets are shut down when the session's context
 // ends, which ends that read at once.
-func (s *session) dialer() (d *uacp.Dialer, release func()) {
+func (c *conn) dialer() (d *uacp.Dialer, release func()) {
 	var mu sync.Mutex
 	var stops []func() bool
 	nd := &net.Dialer{
-		Timeout: s.dialTimeout,
+		Timeout: c.dialTimeout,
 		ControlContext: func(_ context.Context, _, _ string, rc syscall.RawConn) error {
-			stop := context.AfterFunc(s.ctx, func() { abortConn(rc) })
+			stop := context.AfterFunc(c.ctx, func() { abortConn(rc) })
 			mu.Lock()
 			stops = append(stops, stop)
 			mu.Unlock()

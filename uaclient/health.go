@@ -34,16 +34,16 @@ func (p *Pair) onTimer(now time.Time) {
 				gap.Round(time.Millisecond), p.set.HeartbeatTimeout))
 			continue
 		}
-		if gap := now.Sub(s.lastData); gap >= s.dataQuiet {
+		if gap := now.Sub(s.lastData); gap >= s.conn.dataQuiet {
 			p.sessionLost(s, fmt.Errorf("the data subscription is silent: no answer for %v (limit %v)",
-				gap.Round(time.Millisecond), s.dataQuiet))
+				gap.Round(time.Millisecond), s.conn.dataQuiet))
 			continue
 		}
 		p.recoverGaps(s, now)
 		p.checkRecovered(s, now)
 		if !s.polling && !now.Before(s.nextPoll) {
 			s.nextPoll = now.Add(p.set.PollInterval)
-			if s.read(readPoll, 0) {
+			if s.conn.read(readPoll, 0) {
 				s.polling = true
 			}
 		}
@@ -57,7 +57,7 @@ func (p *Pair) onTimer(now time.Time) {
 func (p *Pair) probe(d servicelevel.Decision, now time.Time) {
 	s := p.sess[d.To]
 	switch {
-	case s != nil && s.up() && s.read(readProbe, d.Probe):
+	case s != nil && s.up() && s.conn.read(readProbe, d.Probe):
 	case s != nil && s.phase == phaseConnecting:
 		// The standby is still connecting (at startup, or after it was
 		// lost): it answers when it is up, or Unknown at the deadline.
@@ -161,20 +161,20 @@ const (
 
 // read reads ServiceLevel within the read timeout and posts the answer.
 // It returns false if the session is closing (nothing is posted then).
-func (s *session) read(kind readKind, probe servicelevel.ProbeID) bool {
-	if !s.acquire() {
+func (c *conn) read(kind readKind, probe servicelevel.ProbeID) bool {
+	if !c.acquire() {
 		return false
 	}
-	timeout := s.p.set.ReadTimeout
+	timeout := c.p.set.ReadTimeout
 	go func() {
-		defer s.release()
-		ctx, cancel := context.WithTimeout(s.ctx, timeout)
+		defer c.release()
+		ctx, cancel := context.WithTimeout(c.ctx, timeout)
 		defer cancel()
-		dv, err := readValue(ctx, s.c, nodeServiceLevel())
-		if err != nil && s.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		dv, err := readValue(ctx, c.client, nodeServiceLevel())
+		if err != nil && c.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("ServiceLevel read past its %v deadline", timeout)
 		}
-		s.p.post(evRead{s: s, kind: kind, probe: probe, dv: dv, err: err})
+		c.p.post(evRead{s: c.s, kind: kind, probe: probe, dv: dv, err: err})
 	}()
 	return true
 }

@@ -164,7 +164,7 @@ func (p *Pair) nextWake() (time.Time, bool) {
 			continue
 		}
 		consider(s.lastBeat.Add(p.set.HeartbeatTimeout))
-		consider(s.lastData.Add(s.dataQuiet))
+		consider(s.lastData.Add(s.conn.dataQuiet))
 		if !s.polling {
 			consider(s.nextPoll)
 		}

@@ -228,9 +228,9 @@ func (p *Pair) shutdown() {
 		if s == nil {
 			continue
 		}
-		s.polite.Store(s.up())
+		s.conn.polite.Store(s.up())
 		s.to(phaseDead)
-		s.cancel()
+		s.conn.cancel()
 		p.sess[i] = nil
 	}
 	p.serving, p.activating = nil, nil

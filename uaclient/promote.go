@@ -58,7 +58,7 @@ func (p *Pair) pushDesires() {
 		default:
 			d.items = nil
 		}
-		s.setDesire(d)
+		s.conn.setDesire(d)
 	}
 }
 

@@ -36,11 +36,11 @@ type dataNote struct {
 	at     time.Time
 }
 
-func (s *session) takeAcks() []*ua.SubscriptionAcknowledgement {
-	s.amu.Lock()
-	defer s.amu.Unlock()
-	a := s.acks
-	s.acks = nil
+func (c *conn) takeAcks() []*ua.SubscriptionAcknowledgement {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	a := c.acks
+	c.acks = nil
 	if a == nil {
 		a = []*ua.SubscriptionAcknowledgement{}
 	}
@@ -49,15 +49,15 @@ func (s *session) takeAcks() []*ua.SubscriptionAcknowledgement {
 
 // ack queues acknowledgements of sub's messages seqs for the next Publish
 // request.
-func (s *session) ack(sub uint32, seqs ...uint32) {
+func (c *conn) ack(sub uint32, seqs ...uint32) {
 	if len(seqs) == 0 {
 		return
 	}
-	s.amu.Lock()
+	c.amu.Lock()
 	for _, n := range seqs {
-		s.acks = append(s.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: sub, SequenceNumber: n})
+		c.acks = append(c.acks, &ua.SubscriptionAcknowledgement{SubscriptionID: sub, SequenceNumber: n})
 	}
-	s.amu.Unlock()
+	c.amu.Unlock()
 }
 
 // publisher keeps one Publish request outstanding and hands every answer
@@ -67,25 +67,25 @@ func (s *session) ack(sub uint32, seqs ...uint32) {
 // and the Pair's backlog limit. Several publishers run at once, so their
 // answers reach the loop in any order; the loop puts them back into
 // sequence-number order (see sequencer).
-func (s *session) publisher() {
+func (c *conn) publisher() {
 	for {
-		if s.p.out.waitRoom(s.ctx) != nil {
+		if c.p.out.waitRoom(c.ctx) != nil {
 			return
 		}
-		res, err := send[*ua.PublishResponse](s.ctx, s.c, &ua.PublishRequest{SubscriptionAcknowledgements: s.takeAcks()})
+		res, err := send[*ua.PublishResponse](c.ctx, c.client, &ua.PublishRequest{SubscriptionAcknowledgements: c.takeAcks()})
 		at := time.Now()
-		if s.ctx.Err() != nil {
+		if c.ctx.Err() != nil {
 			return
 		}
 		if err != nil {
-			s.p.post(evSessionErr{s: s, err: fmt.Errorf("publish: %w", err)})
+			c.p.post(evSessionErr{s: c.s, err: fmt.Errorf("publish: %w", err)})
 			return
 		}
-		ev := evPublish{s: s, sub: res.SubscriptionID, at: at, published: published{keepAlive: true, avail: res.AvailableSequenceNumbers}}
+		ev := evPublish{s: c.s, sub: res.SubscriptionID, at: at, published: published{keepAlive: true, avail: res.AvailableSequenceNumbers}}
 		if nm := res.NotificationMessage; nm != nil {
 			ev.seq = nm.SequenceNumber
 			ev.keepAlive = len(nm.NotificationData) == 0
-			if drop := s.p.opt.dropMessage; drop != nil && !ev.keepAlive && res.SubscriptionID == s.dataSub && drop(ev.seq) {
+			if drop := c.p.opt.dropMessage; drop != nil && !ev.keepAlive && res.SubscriptionID == c.dataSub && drop(ev.seq) {
 				continue
 			}
 			// Data messages are acknowledged by the loop once it has
@@ -93,11 +93,11 @@ func (s *session) publisher() {
 			// gone from the server's retransmission queue if the session
 			// died before the loop took it.
 			ev.notes, ev.status, ev.statusChange = notesOf(nm, at)
-			if res.SubscriptionID == s.dataSub {
-				s.first.add(ev.notes)
+			if res.SubscriptionID == c.dataSub {
+				c.first.add(ev.notes)
 			}
 		}
-		if !s.p.post(ev) {
+		if !c.p.post(ev) {
 			return
 		}
 	}
@@ -130,9 +130,9 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		return
 	}
 	switch ev.sub {
-	case s.healthSub:
+	case s.conn.healthSub:
 		s.lastBeat = ev.at
-	case s.dataSub:
+	case s.conn.dataSub:
 		s.lastData = ev.at
 		if s.resumed != nil {
 			s.resumed.dataSeen = true
@@ -147,7 +147,7 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 	}
 	st := sb.published(ev.published, now)
 	p.handOn(s, sb, st.msgs, now)
-	s.ack(sb.id, st.acks...)
+	s.conn.ack(sb.id, st.acks...)
 	p.recoverGaps(s, now)
 	p.checkRecovered(s, now)
 }
@@ -160,7 +160,7 @@ func (p *Pair) handOn(s *session, sb *subscription, msgs [][]dataNote, now time.
 		if s.dead() {
 			return
 		}
-		if sb.id == s.healthSub {
+		if sb.id == s.conn.healthSub {
 			for _, n := range notes {
 				if n.handle == handleServiceLevel {
 					l, why := levelOf(n.dv)
@@ -189,11 +189,11 @@ func (p *Pair) recoverGaps(s *session, now time.Time) {
 	if !s.up() {
 		return
 	}
-	for _, id := range [...]uint32{s.healthSub, s.dataSub} {
+	for _, id := range [...]uint32{s.conn.healthSub, s.conn.dataSub} {
 		if ask := s.subs[id].due(now); ask != nil {
 			// false only while the session closes: it is dead by then,
 			// and its subscriptions with it.
-			s.republish(id, ask)
+			s.conn.republish(id, ask)
 		}
 	}
 }
@@ -204,20 +204,20 @@ func (p *Pair) recoverGaps(s *session, now time.Time) {
 // Bad_MessageNotAvailable (a timeout, a server without Republish) the
 // rest are not asked for: they fail the same way. It returns false if the
 // session is closing.
-func (s *session) republish(sub uint32, seqs []uint32) bool {
-	if !s.acquire() {
+func (c *conn) republish(sub uint32, seqs []uint32) bool {
+	if !c.acquire() {
 		return false
 	}
-	timeout := s.p.set.ReadTimeout
+	timeout := c.p.set.ReadTimeout
 	go func() {
-		defer s.release()
-		ev := evRepublished{s: s, sub: sub, answers: make([]republished, 0, len(seqs))}
+		defer c.release()
+		ev := evRepublished{s: c.s, sub: sub, answers: make([]republished, 0, len(seqs))}
 		var stop error
 		for _, seq := range seqs {
 			a := republished{seq: seq, err: stop}
 			if stop == nil {
-				ctx, cancel := context.WithTimeout(s.ctx, timeout)
-				res, err := send[*ua.RepublishResponse](ctx, s.c, &ua.RepublishRequest{SubscriptionID: sub, RetransmitSequenceNumber: seq})
+				ctx, cancel := context.WithTimeout(c.ctx, timeout)
+				res, err := send[*ua.RepublishResponse](ctx, c.client, &ua.RepublishRequest{SubscriptionID: sub, RetransmitSequenceNumber: seq})
 				cancel()
 				switch {
 				case err != nil:
@@ -234,7 +234,7 @@ func (s *session) republish(sub uint32, seqs []uint32) bool {
 			}
 			ev.answers = append(ev.answers, a)
 		}
-		s.p.post(ev)
+		c.p.post(ev)
 	}()
 	return true
 }
@@ -249,13 +249,13 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 	}
 	sb := s.subs[ev.sub]
 	st, rc := sb.republished(ev.answers, now)
-	if ev.sub == s.dataSub {
+	if ev.sub == s.conn.dataSub {
 		if s.resumed != nil {
 			s.resumed.republished += rc.notes
 		}
 		p.republished += uint64(rc.notes)
 	}
-	s.ack(sb.id, st.acks...)
+	s.conn.ack(sb.id, st.acks...)
 	if len(rc.lost) > 0 {
 		role := p.roleOf(s)
 		p.emit(Event{Kind: EventNotificationsLost, At: now, Endpoint: s.ep, Role: role, Subscription: ev.sub, Missing: rc.lost, Err: rc.cause,

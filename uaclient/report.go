@@ -100,7 +100,7 @@ func (p *Pair) publishStatus() {
 		Policy:      ps,
 	}
 	if s := p.sess[ps.Active]; s != nil && s.up() {
-		st.Link = s.link
+		st.Link = s.conn.link
 	}
 	if s := p.sess[ps.Active]; s != nil && s.sampled {
 		st.ActiveLevel = s.level

@@ -108,20 +108,20 @@ type remnant struct {
 // session is detached before the client closes, so that the close does
 // not end it on the server.
 func (p *Pair) keepRemnant(s *session, now time.Time) {
-	if !s.serves() || p.set.BlipTolerance == 0 || s.c == nil || s.link.SessionTimeout == 0 {
+	if !s.serves() || p.set.BlipTolerance == 0 || s.conn.client == nil || s.conn.link.SessionTimeout == 0 {
 		return
 	}
-	cs := s.c.Session()
+	cs := s.conn.client.Session()
 	if cs == nil {
 		return
 	}
-	s.keep.Store(true)
+	s.conn.keep.Store(true)
 	p.remnants[s.ep] = &remnant{from: s, sess: cs, lostAt: now}
 }
 
 // usable reports whether r may still be taken over at now.
 func (r *remnant) usable(now time.Time) bool {
-	return r != nil && !r.gone.Load() && now.Sub(r.lostAt) < r.from.link.SessionTimeout
+	return r != nil && !r.gone.Load() && now.Sub(r.lostAt) < r.from.conn.link.SessionTimeout
 }
 
 // errSessionGone says that the server no longer has the session.
@@ -142,40 +142,40 @@ func sessionGone(err error) bool {
 // it. An error that wraps errSessionGone means the server answered that
 // the session is gone; any other is a link or server fault, and r stays
 // usable for the next attempt.
-func (s *session) reattach(ctx context.Context, c *opcua.Client, r *remnant) error {
+func (c *conn) reattach(ctx context.Context, cl *opcua.Client, r *remnant) error {
 	select {
-	case <-r.from.exited:
+	case <-r.from.conn.exited:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if err := c.Dial(ctx); err != nil {
+	if err := cl.Dial(ctx); err != nil {
 		return err
 	}
-	if err := c.ActivateSession(ctx, r.sess); err != nil {
+	if err := cl.ActivateSession(ctx, r.sess); err != nil {
 		if sessionGone(err) {
 			r.gone.Store(true)
 			return fmt.Errorf("%w (%v)", errSessionGone, err)
 		}
 		return fmt.Errorf("activate the session on a new channel: %w", err)
 	}
-	s.takeOver(r, resumeActivated)
+	c.takeOver(r, resumeActivated)
 	return nil
 }
 
 // transfer moves r's subscriptions to the new session on c, where the
 // server still has them. It reports whether both moved; one that moved
 // alone is deleted, since the Pair needs both.
-func (s *session) transfer(ctx context.Context, c *opcua.Client, r *remnant) bool {
+func (c *conn) transfer(ctx context.Context, cl *opcua.Client, r *remnant) bool {
 	select {
-	case <-r.from.exited:
+	case <-r.from.conn.exited:
 	case <-ctx.Done():
 		return false
 	}
-	ids := []uint32{r.from.healthSub, r.from.dataSub}
-	res, err := send[*ua.TransferSubscriptionsResponse](ctx, c, &ua.TransferSubscriptionsRequest{SubscriptionIDs: ids})
+	ids := []uint32{r.from.conn.healthSub, r.from.conn.dataSub}
+	res, err := send[*ua.TransferSubscriptionsResponse](ctx, cl, &ua.TransferSubscriptionsRequest{SubscriptionIDs: ids})
 	if err != nil || len(res.Results) != len(ids) {
 		// Bad_ServiceUnsupported among others: new subscriptions follow.
-		s.p.log.Debug().Str("endpoint", s.ep.String()).Err(err).Msg("subscriptions not transferred")
+		c.p.log.Debug().Str("endpoint", c.ep.String()).Err(err).Msg("subscriptions not transferred")
 		return false
 	}
 	var moved []uint32
@@ -185,25 +185,25 @@ func (s *session) transfer(ctx context.Context, c *opcua.Client, r *remnant) boo
 		}
 	}
 	if len(moved) == len(ids) {
-		s.takeOver(r, resumeTransferred)
+		c.takeOver(r, resumeTransferred)
 		return true
 	}
 	if len(moved) > 0 {
-		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, c, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: moved})
+		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, cl, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: moved})
 	}
 	return false
 }
 
 // takeOver makes s carry on r's subscriptions and items.
-func (s *session) takeOver(r *remnant, how resumeKind) {
+func (c *conn) takeOver(r *remnant, how resumeKind) {
 	o := r.from
-	s.how = how
-	s.lostAt = r.lostAt
-	s.healthSub, s.dataSub, s.dataQuiet = o.healthSub, o.dataSub, o.dataQuiet
-	s.link = o.link
-	s.items = o.items
+	c.how = how
+	c.lostAt = r.lostAt
+	c.healthSub, c.dataSub, c.dataQuiet = o.conn.healthSub, o.conn.dataSub, o.conn.dataQuiet
+	c.link = o.conn.link
+	c.items = o.conn.items
 	// Acknowledgements of delivered messages that did not go out yet.
-	s.acks = o.takeAcks()
+	c.acks = o.conn.takeAcks()
 }
 
 // resumeServing makes s, which took over the serving session's
@@ -258,12 +258,12 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 	s.to(phaseServing)
 	p.recoveries++
 	how := "the session was activated on a new connection"
-	if s.how == resumeTransferred {
+	if s.conn.how == resumeTransferred {
 		how = "its subscriptions were transferred to a new session"
 	}
-	took := now.Sub(s.lostAt)
+	took := now.Sub(s.conn.lostAt)
 	p.emit(Event{Kind: EventLinkRecovered, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Duration: took,
-		Republished: r.republished, Transferred: s.how == resumeTransferred,
+		Republished: r.republished, Transferred: s.conn.how == resumeTransferred,
 		Message: fmt.Sprintf("%s link recovered %v after it was lost: %s, %d notifications republished, nothing lost that the server kept",
 			s.ep, took.Round(time.Millisecond), how, r.republished)})
 }

@@ -21,17 +21,49 @@ const (
 	handleCurrentTime  uint32 = 2
 )
 
-// session is one gopcua client on one endpoint, with its subscriptions and
-// goroutines. The Pair's loop owns the fields marked "loop"; the session's
-// own goroutines own the rest, and they talk to the loop only through
-// events. The gopcua client is never closed while a request of ours is in
-// flight on it: every request runs between acquire and release, and run
-// closes the client only after waiting for them.
+// session is the Pair's loop's view of one session on one endpoint: its
+// phase, the promotion or recovery it is in, the levels it sampled, its
+// subscriptions' sequencing and what its data path has delivered. The loop
+// alone reads and writes it. Its conn does the I/O.
 type session struct {
+	p    *Pair
+	ep   servicelevel.Endpoint
+	id   uint64
+	conn *conn
+
+	phase phase
+	// promotion is set while the Policy wants s to carry the data and it
+	// does not yet; resumed while s recovers a lost session it took over.
+	promotion    *promotion
+	resumed      *resumption
+	level        servicelevel.Level
+	sampled      bool // a level was sampled (it may be Unknown)
+	levelProblem string
+	lastBeat     time.Time                // last answer of the health subscription
+	lastData     time.Time                // last answer of the data subscription
+	nextPoll     time.Time                // when the next ServiceLevel poll is due
+	polling      bool                     // a poll's read is in flight
+	wantVer      uint64                   // version of the last desire sent
+	subs         map[uint32]*subscription // by subscription ID
+	// fence holds, per item, the snapshot's value while no newer one has
+	// been delivered: a data change that repeats or predates it is stale.
+	fence    map[uint32]*ua.DataValue
+	attempt  int
+	lastMsgs [2][]dataNote // the last two data messages handed on while serving
+}
+
+// conn is a session's I/O: one gopcua client on the endpoint, and the
+// goroutines that use it (publishers, the item worker, reads, writes,
+// Republish requests). They talk to the loop only through events, posted
+// with the session they belong to. The gopcua client is never closed
+// while a request of ours is in flight on it: every request runs between
+// acquire and release, and run closes the client only after waiting for
+// them.
+type conn struct {
 	p           *Pair
+	s           *session // the session it does the I/O of
 	ep          servicelevel.Endpoint
 	url         string
-	id          uint64
 	ctx         context.Context
 	cancel      context.CancelFunc
 	dialTimeout time.Duration
@@ -41,7 +73,7 @@ type session struct {
 	exited      chan struct{}
 
 	// Set by run before it posts evConnected; read-only afterwards.
-	c         *opcua.Client
+	client    *opcua.Client
 	healthSub uint32
 	dataSub   uint32
 	dataQuiet time.Duration // the data subscription's allowed silence
@@ -64,87 +96,68 @@ type session struct {
 
 	amu  sync.Mutex
 	acks []*ua.SubscriptionAcknowledgement
-
-	// Owned by the loop.
-	phase phase
-	// promotion is set while the Policy wants s to carry the data and it
-	// does not yet; resumed while s recovers a lost session it took over.
-	promotion    *promotion
-	resumed      *resumption
-	level        servicelevel.Level
-	sampled      bool // a level was sampled (it may be Unknown)
-	levelProblem string
-	lastBeat     time.Time // last answer of the health subscription
-	lastData     time.Time // last answer of the data subscription
-	nextPoll     time.Time
-	polling      bool                     // a poll's read is in flight
-	wantVer      uint64                   // version of the last desire sent
-	subs         map[uint32]*subscription // by subscription ID
-	// fence holds, per item, the snapshot's value while no newer one has
-	// been delivered: a data change that repeats or predates it is stale.
-	fence    map[uint32]*ua.DataValue
-	attempt  int
-	lastMsgs [2][]dataNote // the last two data messages handed on while serving
 }
 
 func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.Duration) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{
-		p: p, ep: ep, url: p.set.Endpoints[ep], id: id,
+	s := &session{p: p, ep: ep, id: id}
+	s.conn = &conn{
+		p: p, s: s, ep: ep, url: p.set.Endpoints[ep],
 		ctx: ctx, cancel: cancel, dialTimeout: dialTimeout,
 		kick:   make(chan struct{}, 1),
 		exited: make(chan struct{}),
 	}
+	return s
 }
 
 // acquire registers a request on the session; false once it is closing.
-func (s *session) acquire() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
+func (c *conn) acquire() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
 		return false
 	}
-	s.wg.Add(1)
+	c.wg.Add(1)
 	return true
 }
 
-func (s *session) release() { s.wg.Done() }
+func (c *conn) release() { c.wg.Done() }
 
 // run is the session's life: connect, serve until cancelled, then close
 // the client once nothing of ours uses it any more.
-func (s *session) run() {
-	defer s.p.wg.Done()
-	err := s.connect()
+func (c *conn) run() {
+	defer c.p.wg.Done()
+	err := c.connect()
 	switch {
-	case !s.p.post(evConnected{s: s, err: err}):
-		s.cancel()
+	case !c.p.post(evConnected{s: c.s, err: err}):
+		c.cancel()
 	case err == nil:
 		// Started after the loop has the session, so that everything
 		// they post comes after evConnected.
-		for range s.p.opt.publishers {
-			s.child(s.publisher)
+		for range c.p.opt.publishers {
+			c.child(c.publisher)
 		}
-		s.child(s.worker)
+		c.child(c.worker)
 	}
-	<-s.ctx.Done()
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	s.wg.Wait()
-	if s.c != nil {
-		if s.keep.Load() {
+	<-c.ctx.Done()
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.wg.Wait()
+	if c.client != nil {
+		if c.keep.Load() {
 			// Without a session the close ends only the channel.
-			_, _ = s.c.DetachSession(context.Background())
+			_, _ = c.client.DetachSession(context.Background())
 		}
-		closeClient(s.c, s.polite.Load())
+		closeClient(c.client, c.polite.Load())
 	}
-	close(s.exited)
+	close(c.exited)
 }
 
-func (s *session) child(f func()) {
-	if s.acquire() {
+func (c *conn) child(f func()) {
+	if c.acquire() {
 		go func() {
-			defer s.release()
+			defer c.release()
 			f()
 		}()
 	}
@@ -166,22 +179,22 @@ func closeClient(c *opcua.Client, polite bool) {
 // options for both endpoints, those for this endpoint, then dial (those
 // read from the server for this connection), then what the Pair must
 // control itself.
-func (s *session) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Option {
-	o := &s.p.opt
+func (c *conn) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Option {
+	o := &c.p.opt
 	opts := []opcua.Option{
 		opcua.Dialer(d), // first: a dialer of the user's own wins
 		opcua.SecurityMode(ua.MessageSecurityModeNone),
 		opcua.RequestTimeout(10 * time.Second),
-		opcua.SessionTimeout(s.p.set.sessionTimeout()),
-		opcua.DialTimeout(s.dialTimeout),
+		opcua.SessionTimeout(c.p.set.sessionTimeout()),
+		opcua.DialTimeout(c.dialTimeout),
 	}
 	opts = append(opts, o.clientOpts...)
-	opts = append(opts, o.endpOpts[s.ep]...)
+	opts = append(opts, o.endpOpts[c.ep]...)
 	opts = append(opts, dial...)
 	return append(opts,
 		opcua.AutoReconnect(false),
 		opcua.StateChangedCh(nil),
-		opcua.SessionName(o.name+"-"+s.ep.String()),
+		opcua.SessionName(o.name+"-"+c.ep.String()),
 	)
 }
 
@@ -192,99 +205,99 @@ func (s *session) clientOptions(d *uacp.Dialer, dial []opcua.Option) []opcua.Opt
 // health subscription (ServiceLevel and CurrentTime) and the data
 // subscription (empty until items are wanted). Either way it reads the
 // level once.
-func (s *session) connect() error {
-	dctx, dcancel := context.WithTimeout(s.ctx, s.dialTimeout)
+func (c *conn) connect() error {
+	dctx, dcancel := context.WithTimeout(c.ctx, c.dialTimeout)
 	defer dcancel()
 	var dial []opcua.Option
-	if f := s.p.opt.dialOpts; f != nil {
+	if f := c.p.opt.dialOpts; f != nil {
 		var err error
-		if dial, err = f(dctx, s.ep, s.url); err != nil {
+		if dial, err = f(dctx, c.ep, c.url); err != nil {
 			return &refusedError{err}
 		}
 	}
-	d, release := s.dialer()
+	d, release := c.dialer()
 	defer release()
-	opts := s.clientOptions(d, dial)
-	c, err := opcua.NewClient(s.url, opts...)
+	opts := c.clientOptions(d, dial)
+	cl, err := opcua.NewClient(c.url, opts...)
 	if err != nil {
 		return fmt.Errorf("client options: %w", err)
 	}
-	r := s.from
+	r := c.from
 	if r.usable(time.Now()) {
-		err = s.reattach(dctx, c, r)
+		err = c.reattach(dctx, cl, r)
 		switch {
 		case err == nil:
 		case errors.Is(err, errSessionGone):
-			s.p.log.Info().Str("endpoint", s.ep.String()).Err(err).Msg("a new session takes over")
-			closeClient(c, false)
-			if c, err = opcua.NewClient(s.url, opts...); err != nil {
+			c.p.log.Info().Str("endpoint", c.ep.String()).Err(err).Msg("a new session takes over")
+			closeClient(cl, false)
+			if cl, err = opcua.NewClient(c.url, opts...); err != nil {
 				return fmt.Errorf("client options: %w", err)
 			}
 		default:
-			closeClient(c, false)
+			closeClient(cl, false)
 			return err
 		}
 	}
-	if s.how == resumeNone {
-		err = c.Connect(dctx)
+	if c.how == resumeNone {
+		err = cl.Connect(dctx)
 		dcancel()
 		if err != nil {
-			closeClient(c, false)
+			closeClient(cl, false)
 			return err
 		}
 	}
 	dcancel()
-	ctx, cancel := context.WithTimeout(s.ctx, s.p.set.Failover.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, c.p.set.Failover.ConnectTimeout)
 	defer cancel()
 	fail := func(what string, err error) error {
-		closeClient(c, false)
+		closeClient(cl, false)
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if s.how == resumeNone && r != nil {
+	if c.how == resumeNone && r != nil {
 		// The subscriptions outlive the session, for this.
-		s.transfer(ctx, c, r)
+		c.transfer(ctx, cl, r)
 	}
-	if s.how == resumeNone {
-		if err := s.subscribe(ctx, c); err != nil {
-			closeClient(c, false)
+	if c.how == resumeNone {
+		if err := c.subscribe(ctx, cl); err != nil {
+			closeClient(cl, false)
 			return err
 		}
 	}
-	rctx, rcancel := context.WithTimeout(s.ctx, s.p.set.ReadTimeout)
-	dvs, err := readValues(rctx, c, []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()})
+	rctx, rcancel := context.WithTimeout(c.ctx, c.p.set.ReadTimeout)
+	dvs, err := readValues(rctx, cl, []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()})
 	rcancel()
 	if err != nil {
 		return fail("read ServiceLevel", err)
 	}
-	s.initial = dvs[0]
+	c.initial = dvs[0]
 	if v := dvs[1].Value; v != nil {
-		s.ns, _ = v.Value().([]string) // a server without one has only ns 0
+		c.ns, _ = v.Value().([]string) // a server without one has only ns 0
 	}
-	s.c = c
-	s.upAt = time.Now()
+	c.client = cl
+	c.upAt = time.Now()
 	return nil
 }
 
 // subscribe creates the health and data subscriptions of a new session,
 // and notes the link parameters the server granted.
-func (s *session) subscribe(ctx context.Context, c *opcua.Client) error {
-	set := &s.p.set
-	s.items = newItemState()
-	s.link = LinkParams{SessionTimeout: set.sessionTimeout()}
-	if cs := c.Session(); cs != nil && cs.RevisedTimeout() > 0 {
-		s.link.SessionTimeout = cs.RevisedTimeout()
+func (c *conn) subscribe(ctx context.Context, cl *opcua.Client) error {
+	set := &c.p.set
+	c.items = newItemState()
+	c.link = LinkParams{SessionTimeout: set.sessionTimeout()}
+	if cs := cl.Session(); cs != nil && cs.RevisedTimeout() > 0 {
+		c.link.SessionTimeout = cs.RevisedTimeout()
 	}
-	outlive := s.link.SessionTimeout
+	outlive := c.link.SessionTimeout
 	var err error
 	// Keep-alive count 1: every cycle of the health subscription answers,
 	// with a CurrentTime change or a keep-alive, so that the gap check
 	// works even on a server that does not let CurrentTime be monitored.
-	s.healthSub, s.link.Health, err = createSubscription(ctx, c, set.HeartbeatInterval, 1, outlive, priorityHealth)
+	c.healthSub, c.link.Health, err = createSubscription(ctx, cl, set.HeartbeatInterval, 1, outlive, priorityHealth)
 	if err != nil {
 		return fmt.Errorf("create the health subscription: %w", err)
 	}
 	hb := msFloat(set.HeartbeatInterval)
-	res, err := createItems(ctx, c, s.healthSub, []*ua.MonitoredItemCreateRequest{
+	res, err := createItems(ctx, cl, c.healthSub, []*ua.MonitoredItemCreateRequest{
 		monitorRequest(nodeServiceLevel(), handleServiceLevel, hb, 1, ua.MonitoringModeReporting),
 		monitorRequest(nodeCurrentTime(), handleCurrentTime, hb, 1, ua.MonitoringModeReporting),
 	})
@@ -293,13 +306,13 @@ func (s *session) subscribe(ctx context.Context, c *opcua.Client) error {
 	}
 	_ = res // a rejected item shows as an unreadable level or as keep-alives
 	keepAlive := uint32(max(1, 5*time.Second/max(set.PublishingInterval, time.Millisecond)))
-	s.dataSub, s.link.Data, err = createSubscription(ctx, c, set.PublishingInterval, keepAlive, outlive, priorityData)
+	c.dataSub, c.link.Data, err = createSubscription(ctx, cl, set.PublishingInterval, keepAlive, outlive, priorityData)
 	if err != nil {
 		return fmt.Errorf("create the data subscription: %w", err)
 	}
 	// It answers at least once per keep-alive period (a keep-alive when
 	// nothing changed); three periods of silence mean it is gone.
-	s.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
-	s.link.settle()
+	c.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
+	c.link.settle()
 	return nil
 }

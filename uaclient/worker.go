@@ -21,24 +21,24 @@ type desire struct {
 	snapshot bool // read the current value of every item afterwards
 }
 
-func (s *session) setDesire(d desire) {
-	s.wmu.Lock()
-	if s.want != nil && s.want.snapshot {
+func (c *conn) setDesire(d desire) {
+	c.wmu.Lock()
+	if c.want != nil && c.want.snapshot {
 		d.snapshot = true
 	}
-	s.want = &d
-	s.wmu.Unlock()
+	c.want = &d
+	c.wmu.Unlock()
 	select {
-	case s.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (s *session) takeDesire() *desire {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	d := s.want
-	s.want = nil
+func (c *conn) takeDesire() *desire {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	d := c.want
+	c.want = nil
 	return d
 }
 
@@ -73,26 +73,26 @@ func newItemState() *itemState {
 
 // worker brings the session's data items to the latest desire, one desire
 // at a time, so that item changes on one session never interleave.
-func (s *session) worker() {
-	have, failed := s.items.have, s.items.failed
+func (c *conn) worker() {
+	have, failed := c.items.have, c.items.failed
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-c.ctx.Done():
 			return
-		case <-s.kick:
+		case <-c.kick:
 		}
-		for d := s.takeDesire(); d != nil; d = s.takeDesire() {
-			res := s.reconcile(d, have, failed)
-			if !s.p.post(res) || res.err != nil {
+		for d := c.takeDesire(); d != nil; d = c.takeDesire() {
+			res := c.reconcile(d, have, failed)
+			if !c.p.post(res) || res.err != nil {
 				return
 			}
 		}
 	}
 }
 
-func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint32]failedItem) evReconciled {
-	res := evReconciled{s: s, version: d.version, status: make(map[uint32]ua.StatusCode, len(d.items))}
-	ctx, cancel := context.WithTimeout(s.ctx, s.p.set.Failover.ConnectTimeout)
+func (c *conn) reconcile(d *desire, have map[uint32]*monItem, failed map[uint32]failedItem) evReconciled {
+	res := evReconciled{s: c.s, version: d.version, status: make(map[uint32]ua.StatusCode, len(d.items))}
+	ctx, cancel := context.WithTimeout(c.ctx, c.p.set.Failover.ConnectTimeout)
 	defer cancel()
 	wanted := make(map[uint32]itemSpec, len(d.items))
 	for _, it := range d.items {
@@ -120,9 +120,9 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		}
 	}
 	slices.Sort(del)
-	for chunk := range slices.Chunk(del, s.p.set.BatchSize) {
-		if _, err := send[*ua.DeleteMonitoredItemsResponse](ctx, s.c, &ua.DeleteMonitoredItemsRequest{
-			SubscriptionID: s.dataSub, MonitoredItemIDs: chunk,
+	for chunk := range slices.Chunk(del, c.p.set.BatchSize) {
+		if _, err := send[*ua.DeleteMonitoredItemsResponse](ctx, c.client, &ua.DeleteMonitoredItemsRequest{
+			SubscriptionID: c.dataSub, MonitoredItemIDs: chunk,
 		}); err != nil {
 			res.err = fmt.Errorf("delete monitored items: %w", err)
 			return res
@@ -135,7 +135,7 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 	// a promotion's first values reach consumers after one batch, not
 	// after every item, so the switch does not grow with the tag count.
 	var mu sync.Mutex // guards have and failed while batches run at once
-	first := s.p.set.BatchSize
+	first := c.p.set.BatchSize
 	if d.snapshot {
 		// The first batch is small and goes alone: the first values
 		// flow after one short round trip, not after a full batch that
@@ -144,28 +144,28 @@ func (s *session) reconcile(d *desire, have map[uint32]*monItem, failed map[uint
 		// Later batches take their values from the items' first samples
 		// (see firstValues); the first batch reads them, because a Read
 		// answers sooner than the next publishing cycle.
-		s.first.start()
-		defer s.first.stop()
+		c.first.start()
+		defer c.first.stop()
 	}
 	// sent closes when every batch has had its create or switch answered.
 	sent := make(chan struct{})
 	closeSent := sync.OnceFunc(func() { close(sent) })
 	defer closeSent()
 	var unsent atomic.Int64
-	unsent.Store(int64(batchCount(len(d.items), first, s.p.set.BatchSize)))
+	unsent.Store(int64(batchCount(len(d.items), first, c.p.set.BatchSize)))
 	requested := func() {
 		if unsent.Add(-1) == 0 {
 			closeSent()
 		}
 	}
-	err := inBatches(len(d.items), first, s.p.set.BatchSize, func(start, end int, slot *batchSlot) error {
+	err := inBatches(len(d.items), first, c.p.set.BatchSize, func(start, end int, slot *batchSlot) error {
 		b := batchRun{ctx: ctx, d: d, items: d.items[start:end], have: have, failed: failed, mu: &mu, slot: slot,
 			fromSamples: d.snapshot && start > 0, recreated: recreated, sent: sent, requested: requested}
-		part, err := s.reconcileBatch(b)
+		part, err := c.reconcileBatch(b)
 		if err != nil {
 			return err
 		}
-		if d.snapshot && !s.p.post(evSnapshotPart{s: s, version: d.version, start: start, values: part}) {
+		if d.snapshot && !c.p.post(evSnapshotPart{s: c.s, version: d.version, start: start, values: part}) {
 			return ErrClosed
 		}
 		return nil
@@ -205,7 +205,7 @@ type batchRun struct {
 // reconcileBatch creates the items of the batch that the session lacks
 // and switches those in another mode, then, for a snapshot, returns the
 // current value of each: a rejected item carries its rejection.
-func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
+func (c *conn) reconcileBatch(b batchRun) ([]snapValue, error) {
 	requested := sync.OnceFunc(b.requested)
 	defer requested()
 	d, have, failed, mu := b.d, b.have, b.failed, b.mu
@@ -236,9 +236,9 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 		}
 		// A node ID by namespace URI that this server lacks fails here,
 		// for this server only.
-		node, err := it.resolve(s.ns)
+		node, err := it.resolve(c.ns)
 		if err != nil {
-			s.p.log.Warn().Str("member", s.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
+			c.p.log.Warn().Str("member", c.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
 				Msg("item not created")
 			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
 			continue
@@ -252,7 +252,7 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 	mu.Unlock()
 
 	if len(reqs) > 0 {
-		results, err := createItems(b.ctx, s.c, s.dataSub, reqs)
+		results, err := createItems(b.ctx, c.client, c.dataSub, reqs)
 		if err != nil {
 			return nil, fmt.Errorf("create monitored items: %w", err)
 		}
@@ -273,8 +273,8 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 	}
 	if len(switching) > 0 {
 		slices.Sort(switching)
-		if _, err := send[*ua.SetMonitoringModeResponse](b.ctx, s.c, &ua.SetMonitoringModeRequest{
-			SubscriptionID: s.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching,
+		if _, err := send[*ua.SetMonitoringModeResponse](b.ctx, c.client, &ua.SetMonitoringModeRequest{
+			SubscriptionID: c.dataSub, MonitoringMode: d.mode, MonitoredItemIDs: switching,
 		}); err != nil {
 			return nil, fmt.Errorf("set monitoring mode %v: %w", d.mode, err)
 		}
@@ -311,14 +311,14 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 		// The server owes these items' first samples: wait for them
 		// without holding a place among the requests in flight.
 		b.slot.release()
-		got := s.first.await(b.ctx, waitFor, b.sent, firstValuesWait(s.p.set.PublishingInterval))
+		got := c.first.await(b.ctx, waitFor, b.sent, firstValuesWait(c.p.set.PublishingInterval))
 		for i := range part {
 			if dv, ok := got[part[i].handle]; ok {
 				part[i].dv = dv
 			}
 		}
 		if len(got) < len(waitFor) {
-			s.p.log.Debug().Str("member", s.ep.String()).Int("items", len(waitFor)-len(got)).
+			c.p.log.Debug().Str("member", c.ep.String()).Int("items", len(waitFor)-len(got)).
 				Msg("first samples missing from the snapshot: reading them")
 		}
 	}
@@ -328,7 +328,7 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 		if v.dv != nil {
 			continue
 		}
-		node, err := b.items[i].resolve(s.ns) // part[i] is b.items[i]
+		node, err := b.items[i].resolve(c.ns) // part[i] is b.items[i]
 		if err != nil {
 			continue // failed above
 		}
@@ -341,7 +341,7 @@ func (s *session) reconcileBatch(b batchRun) ([]snapValue, error) {
 	if err := b.slot.take(b.ctx); err != nil {
 		return nil, err
 	}
-	dvs, err := readValues(b.ctx, s.c, nodes)
+	dvs, err := readValues(b.ctx, c.client, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("read the snapshot: %w", err)
 	}

@@ -34,7 +34,7 @@ type writeTarget struct {
 }
 
 type writeGrant struct {
-	s    *session
+	c    *conn // the active session's conn, acquired for the write
 	node *ua.NodeID
 	err  error
 }
@@ -65,8 +65,8 @@ func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCo
 		go func() {
 			select {
 			case g := <-reply:
-				if g.s != nil {
-					g.s.release()
+				if g.c != nil {
+					g.c.release()
 				}
 			case <-p.loopDone:
 			}
@@ -78,8 +78,8 @@ func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCo
 	if g.err != nil {
 		return ua.StatusBadNotConnected, g.err
 	}
-	defer g.s.release()
-	return g.s.write(ctx, g.node, v)
+	defer g.c.release()
+	return g.c.write(ctx, g.node, v)
 }
 
 func (p *Pair) onWrite(ev evWrite) {
@@ -100,7 +100,7 @@ func (p *Pair) onWrite(ev evWrite) {
 	}
 	var node *ua.NodeID
 	if ev.t.byNode {
-		n, err := resolveNode(strings.TrimSpace(ev.t.node), s.ns)
+		n, err := resolveNode(strings.TrimSpace(ev.t.node), s.conn.ns)
 		if err != nil || strings.TrimSpace(ev.t.node) == "" {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: node ID %q: %v", ev.t.node, err)}
 			return
@@ -112,43 +112,43 @@ func (p *Pair) onWrite(ev evWrite) {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, ErrUnknownHandle)}
 			return
 		}
-		n, err := it.resolve(s.ns)
+		n, err := it.resolve(s.conn.ns)
 		if err != nil {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, err)}
 			return
 		}
 		node = n
 	}
-	if !s.acquire() {
+	if !s.conn.acquire() {
 		refuse(s.level, ErrNoSession, "the active session is closing")
 		return
 	}
-	ev.reply <- writeGrant{s: s, node: node}
+	ev.reply <- writeGrant{c: s.conn, node: node}
 }
 
 // write writes value to node on this session; the caller holds acquire.
-func (s *session) write(ctx context.Context, node *ua.NodeID, value *ua.Variant) (ua.StatusCode, error) {
+func (c *conn) write(ctx context.Context, node *ua.NodeID, value *ua.Variant) (ua.StatusCode, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel)
+	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
-	res, err := send[*ua.WriteResponse](ctx, s.c, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
+	res, err := send[*ua.WriteResponse](ctx, c.client, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
 		NodeID:      node,
 		AttributeID: ua.AttributeIDValue,
 		Value:       &ua.DataValue{EncodingMask: ua.DataValueValue, Value: value},
 	}}})
 	if err != nil {
-		if s.ctx.Err() != nil && ctx.Err() != nil {
-			return ua.StatusBadNotConnected, fmt.Errorf("servicelevel: write on %s: the session ended", s.ep)
+		if c.ctx.Err() != nil && ctx.Err() != nil {
+			return ua.StatusBadNotConnected, fmt.Errorf("servicelevel: write on %s: the session ended", c.ep)
 		}
-		return ua.StatusBadCommunicationError, fmt.Errorf("servicelevel: write on %s: %w", s.ep, err)
+		return ua.StatusBadCommunicationError, fmt.Errorf("servicelevel: write on %s: %w", c.ep, err)
 	}
 	if len(res.Results) != 1 {
-		return ua.StatusBadUnexpectedError, fmt.Errorf("servicelevel: write on %s: %d results for 1 node", s.ep, len(res.Results))
+		return ua.StatusBadUnexpectedError, fmt.Errorf("servicelevel: write on %s: %d results for 1 node", c.ep, len(res.Results))
 	}
 	code := res.Results[0]
 	if code != ua.StatusOK {
-		return code, fmt.Errorf("servicelevel: write on %s: %w", s.ep, code)
+		return code, fmt.Errorf("servicelevel: write on %s: %w", c.ep, code)
 	}
 	return code, nil
 }
