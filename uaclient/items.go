@@ -1,10 +1,10 @@
 package uaclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -41,7 +41,7 @@ func (p *Pair) AddItems(ctx context.Context, items []Item) ([]ItemResult, error)
 	}
 	if !p.started {
 		defer p.mu.Unlock()
-		results, _ := p.register(p.preItems, items)
+		results, _ := p.preItems.register(items, &p.set)
 		return results, nil
 	}
 	p.mu.Unlock()
@@ -71,7 +71,7 @@ func (p *Pair) RemoveItems(ctx context.Context, handles []uint32) error {
 	}
 	if !p.started {
 		defer p.mu.Unlock()
-		return errors.Join(unregister(p.preItems, handles)...)
+		return errors.Join(p.preItems.unregister(handles)...)
 	}
 	p.mu.Unlock()
 	w := &waiter{done: make(chan error, 1)}
@@ -88,20 +88,23 @@ func (p *Pair) RemoveItems(ctx context.Context, handles []uint32) error {
 	}
 }
 
-// register validates items and adds them to reg; it returns the results
-// and the specs added.
-func (p *Pair) register(reg map[uint32]*itemSpec, items []Item) ([]ItemResult, []*itemSpec) {
+// itemRegistry holds the items a Pair monitors, by handle.
+type itemRegistry map[uint32]*itemSpec
+
+// register validates items with the Pair's settings for their defaults and
+// adds them; it returns the results and the specs added.
+func (reg itemRegistry) register(items []Item, set *PairSettings) ([]ItemResult, []*itemSpec) {
 	results := make([]ItemResult, len(items))
 	var added []*itemSpec
 	for i, it := range items {
 		r := &results[i]
 		r.Handle = it.Handle
-		spec, err := p.specOf(it)
+		spec, err := specOf(it, set)
 		switch {
 		case err != nil:
 			r.Err, r.Status = err, ua.StatusBadNodeIDInvalid
 		case reg[it.Handle] != nil:
-			r.Err = fmt.Errorf("item %d (%s): handle already in use (by %s)", it.Handle, it.NodeID, reg[it.Handle].nodeStr)
+			r.Err = fmt.Errorf("item %d (%s): handle already in use (by %s)", it.Handle, it.NodeID, reg[it.Handle].node)
 			r.Status = ua.StatusBadInvalidArgument
 		default:
 			reg[it.Handle] = spec
@@ -112,21 +115,51 @@ func (p *Pair) register(reg map[uint32]*itemSpec, items []Item) ([]ItemResult, [
 	return results, added
 }
 
-func (p *Pair) specOf(it Item) (*itemSpec, error) {
+// unregister removes the items with handles; an unknown handle is an
+// error.
+func (reg itemRegistry) unregister(handles []uint32) []error {
+	var errs []error
+	for _, h := range handles {
+		if reg[h] == nil {
+			errs = append(errs, fmt.Errorf("item %d: %w", h, ErrUnknownHandle))
+			continue
+		}
+		delete(reg, h)
+	}
+	return errs
+}
+
+// list returns the items in handle order.
+func (reg itemRegistry) list() []itemSpec {
+	out := make([]itemSpec, 0, len(reg))
+	for _, it := range reg {
+		out = append(out, *it)
+	}
+	slices.SortFunc(out, func(a, b itemSpec) int { return cmp.Compare(a.handle, b.handle) })
+	return out
+}
+
+// nodeOf names the node of item h, for messages.
+func (reg itemRegistry) nodeOf(h uint32) string {
+	if it := reg[h]; it != nil {
+		return it.node.String()
+	}
+	return "?"
+}
+
+// specOf is the item as the Pair monitors it: its own settings, or the
+// Pair's.
+func specOf(it Item, set *PairSettings) (*itemSpec, error) {
 	s := strings.TrimSpace(it.NodeID)
 	if s == "" {
 		return nil, fmt.Errorf("item %d: node ID is empty", it.Handle)
 	}
-	node, uri, err := parseItemNode(s)
+	node, err := ParseNodeID(s)
 	if err != nil {
 		return nil, fmt.Errorf("item %d: node ID %q: %w", it.Handle, it.NodeID, err)
 	}
-	str := s
-	if node != nil {
-		str = node.String()
-	}
-	spec := &itemSpec{handle: it.Handle, node: node, nsURI: uri, nodeStr: str,
-		sampling: p.set.SamplingInterval, queue: p.set.QueueSize, discardOldest: p.set.DiscardOldest, filter: p.set.Filter}
+	spec := &itemSpec{handle: it.Handle, node: node,
+		sampling: set.SamplingInterval, queue: set.QueueSize, discardOldest: set.DiscardOldest, filter: set.Filter}
 	if it.DiscardOldest != nil {
 		spec.discardOldest = *it.DiscardOldest
 	}
@@ -146,111 +179,9 @@ func (p *Pair) specOf(it Item) (*itemSpec, error) {
 	return spec, nil
 }
 
-// parseItemNode parses a node ID. A node ID by namespace URI
-// (nsu=<uri>;<identifier>) is checked and returned as its URI, to be
-// resolved against each server's NamespaceArray: the two servers of a pair
-// may number their namespaces differently.
-func parseItemNode(s string) (node *ua.NodeID, nsURI string, err error) {
-	if strings.HasPrefix(s, "nsu=") {
-		uri, id, ok := splitNSU(s)
-		if !ok || uri == "" || !identifierForm.MatchString(id) {
-			return nil, "", errors.New("want nsu=<namespace URI>;<i|s|g|b>=<identifier>")
-		}
-		if _, err := parseNodeID("ns=1;" + id); err != nil {
-			return nil, "", err
-		}
-		return nil, uri, nil
-	}
-	node, err = parseNodeID(s)
-	return node, "", err
-}
-
-// identifierForm is the identifier part of a node ID in string form.
-var identifierForm = regexp.MustCompile(`^(i=\d+|s=.+|g=[0-9A-Fa-f-]{36}|b=.+)$`)
-
-// splitNSU splits nsu=<uri>;<identifier>.
-func splitNSU(s string) (uri, id string, ok bool) {
-	rest, ok := strings.CutPrefix(s, "nsu=")
-	if !ok {
-		return "", "", false
-	}
-	uri, id, ok = strings.Cut(rest, ";")
-	return uri, id, ok
-}
-
-// resolveNode returns the node ID s names on a server with the namespace
-// array ns.
-func resolveNode(s string, ns []string) (*ua.NodeID, error) {
-	uri, id, ok := splitNSU(s)
-	if !ok {
-		return parseNodeID(s)
-	}
-	i := slices.Index(ns, uri)
-	if i < 0 {
-		return nil, fmt.Errorf("namespace %q is not in the server's NamespaceArray", uri)
-	}
-	return parseNodeID(fmt.Sprintf("ns=%d;%s", i, id))
-}
-
-// resolve returns the item's node ID on a server with the namespace array
-// ns.
-func (it itemSpec) resolve(ns []string) (*ua.NodeID, error) {
-	if it.node != nil {
-		return it.node, nil
-	}
-	return resolveNode(it.nodeStr, ns)
-}
-
-// parseNodeID is ua.ParseNodeID, which must never take the Pair down.
-func parseNodeID(s string) (n *ua.NodeID, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			n, err = nil, fmt.Errorf("unparsable: %v", r)
-		}
-	}()
-	return ua.ParseNodeID(s)
-}
-
-func unregister(reg map[uint32]*itemSpec, handles []uint32) []error {
-	var errs []error
-	for _, h := range handles {
-		if reg[h] == nil {
-			errs = append(errs, fmt.Errorf("item %d: %w", h, ErrUnknownHandle))
-			continue
-		}
-		delete(reg, h)
-	}
-	return errs
-}
-
-// itemList returns the registered items in handle order.
-func (p *Pair) itemList() []itemSpec {
-	out := make([]itemSpec, 0, len(p.items))
-	for _, it := range p.items {
-		out = append(out, *it)
-	}
-	slices.SortFunc(out, func(a, b itemSpec) int {
-		switch {
-		case a.handle < b.handle:
-			return -1
-		case a.handle > b.handle:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
-func (p *Pair) nodeOf(h uint32) string {
-	if it := p.items[h]; it != nil {
-		return it.nodeStr
-	}
-	return "?"
-}
-
 func (p *Pair) onAddItems(ev evAddItems) {
 	w := ev.w
-	w.results, w.specs = p.register(p.items, ev.items)
+	w.results, w.specs = p.items.register(ev.items, &p.set)
 	for i := range w.results {
 		if w.results[i].Err == nil {
 			w.add = append(w.add, i)
@@ -275,7 +206,7 @@ func (p *Pair) onAddItems(ev evAddItems) {
 
 func (p *Pair) onRemoveItems(ev evRemoveItems) {
 	w := ev.w
-	w.errs = unregister(p.items, ev.handles)
+	w.errs = p.items.unregister(ev.handles)
 	target := p.activating
 	if target == nil {
 		target = p.serving
@@ -314,7 +245,7 @@ func (p *Pair) answerWaiters(s *session, ev evReconciled) {
 				r.Status = ua.StatusOK
 			default:
 				r.Status = code
-				r.Err = fmt.Errorf("item %d (%s): rejected by %s: %w", r.Handle, spec.nodeStr, s.ep, code)
+				r.Err = fmt.Errorf("item %d (%s): rejected by %s: %w", r.Handle, spec.node, s.ep, code)
 				if p.items[r.Handle] == spec {
 					delete(p.items, r.Handle)
 					dropped = true
@@ -366,9 +297,7 @@ func (p *Pair) releaseWaiters(s *session) {
 // itemSpec is a registered data item, as the Pair monitors it.
 type itemSpec struct {
 	handle   uint32
-	node     *ua.NodeID // nil for a node ID by namespace URI: see resolve
-	nsURI    string     // the namespace URI of an nsu= node ID
-	nodeStr  string
+	node     NodeID
 	sampling time.Duration
 	queue    uint32
 
@@ -377,6 +306,6 @@ type itemSpec struct {
 }
 
 func (a itemSpec) same(b itemSpec) bool {
-	return a.handle == b.handle && a.nodeStr == b.nodeStr && a.sampling == b.sampling && a.queue == b.queue &&
+	return a.handle == b.handle && a.node.String() == b.node.String() && a.sampling == b.sampling && a.queue == b.queue &&
 		a.discardOldest == b.discardOldest && a.filter.same(b.filter)
 }

@@ -5,7 +5,9 @@ import (
 	"testing"
 )
 
-func TestNamespaceURINodeIDs(t *testing.T) {
+// A node ID by namespace URI resolves on each server against its own
+// NamespaceArray; one by index is the same on both.
+func TestNodeIDResolve(t *testing.T) {
 	nsA := []string{"http://opcfoundation.org/UA/", "urn:server-a", "urn:plant"}
 	nsB := []string{"http://opcfoundation.org/UA/", "urn:plant", "urn:server-b"}
 	for _, tc := range []struct {
@@ -18,16 +20,15 @@ func TestNamespaceURINodeIDs(t *testing.T) {
 		{in: "i=2258", onA: "i=2258", onB: "i=2258"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			n, uri, err := parseItemNode(tc.in)
+			n, err := ParseNodeID(tc.in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec := itemSpec{node: n, nsURI: uri, nodeStr: tc.in}
-			a, err := spec.resolve(nsA)
+			a, err := n.Resolve(nsA)
 			if err != nil || a.String() != tc.onA {
 				t.Fatalf("on A: %v %v, want %s", a, err, tc.onA)
 			}
-			b, err := spec.resolve(nsB)
+			b, err := n.Resolve(nsB)
 			switch {
 			case tc.err != "":
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -38,9 +39,18 @@ func TestNamespaceURINodeIDs(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"nsu=;s=X", "nsu=urn:plant", "nsu=urn:plant;q=1"} {
-		if _, _, err := parseItemNode(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+}
+
+// What is not a node ID in its string form is refused, with a message
+// that shows the form; gopcua's panics are errors.
+func TestParseNodeIDRefuses(t *testing.T) {
+	for _, bad := range []string{"", "nsu=;s=X", "nsu=urn:plant", "nsu=urn:plant;q=1", "Line1.Temp", "ns=x;s=A", "i=-1", "s=", "g=nope"} {
+		if n, err := ParseNodeID(bad); err == nil {
+			t.Errorf("%q accepted as %v", bad, n)
 		}
+	}
+	_, err := ParseNodeID("Line1.Temp")
+	if err == nil || !strings.Contains(err.Error(), "ns=2;s=Line1.Temp") {
+		t.Errorf("a name without a type prefix: %v, want the form shown", err)
 	}
 }

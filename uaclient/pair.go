@@ -58,7 +58,7 @@ type Pair struct {
 	mu       sync.Mutex
 	started  bool
 	closed   bool
-	preItems map[uint32]*itemSpec // items added before Start
+	preItems itemRegistry // items added before Start
 
 	evc       chan event
 	stop      chan struct{} // closed by Close
@@ -77,7 +77,7 @@ type Pair struct {
 	serving     *session // the session whose data is delivered
 	activating  *session // the session being promoted
 	hold        *outOfServiceHold
-	items       map[uint32]*itemSpec
+	items       itemRegistry
 	version     uint64
 	epoch       uint64
 	failovers   int
@@ -126,7 +126,7 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 		opt:      o,
 		log:      o.logger.With().Str("source", o.name).Logger(),
 		pol:      pol,
-		preItems: map[uint32]*itemSpec{},
+		preItems: itemRegistry{},
 		evc:      make(chan event, 256),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),

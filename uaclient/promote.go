@@ -38,7 +38,7 @@ func (p *Pair) activate(s *session, now time.Time) {
 // all of them, Sampling, on a Hot standby, Disabled on a Prepared one;
 // none on a Warm standby.
 func (p *Pair) pushDesires() {
-	items := p.itemList()
+	items := p.items.list()
 	for _, s := range p.sess {
 		if s == nil || !s.up() {
 			continue
@@ -186,7 +186,7 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	for _, h := range failed {
 		code := ev.status[h]
 		p.emit(Event{Kind: EventItemFailed, At: now, Endpoint: s.ep, Role: RoleActive, Handle: h, Err: code,
-			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", h, p.nodeOf(h), s.ep, code)})
+			Message: fmt.Sprintf("item %d (%s) rejected by %s: %v", h, p.items.nodeOf(h), s.ep, code)})
 	}
 	// The Pair is ready once the first snapshot, and what the first
 	// samples made of it, have reached the handlers.

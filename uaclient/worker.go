@@ -236,9 +236,9 @@ func (c *conn) reconcileBatch(b batchRun) ([]snapValue, error) {
 		}
 		// A node ID by namespace URI that this server lacks fails here,
 		// for this server only.
-		node, err := it.resolve(c.ns)
+		node, err := it.node.Resolve(c.ns)
 		if err != nil {
-			c.p.log.Warn().Str("member", c.ep.String()).Uint32("item", it.handle).Str("node", it.nodeStr).Err(err).
+			c.p.log.Warn().Str("member", c.ep.String()).Uint32("item", it.handle).Str("node", it.node.String()).Err(err).
 				Msg("item not created")
 			failed[it.handle] = failedItem{spec: it, status: ua.StatusBadNodeIDUnknown}
 			continue
@@ -328,7 +328,7 @@ func (c *conn) reconcileBatch(b batchRun) ([]snapValue, error) {
 		if v.dv != nil {
 			continue
 		}
-		node, err := b.items[i].resolve(c.ns) // part[i] is b.items[i]
+		node, err := b.items[i].node.Resolve(c.ns) // part[i] is b.items[i]
 		if err != nil {
 			continue // failed above
 		}

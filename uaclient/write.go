@@ -100,9 +100,13 @@ func (p *Pair) onWrite(ev evWrite) {
 	}
 	var node *ua.NodeID
 	if ev.t.byNode {
-		n, err := resolveNode(strings.TrimSpace(ev.t.node), s.conn.ns)
-		if err != nil || strings.TrimSpace(ev.t.node) == "" {
-			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: node ID %q: %v", ev.t.node, err)}
+		id, err := ParseNodeID(strings.TrimSpace(ev.t.node))
+		var n *ua.NodeID
+		if err == nil {
+			n, err = id.Resolve(s.conn.ns)
+		}
+		if err != nil {
+			ev.reply <- writeGrant{err: fmt.Errorf("uaclient: write: node ID %q: %v", ev.t.node, err)}
 			return
 		}
 		node = n
@@ -112,7 +116,7 @@ func (p *Pair) onWrite(ev evWrite) {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, ErrUnknownHandle)}
 			return
 		}
-		n, err := it.resolve(s.conn.ns)
+		n, err := it.node.Resolve(s.conn.ns)
 		if err != nil {
 			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, err)}
 			return
