@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -111,7 +112,11 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn f
 	}
 	seen := map[string]bool{}
 	for i, r := range roots {
-		root, err := parseNode(r.Node, ns)
+		id, err := uaclient.ParseNodeID(r.Node)
+		var root *ua.NodeID
+		if err == nil {
+			root, err = id.Resolve(ns)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("browse[%d].node: %q: %v", i, r.Node, err)
 		}
@@ -248,17 +253,4 @@ func references(ctx context.Context, c *opcua.Client, node *ua.NodeID) ([]*ua.Re
 		cp = next.Results[0].ContinuationPoint
 	}
 	return refs, nil
-}
-
-// parseNode parses a node ID in string form, resolving nsu=<uri> against
-// the server's namespace array ns.
-func parseNode(s string, ns []string) (*ua.NodeID, error) {
-	if strings.HasPrefix(s, "nsu=") {
-		e, err := ua.ParseExpandedNodeID(s, ns)
-		if err != nil {
-			return nil, err
-		}
-		return e.NodeID, nil
-	}
-	return ua.ParseNodeID(s)
 }
