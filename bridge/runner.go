@@ -28,7 +28,9 @@ type runner struct {
 	health     Health
 	lastLen    int
 
-	guardMu sync.Mutex // guards guard
+	// guardMu serialises guardLoop and Bridge.Stats on guard: a Guard is not
+	// safe for concurrent use.
+	guardMu sync.Mutex
 	guard   *Guard
 	// inFlightCeiling is the guard's, raised to the source's reply bound.
 	inFlightCeiling time.Duration
