@@ -29,7 +29,6 @@ type options struct {
 	armBackoffMin    time.Duration
 	armBackoffMax    time.Duration
 	reconnectWait    time.Duration
-	ldmMemory        time.Duration
 	fastCutover      bool
 	connectTimeout   time.Duration
 }
@@ -49,7 +48,6 @@ func defaultOptions() options {
 		armBackoffMin:    100 * time.Millisecond,
 		armBackoffMax:    5 * time.Second,
 		reconnectWait:    2 * time.Second,
-		ldmMemory:        2 * time.Minute,
 		connectTimeout:   2 * time.Second,
 	}
 }

@@ -108,8 +108,10 @@ func (l *ledger) makeRoom(size int) bool {
 	return l.bytes+size <= l.max || l.len() == 0
 }
 
-// forget drops every entry of member gen that it had confirmed, and the
-// member's confirmation record.
+// forget drops member gen's confirmation record; the entries stay. Call it
+// once no entry carries gen any more (resendOrphans has moved them all to
+// another member or back to held), so that nothing consults the record
+// again and the map does not grow with every member the Conn ever had.
 func (l *ledger) forget(gen uint64) {
 	delete(l.confirmed, gen)
 }

@@ -96,7 +96,6 @@ type Option func(*options) error
 type options struct {
 	sink     Sink
 	log      zerolog.Logger
-	now      func() time.Time
 	onSwitch func(source, cause string, took time.Duration)
 }
 
@@ -123,17 +122,6 @@ func WithLogger(l zerolog.Logger) Option {
 	return func(o *options) error { o.log = l; return nil }
 }
 
-// WithClock replaces time.Now, for tests.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) error {
-		if now == nil {
-			return errors.New("WithClock: nil clock")
-		}
-		o.now = now
-		return nil
-	}
-}
-
 // Bridge relays the tags of its sources to NATS over an apconn.Conn.
 type Bridge struct {
 	conn   *apconn.Conn
@@ -141,7 +129,6 @@ type Bridge struct {
 	cfg    Config
 	mapper *wire.Mapper
 	log    zerolog.Logger
-	now    func() time.Time
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
 	onSwitch func(source, cause string, took time.Duration)
 
@@ -187,14 +174,14 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err := ValidateServiceName(cfg.ServiceName); err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)
 	}
-	o := options{sink: NewCoreSink(conn), log: zerolog.Nop(), now: time.Now}
+	o := options{sink: NewCoreSink(conn), log: zerolog.Nop()}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, fmt.Errorf("bridge: %w", err)
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, now: o.now, onSwitch: o.onSwitch,
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}),
 	}, nil
@@ -381,7 +368,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		return errors.New("bridge: already started")
 	}
 	b.started = true
-	b.startAt = b.now()
+	b.startAt = time.Now()
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	sources := append([]*runner(nil), b.sources...)
 	subjects := b.subjects(sources)
@@ -497,7 +484,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 
 // publishEvent publishes a source event on <prefix>.events.<source>.
 func (b *Bridge) publishEvent(source string, v map[string]any) {
-	v["at"] = b.now().UTC()
+	v["at"] = time.Now().UTC()
 	data, err := marshalJSON(v)
 	if err != nil {
 		return

@@ -12,6 +12,6 @@
 // (wire.Mapper), encodes updates as JSON with their quality and timestamps also
 // in headers (package wire, which consumers import), keeps the last value
 // of every tag for snapshots, and guards each source against subscribe
-// storms (Guard).
+// storms (GuardConfig).
 // docs/architecture.md describes the data path.
 package bridge

@@ -46,8 +46,8 @@ func (c GuardConfig) Validate() error {
 	return nil
 }
 
-// Guard decides when a source's subscribe requests go, so that a slow or
-// wedged source is never flooded:
+// subscribeGuard decides when a source's subscribe requests go, so that a
+// slow or wedged source is never flooded:
 //
 //   - at most one request is in flight per source connection;
 //   - after a failure the next one waits an exponential, jittered delay from
@@ -60,7 +60,7 @@ func (c GuardConfig) Validate() error {
 //
 // It is a pure state machine: every method takes the current time and
 // returns whether to send now. It is not safe for concurrent use.
-type Guard struct {
+type subscribeGuard struct {
 	cfg  GuardConfig
 	rand func() float64
 
@@ -74,8 +74,8 @@ type Guard struct {
 	sent, superseded, lost, failures uint64
 }
 
-// GuardDecision says whether to send a subscribe request now.
-type GuardDecision struct {
+// guardDecision says whether to send a subscribe request now.
+type guardDecision struct {
 	Send bool
 	// ReqID identifies the request to send; quote it in Reply.
 	ReqID uint64
@@ -83,27 +83,27 @@ type GuardDecision struct {
 	Reason string
 }
 
-// NewGuard returns a Guard; rand returns numbers in [0, 1) for the jitter
-// (math/rand/v2's Float64 in production, a fixed function in tests).
-func NewGuard(cfg GuardConfig, rand func() float64) *Guard {
-	return &Guard{cfg: cfg, rand: rand, delay: cfg.RetryFloor}
+// newSubscribeGuard returns a guard; rand returns numbers in [0, 1) for the
+// jitter (math/rand/v2's Float64 in production, a fixed function in tests).
+func newSubscribeGuard(cfg GuardConfig, rand func() float64) *subscribeGuard {
+	return &subscribeGuard{cfg: cfg, rand: rand, delay: cfg.RetryFloor}
 }
 
-func (g *Guard) send(now time.Time, reason string) GuardDecision {
+func (g *subscribeGuard) send(now time.Time, reason string) guardDecision {
 	g.reqID++
 	g.inFlight = true
 	g.sentAt = now
 	g.sent++
-	return GuardDecision{Send: true, ReqID: g.reqID, Reason: reason}
+	return guardDecision{Send: true, ReqID: g.reqID, Reason: reason}
 }
 
 // Want records that tags need subscribing (at start, when tags are added,
 // or while some failed) and sends if the guard allows it now.
-func (g *Guard) Want(now time.Time) GuardDecision {
+func (g *subscribeGuard) Want(now time.Time) guardDecision {
 	first := !g.want && g.sent == 0
 	g.want = true
 	if g.inFlight || now.Before(g.retryAt) {
-		return GuardDecision{}
+		return guardDecision{}
 	}
 	if first {
 		return g.send(now, "first")
@@ -113,29 +113,29 @@ func (g *Guard) Want(now time.Time) GuardDecision {
 
 // Reply records the answer to request id: ok means every tag subscribed.
 // A reply to a superseded request changes nothing.
-func (g *Guard) Reply(now time.Time, id uint64, ok bool) GuardDecision {
+func (g *subscribeGuard) Reply(now time.Time, id uint64, ok bool) guardDecision {
 	if id != g.reqID || !g.inFlight {
 		g.superseded++
-		return GuardDecision{}
+		return guardDecision{}
 	}
 	g.inFlight = false
 	if ok {
 		g.want = false
 		g.delay = g.cfg.RetryFloor
 		g.retryAt = time.Time{}
-		return GuardDecision{}
+		return guardDecision{}
 	}
 	g.failures++
 	g.retryAt = now.Add(g.jittered(g.delay))
 	g.delay = min(g.delay*2, g.cfg.RetryCeiling)
-	return GuardDecision{}
+	return guardDecision{}
 }
 
 // Restored records that the source's connection was re-established: the
 // source lost its subscriptions, the request in flight (on the old
 // connection) is superseded, the delay resets to the floor and a request
 // goes at once.
-func (g *Guard) Restored(now time.Time) GuardDecision {
+func (g *subscribeGuard) Restored(now time.Time) guardDecision {
 	g.want = true
 	g.inFlight = false
 	g.delay = g.cfg.RetryFloor
@@ -145,7 +145,7 @@ func (g *Guard) Restored(now time.Time) GuardDecision {
 
 // Tick sends a due retry, or a new request when the one in flight has gone
 // unanswered for InFlightCeiling.
-func (g *Guard) Tick(now time.Time) GuardDecision {
+func (g *subscribeGuard) Tick(now time.Time) guardDecision {
 	switch {
 	case g.inFlight:
 		if now.Sub(g.sentAt) >= g.cfg.InFlightCeiling {
@@ -155,11 +155,11 @@ func (g *Guard) Tick(now time.Time) GuardDecision {
 	case g.want && !now.Before(g.retryAt):
 		return g.send(now, "retry")
 	}
-	return GuardDecision{}
+	return guardDecision{}
 }
 
 // NextDeadline returns when Tick next has something to do.
-func (g *Guard) NextDeadline() (time.Time, bool) {
+func (g *subscribeGuard) NextDeadline() (time.Time, bool) {
 	switch {
 	case g.inFlight:
 		return g.sentAt.Add(g.cfg.InFlightCeiling), true
@@ -170,13 +170,10 @@ func (g *Guard) NextDeadline() (time.Time, bool) {
 }
 
 // InFlight reports whether a request is outstanding.
-func (g *Guard) InFlight() bool { return g.inFlight }
+func (g *subscribeGuard) InFlight() bool { return g.inFlight }
 
-// Delay returns the delay the next failure will cause.
-func (g *Guard) Delay() time.Duration { return g.delay }
-
-// GuardStats counts what a Guard did.
-type GuardStats struct {
+// guardStats counts what a guard did.
+type guardStats struct {
 	Requests    uint64 // requests sent
 	Failures    uint64 // replies that were failures
 	LostReplies uint64 // requests presumed lost after InFlightCeiling
@@ -184,11 +181,11 @@ type GuardStats struct {
 }
 
 // Stats returns the counters.
-func (g *Guard) Stats() GuardStats {
-	return GuardStats{Requests: g.sent, Failures: g.failures, LostReplies: g.lost, Superseded: g.superseded}
+func (g *subscribeGuard) Stats() guardStats {
+	return guardStats{Requests: g.sent, Failures: g.failures, LostReplies: g.lost, Superseded: g.superseded}
 }
 
-func (g *Guard) jittered(d time.Duration) time.Duration {
+func (g *subscribeGuard) jittered(d time.Duration) time.Duration {
 	if g.cfg.Jitter <= 0 || g.rand == nil {
 		return d
 	}

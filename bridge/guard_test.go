@@ -15,7 +15,7 @@ func noJitter() GuardConfig {
 	return c
 }
 
-// step is one event fed to a Guard and what it must answer.
+// step is one event fed to a guard and what it must answer.
 type step struct {
 	at     float64
 	ev     string // want, ok, fail, tick, restored; ok/fail reply to id
@@ -24,10 +24,10 @@ type step struct {
 	reason string
 }
 
-func runGuard(t *testing.T, g *Guard, steps []step) {
+func runGuard(t *testing.T, g *subscribeGuard, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		var d GuardDecision
+		var d guardDecision
 		now := at(s.at)
 		switch s.ev {
 		case "want":
@@ -105,7 +105,7 @@ func TestGuardRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			runGuard(t, NewGuard(noJitter(), nil), tt.steps)
+			runGuard(t, newSubscribeGuard(noJitter(), nil), tt.steps)
 		})
 	}
 }
@@ -116,12 +116,12 @@ func TestGuardRules(t *testing.T) {
 // Before the fix that was 22 requests; the guard sends 3 and never has two
 // in flight.
 func TestGuardStorm(t *testing.T) {
-	g := NewGuard(DefaultGuardConfig(), func() float64 { return 0.5 })
+	g := newSubscribeGuard(DefaultGuardConfig(), func() float64 { return 0.5 })
 	inFlight := 0
 	maxInFlight := 0
 	for ms := 0; ms <= 110_000; ms += 100 {
 		now := t0.Add(time.Duration(ms) * time.Millisecond)
-		var d GuardDecision
+		var d guardDecision
 		if ms%5000 == 0 {
 			d = g.Want(now)
 		} else {
@@ -143,7 +143,7 @@ func TestGuardStorm(t *testing.T) {
 func TestGuardJitter(t *testing.T) {
 	cfg := DefaultGuardConfig() // jitter 0.5
 	for _, r := range []float64{0, 0.5, 0.999} {
-		g := NewGuard(cfg, func() float64 { return r })
+		g := newSubscribeGuard(cfg, func() float64 { return r })
 		g.Want(t0)
 		g.Reply(t0, 1, false)
 		next, _ := g.NextDeadline()
@@ -155,7 +155,7 @@ func TestGuardJitter(t *testing.T) {
 }
 
 func TestGuardNextDeadline(t *testing.T) {
-	g := NewGuard(noJitter(), nil)
+	g := newSubscribeGuard(noJitter(), nil)
 	if _, ok := g.NextDeadline(); ok {
 		t.Fatal("deadline before anything was wanted")
 	}

@@ -28,8 +28,10 @@ type runner struct {
 	health     Health
 	lastLen    int
 
-	guardMu sync.Mutex // guards guard
-	guard   *Guard
+	// guardMu serialises guardLoop and Bridge.Stats on guard, which is not
+	// safe for concurrent use.
+	guardMu sync.Mutex
+	guard   *subscribeGuard
 	// inFlightCeiling is the guard's, raised to the source's reply bound.
 	inFlightCeiling time.Duration
 	events          chan guardEvent
@@ -75,7 +77,7 @@ func newRunner(b *Bridge, src Source) *runner {
 		gc.InFlightCeiling = max(gc.InFlightCeiling, rb.SubscribeReplyBound())
 	}
 	r.inFlightCeiling = gc.InFlightCeiling
-	r.guard = NewGuard(gc, rand.Float64)
+	r.guard = newSubscribeGuard(gc, rand.Float64)
 	return r
 }
 
@@ -244,16 +246,16 @@ func (r *runner) guardLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var d GuardDecision
+		var d guardDecision
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wants:
 			r.guardMu.Lock()
-			d = r.guard.Want(r.b.now())
+			d = r.guard.Want(time.Now())
 			r.guardMu.Unlock()
 		case e := <-r.events:
-			now := r.b.now()
+			now := time.Now()
 			r.guardMu.Lock()
 			switch e.kind {
 			case evRestored:
@@ -266,7 +268,7 @@ func (r *runner) guardLoop(ctx context.Context) {
 		case <-timer.C:
 			r.guardMu.Lock()
 			before := r.guard.Stats().LostReplies
-			d = r.guard.Tick(r.b.now())
+			d = r.guard.Tick(time.Now())
 			if r.guard.Stats().LostReplies > before {
 				r.counters.lostReplies.Add(1)
 				r.b.log.Warn().Str("source", r.src.Name()).Dur("ceiling_ms", r.inFlightCeiling).

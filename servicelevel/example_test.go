@@ -57,54 +57,6 @@ func ExamplePolicy() {
 	// active: backup
 }
 
-// A server publishes Calculate's tier for its current health.
-func ExampleCalculate() {
-	h := servicelevel.NodeHealth{
-		Member:               servicelevel.MemberUp,
-		DriverRole:           true,
-		ConfigStoreReachable: true,
-		Primary:              true,
-	}
-	fmt.Println("healthy primary:", servicelevel.Calculate(h))
-	h.Primary = false
-	fmt.Println("healthy follower:", servicelevel.Calculate(h))
-	h.Stale = true
-	fmt.Println("stale:", servicelevel.Calculate(h))
-	h.ConfigStoreReachable = false
-	fmt.Println("config store lost:", servicelevel.Calculate(h))
-	h.Member = servicelevel.MemberLeaving
-	fmt.Println("leaving:", servicelevel.Calculate(h), servicelevel.BandOf(servicelevel.Calculate(h)))
-
-	// Output:
-	// healthy primary: 250
-	// healthy follower: 240
-	// stale: 200
-	// config store lost: 100
-	// leaving: 0 Maintenance
-}
-
-// Calculator derives the same tiers from timestamped observations, so
-// every server ages its health inputs the same way.
-func ExampleCalculator() {
-	now := time.Date(2026, 11, 13, 12, 0, 0, 0, time.UTC)
-	obs := servicelevel.Observations{
-		Member:               servicelevel.MemberUp,
-		DriverRole:           true,
-		Primary:              true,
-		RoleSnapshotAt:       now.Add(-5 * time.Second),
-		ConfigStoreReachable: true,
-		ConfigStoreCheckedAt: now.Add(-40 * time.Second), // the check has not run for 40 s
-	}
-	var c servicelevel.Calculator
-	fmt.Println(c.Calculate(obs, now))
-	obs.ConfigStoreCheckedAt = now
-	fmt.Println(c.Calculate(obs, now))
-
-	// Output:
-	// 200
-	// 250
-}
-
 // Validation names every bad field with its range.
 func ExampleFailoverConfig_Validate() {
 	cfg := servicelevel.FailoverConfig{

@@ -303,40 +303,22 @@ func TestPairCloseDuringFailover(t *testing.T) {
 	}
 }
 
-// servicelevel.Calculate drives the test server's level through its
-// health hook. A stale primary (200) is still Healthy and is not left;
-// losing its config store as well (100) is, after the window.
+// uaserver.Tiers drives the test server's level through its health hook.
+// A stale primary (200) is still Healthy and is not left; losing its
+// config store as well (100) is, after the window.
 func TestPairFollowsCalculatedLevels(t *testing.T) {
 	r := newRig(t, rigOption{levels: [2]byte{250, 240}, cfg: func(c *uaclient.PairConfig) {
 		oneSecondWindow(c)
 		c.PollIntervalMilliseconds = new(100)
 	}})
-	// The server's health inputs become Calculator observations: a stale
-	// node is one whose role snapshot is older than the freshness limit.
-	calc := func(h uaserver.Health) byte {
-		now := time.Now()
-		o := servicelevel.Observations{
-			Member: servicelevel.MemberDown, DriverRole: true, Primary: h.Primary,
-			RoleSnapshotAt:       now,
-			ConfigStoreReachable: h.StoreReachable, ConfigStoreCheckedAt: now,
-			PeerProbeOK: h.PeerProbeOK, PeerProbeAt: now,
-		}
-		if h.MemberUp {
-			o.Member = servicelevel.MemberUp
-		}
-		if h.Stale {
-			o.RoleSnapshotAt = now.Add(-time.Minute)
-		}
-		return servicelevel.Calculator{}.Calculate(o, now)
-	}
 	a, b := r.servers.A(), r.servers.B()
-	a.SetLevelFunc(calc)
-	b.SetLevelFunc(calc)
-	if a.Level() != servicelevel.TierHealthyPrimary || b.Level() != servicelevel.TierHealthyFollower {
+	a.SetLevelFunc(uaserver.Tiers)
+	b.SetLevelFunc(uaserver.Tiers)
+	if a.Level() != uaserver.TierHealthyPrimary || b.Level() != uaserver.TierHealthyFollower {
 		t.Fatalf("levels %d/%d", a.Level(), b.Level())
 	}
 	m := r.mark()
-	if l := a.UpdateHealth(func(h *uaserver.Health) { h.Stale = true }); l != servicelevel.TierStale {
+	if l := a.UpdateHealth(func(h *uaserver.Health) { h.Stale = true }); l != uaserver.TierStale {
 		t.Fatalf("stale primary publishes %d", l)
 	}
 	r.waitStatus("primary at 200", func(st uaclient.PairStatus) bool { return st.ActiveLevel == servicelevel.LevelOf(200) })
@@ -347,7 +329,7 @@ func TestPairFollowsCalculatedLevels(t *testing.T) {
 	}
 	// Control: the config store goes too.
 	m = r.mark()
-	if l := a.UpdateHealth(func(h *uaserver.Health) { h.StoreReachable = false }); l != servicelevel.TierCriticallyDegraded {
+	if l := a.UpdateHealth(func(h *uaserver.Health) { h.StoreReachable = false }); l != uaserver.TierCriticallyDegraded {
 		t.Fatalf("primary without its store publishes %d", l)
 	}
 	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))

@@ -38,8 +38,9 @@ type BrowseRoot struct {
 	MaxNodes int `yaml:"maxNodes,omitempty" json:"maxNodes,omitempty"`
 }
 
-// DefaultMaxNodes is a browse root's cap on the tags it yields.
-const DefaultMaxNodes = 10000
+// defaultMaxNodes is a browse root's cap on the tags it yields when its
+// MaxNodes is 0.
+const defaultMaxNodes = 10000
 
 // Validate checks the root's fields, each error prefixed with field.
 func (r BrowseRoot) Validate(field string) error {
@@ -51,7 +52,7 @@ func (r BrowseRoot) Validate(field string) error {
 		errs = append(errs, fmt.Errorf("%s.maxDepth: %d is out of range (valid 0-100; 0 means 10)", field, r.MaxDepth))
 	}
 	if r.MaxNodes < 0 || r.MaxNodes > maxBrowseTags {
-		errs = append(errs, fmt.Errorf("%s.maxNodes: %d is out of range (valid 0-%d; 0 means %d)", field, r.MaxNodes, maxBrowseTags, DefaultMaxNodes))
+		errs = append(errs, fmt.Errorf("%s.maxNodes: %d is out of range (valid 0-%d; 0 means %d)", field, r.MaxNodes, maxBrowseTags, defaultMaxNodes))
 	}
 	for kind, pats := range map[string][]string{"include": r.Include, "exclude": r.Exclude} {
 		for i, p := range pats {
@@ -126,7 +127,7 @@ func BrowseTags(ctx context.Context, endpoint string, roots []BrowseRoot, warn f
 		}
 		limit := r.MaxNodes
 		if limit <= 0 {
-			limit = DefaultMaxNodes
+			limit = defaultMaxNodes
 		}
 		found, variables := 0, 0
 		err = browse(ctx, c, root, nil, depth, func(path []string, nid *ua.NodeID) error {

@@ -8,7 +8,7 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 )
 
-// TestDemoExitsZero runs `apbridge demo` as make demo does.
+// TestDemoExitsZero runs `apbridge-lab demo` as make demo does.
 func TestDemoExitsZero(t *testing.T) {
 	var out testutil.SyncBuffer
 	if code := run([]string{"demo"}, &out, io.Discard); code != 0 {

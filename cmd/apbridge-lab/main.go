@@ -24,8 +24,7 @@ func commands() []cli.Command {
 	return []cli.Command{
 		{Name: "demo", Summary: "run the scripted maintenance demo on the embedded cluster", Run: runDemo},
 		{Name: "bench", Summary: "run failover benchmarks on the embedded cluster", Run: runBench},
-		// A process the relay-throughput benchmark starts.
-		// The relay process of the soak.
+		// Hidden: the soak starts it as its relay child process.
 		{Name: "soak-relay", Summary: "the relay process the soak measures", Run: runSoakRelay, Hidden: true},
 	}
 }

@@ -32,28 +32,30 @@ type ExitError struct{ Code int }
 
 func (e ExitError) Error() string { return fmt.Sprintf("exit %d", e.Code) }
 
-// UsageError is a command line the command cannot run: a bad flag or
+// usageError is a command line the command cannot run: a bad flag or
 // value, or an argument too many. Run exits with status 2 for it, as
 // the flag package and POSIX utilities do.
-type UsageError struct {
+type usageError struct {
 	Err error
 	// Printed is set when the message is already on stderr (the flag
 	// package prints its own).
 	Printed bool
 }
 
-func (e UsageError) Error() string { return e.Err.Error() }
+func (e usageError) Error() string { return e.Err.Error() }
 
-func (e UsageError) Unwrap() error { return e.Err }
+func (e usageError) Unwrap() error { return e.Err }
 
-// Usagef returns a UsageError with a message for Run to print.
+// Usagef returns a usage error with a message for Run to print; Run exits
+// with status 2 for it.
 func Usagef(format string, a ...any) error {
-	return UsageError{Err: fmt.Errorf(format, a...)}
+	return usageError{Err: fmt.Errorf(format, a...)}
 }
 
 // Parse parses a command's flags: -h prints the flags on stdout (help
 // asked for is output, not an error) and returns flag.ErrHelp; a bad flag
-// or an argument left over is a UsageError, with the flags on stderr.
+// or an argument left over is a usage error (as Usagef's), with the flags
+// on stderr.
 func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
@@ -73,7 +75,7 @@ func Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fmt.Fprintf(stderr, "usage of %s:\n", fs.Name())
 	fs.PrintDefaults()
-	return UsageError{Err: err, Printed: true}
+	return usageError{Err: err, Printed: true}
 }
 
 // Run runs the subcommand args[0] of the program prog, with a context that
@@ -109,7 +111,7 @@ func Run(prog string, commands []Command, args []string, stdout, stderr io.Write
 		}
 		err := c.Run(ctx, args[1:], stdout, stderr)
 		var ee ExitError
-		var ue UsageError
+		var ue usageError
 		switch {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0

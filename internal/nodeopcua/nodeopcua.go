@@ -66,19 +66,19 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// Dir returns the directory of the server script.
-func Dir() string {
+// scriptDir returns the directory of the server script.
+func scriptDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "interop", "node-opcua")
 }
 
-// Available reports why the server cannot run here, or nil.
-func Available() error {
+// available reports why the server cannot run here, or nil.
+func available() error {
 	if _, err := exec.LookPath("node"); err != nil {
 		return errors.New("node (Node.js) is not on PATH")
 	}
-	if _, err := os.Stat(filepath.Join(Dir(), "node_modules", "node-opcua")); err != nil {
-		return fmt.Errorf("node-opcua is not installed in %s: run make interop-deps", Dir())
+	if _, err := os.Stat(filepath.Join(scriptDir(), "node_modules", "node-opcua")); err != nil {
+		return fmt.Errorf("node-opcua is not installed in %s: run make interop-deps", scriptDir())
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func Available() error {
 // fails t instead, so that CI never passes by skipping.
 func Require(t testing.TB) {
 	t.Helper()
-	if err := Available(); err != nil {
+	if err := available(); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("interop test needs node-opcua and CI is set: %v", err)
 		}
@@ -95,8 +95,8 @@ func Require(t testing.TB) {
 	}
 }
 
-// FreePort returns a port nothing listens on now.
-func FreePort() (int, error) {
+// freePort returns a port nothing listens on now.
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -108,11 +108,11 @@ func FreePort() (int, error) {
 // Start starts a server and returns once it listens (node-opcua takes a
 // few seconds) or ctx ends.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	if err := Available(); err != nil {
+	if err := available(); err != nil {
 		return nil, err
 	}
 	if cfg.Port == 0 {
-		p, err := FreePort()
+		p, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -127,8 +127,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("node", filepath.Join(Dir(), "server.js"), string(js))
-	cmd.Dir = Dir()
+	cmd := exec.Command("node", filepath.Join(scriptDir(), "server.js"), string(js))
+	cmd.Dir = scriptDir()
 	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: &tail{max: 8 << 10}}
 	cmd.Stderr = s.stderr
 	if s.stdin, err = cmd.StdinPipe(); err != nil {

@@ -18,14 +18,14 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// LogEnv is the environment variable that turns test logging on: with it
+// logEnv is the environment variable that turns test logging on: with it
 // set, Logger writes to the test's log (shown with -v or on failure).
-const LogEnv = "APBRIDGE_TEST_LOG"
+const logEnv = "APBRIDGE_TEST_LOG"
 
-// Logger returns a logger that writes to t's log when LogEnv is set, and a
-// no-op logger otherwise.
+// Logger returns a logger that writes to t's log when APBRIDGE_TEST_LOG is
+// set, and a no-op logger otherwise.
 func Logger(t testing.TB) zerolog.Logger {
-	if os.Getenv(LogEnv) == "" {
+	if os.Getenv(logEnv) == "" {
 		return zerolog.Nop()
 	}
 	return zerolog.New(zerolog.ConsoleWriter{Out: zerolog.TestWriter{T: t}, TimeFormat: "15:04:05.000", NoColor: true}).

@@ -46,10 +46,11 @@ func BootSteps(final byte, hold time.Duration) []LevelStep {
 
 // Health is what a server's ServiceLevel is computed from once a LevelFunc
 // is set (see SetLevelFunc). The fields are what a redundant server's
-// ServiceLevel calculator reads: whether it is a member of its redundancy
-// group, whether its configuration store answers, whether its peer can
-// reach it, whether its data is stale, and whether it is the primary.
-// Tests set them with UpdateHealth; the pair never changes them itself.
+// ServiceLevel calculator (Tiers) reads: whether it is a member of its
+// redundancy group, whether its configuration store answers, whether its
+// peer can reach it, whether its data is stale, and whether it is the
+// primary. Tests set them with UpdateHealth; the pair never changes them
+// itself.
 type Health struct {
 	// MemberUp: the node is an Up (or Joining) member of its redundancy
 	// group.
@@ -65,7 +66,7 @@ type Health struct {
 }
 
 // LevelFunc computes a ServiceLevel from health inputs. It must be a pure,
-// fast function; servicelevel.Calculator is meant to be one.
+// fast function, as Tiers is.
 type LevelFunc func(Health) byte
 
 // levelState is a ServiceLevel and when it was set (its source timestamp).

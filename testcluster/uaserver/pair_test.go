@@ -289,42 +289,29 @@ func TestOPCUAWritesLandOnBothServers(t *testing.T) {
 	}
 }
 
+// TestOPCUALevelFuncComputesFromHealth: with a LevelFunc set, the level
+// follows every UpdateHealth and clients read it; with none, UpdateHealth
+// records the inputs and leaves the level alone.
 func TestOPCUALevelFuncComputesFromHealth(t *testing.T) {
 	p := startPair(t)
-	// A stand-in for a redundant server's calculator: 0 off the group, 100
-	// with no store and stale data, 200 stale, 250 primary, 240 follower.
-	calc := func(h Health) byte {
-		switch {
-		case !h.MemberUp:
-			return 0
-		case !h.StoreReachable && h.Stale:
-			return 100
-		case h.Stale:
-			return 200
-		case h.Primary:
-			return 250
-		default:
-			return 240
-		}
-	}
 	s := p.B()
-	s.SetLevelFunc(calc)
-	if s.Level() != 240 {
+	s.SetLevelFunc(Tiers)
+	if s.Level() != TierHealthyFollower {
 		t.Fatalf("B as a healthy follower: %d", s.Level())
 	}
-	if l := s.UpdateHealth(func(h *Health) { h.Primary = true }); l != 250 {
+	if l := s.UpdateHealth(func(h *Health) { h.Primary = true }); l != TierHealthyPrimary {
 		t.Fatalf("B as primary: %d", l)
 	}
-	if l := s.UpdateHealth(func(h *Health) { h.Stale, h.StoreReachable = true, false }); l != 100 {
+	if l := s.UpdateHealth(func(h *Health) { h.Stale, h.StoreReachable = true, false }); l != TierCriticallyDegraded {
 		t.Fatalf("B stale without its store: %d", l)
 	}
 	c := dial(t, s.Endpoint())
-	if got := c.level(); got != 100 {
+	if got := c.level(); got != TierCriticallyDegraded {
 		t.Fatalf("B serves %d", got)
 	}
 	s.SetLevelFunc(nil)
 	s.UpdateHealth(func(h *Health) { h.MemberUp = false })
-	if s.Level() != 100 {
+	if s.Level() != TierCriticallyDegraded {
 		t.Fatalf("manual again, but the level moved to %d", s.Level())
 	}
 	if h := s.Health(); h.MemberUp || !h.Stale || !h.Primary {
