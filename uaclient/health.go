@@ -17,7 +17,9 @@ type probeWait struct {
 }
 
 func (p *Pair) onTimer(now time.Time) {
-	p.holdExpired(now)
+	if h := p.hold; h != nil && h.expired(now) {
+		p.releaseHold(false)
+	}
 	// While the handlers are behind, the publishers hold back and the
 	// subscriptions are silent on purpose: the gap checks stand down and
 	// the polls alone watch the links.

@@ -1,7 +1,6 @@
 package uaclient
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/gopcua/opcua/ua"
@@ -22,80 +21,50 @@ const maxOutOfServiceHold = 2 * time.Second
 // the rest go on before it, in order; if not, everything held goes on,
 // in order, when the hold ends. A lost link is not held: the Pair reports
 // it at once.
+//
+// It is pure: the Pair's loop offers it the serving session's data and
+// delivers what it gives back.
 type outOfServiceHold struct {
-	s     *session
+	s     *session // the session whose data is held
 	notes []dataNote
 	until time.Time
 }
 
-// holdOrDeliver passes notes of the serving session s on, or holds them
-// (and, while a hold lasts, everything after them).
-func (p *Pair) holdOrDeliver(s *session, notes []dataNote, now time.Time) {
-	if h := p.hold; h != nil && h.s == s {
-		h.notes = append(h.notes, notes...)
-		return
-	}
-	first := -1
+// holdFrom starts a hold of s's data at notes' first Bad_OutOfService
+// sample, if there is one: it returns the notes to deliver now and the
+// hold, nil when nothing is held.
+func holdFrom(s *session, notes []dataNote, now time.Time) ([]dataNote, *outOfServiceHold) {
 	for i, n := range notes {
 		if n.dv != nil && n.dv.Status == ua.StatusBadOutOfService {
-			first = i
-			break
+			h := &outOfServiceHold{s: s, notes: append([]dataNote(nil), notes[i:]...), until: now.Add(maxOutOfServiceHold)}
+			return notes[:i], h
 		}
 	}
-	if first < 0 || !p.takeoverReady(s) {
-		p.deliver(s, notes)
-		return
-	}
-	p.deliver(s, notes[:first])
-	p.hold = &outOfServiceHold{s: s, notes: append([]dataNote(nil), notes[first:]...), until: now.Add(maxOutOfServiceHold)}
+	return notes, nil
 }
 
-// takeoverReady reports whether a standby could take s's place: a live
-// standby session. Its level need not be Healthy yet: at a planned
-// switch-over the backup raises its level as the primary lowers its own,
-// and the primary's Bad_OutOfService samples can come before the backup's
-// new level; if no promotion follows, the hold ends after its bound.
-func (p *Pair) takeoverReady(s *session) bool {
-	if p.set.Single {
-		return false
-	}
-	o := p.sess[s.ep.Other()]
-	return o != nil && o.up()
-}
+// add holds notes too: while a hold lasts, everything after its first
+// sample waits, so that the order is kept.
+func (h *outOfServiceHold) add(notes []dataNote) { h.notes = append(h.notes, notes...) }
 
-// releaseHold ends the hold: after a promotion of another session
-// (replaced) the held Bad_OutOfService samples are dropped, otherwise all
-// of them go on.
-func (p *Pair) releaseHold(replaced bool, now time.Time) {
-	h := p.hold
-	if h == nil {
-		return
+// expired reports whether the hold has lasted its bound at now.
+func (h *outOfServiceHold) expired(now time.Time) bool { return !now.Before(h.until) }
+
+// release ends the hold and returns what goes on, in order: after a
+// promotion of another session (replaced) all but the Bad_OutOfService
+// samples, which the snapshot replaces, and how many of them were dropped;
+// otherwise everything held.
+func (h *outOfServiceHold) release(replaced bool) (keep []dataNote, dropped int) {
+	if !replaced {
+		return h.notes, 0
 	}
-	p.hold = nil
-	keep, dropped := h.notes, 0
-	if replaced {
-		keep = make([]dataNote, 0, len(h.notes))
-		for _, n := range h.notes {
-			if n.dv != nil && n.dv.Status == ua.StatusBadOutOfService {
-				dropped++
-				continue
-			}
-			keep = append(keep, n)
+	keep = make([]dataNote, 0, len(h.notes))
+	for _, n := range h.notes {
+		if n.dv != nil && n.dv.Status == ua.StatusBadOutOfService {
+			dropped++
+			continue
 		}
+		keep = append(keep, n)
 	}
-	p.deliver(h.s, keep)
-	if dropped > 0 {
-		p.log.Info().Str("member", h.s.ep.String()).Int("dropped", dropped).
-			Msg(fmt.Sprintf("%d Bad_OutOfService samples of the departing %s replaced by the backup's values", dropped, h.s.ep))
-	} else if !replaced {
-		p.log.Info().Str("member", h.s.ep.String()).Int("released", len(h.notes)).Dur("held_ms", maxOutOfServiceHold).
-			Msg("no promotion within the hold: the Bad_OutOfService samples go on")
-	}
-}
-
-// holdExpired releases a hold that has lasted its bound.
-func (p *Pair) holdExpired(now time.Time) {
-	if h := p.hold; h != nil && !now.Before(h.until) {
-		p.releaseHold(false, now)
-	}
+	return keep, dropped
 }

@@ -109,7 +109,7 @@ func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
 // replaces.
 func (p *Pair) cutOver(s *session, now time.Time) {
 	if h := p.hold; h != nil {
-		p.releaseHold(h.s != s, now)
+		p.releaseHold(h.s != s)
 	}
 	p.epoch++
 	s.to(phaseCutOver)

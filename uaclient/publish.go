@@ -286,3 +286,46 @@ func seqList(seqs []uint32) string {
 	}
 	return b.String()
 }
+
+// holdOrDeliver passes notes of the serving session s on, or holds them
+// (and, while a hold lasts, everything after them) while a standby could
+// take s's place: a live standby session. Its level need not be Healthy
+// yet: at a planned switch-over the backup raises its level as the primary
+// lowers its own, and the primary's Bad_OutOfService samples can come
+// before the backup's new level; if no promotion follows, the hold ends
+// after its bound.
+func (p *Pair) holdOrDeliver(s *session, notes []dataNote, now time.Time) {
+	if h := p.hold; h != nil && h.s == s {
+		h.add(notes)
+		return
+	}
+	if o := p.sess[s.ep.Other()]; p.set.Single || o == nil || !o.up() {
+		p.deliver(s, notes)
+		return
+	}
+	pass, h := holdFrom(s, notes, now)
+	p.deliver(s, pass)
+	if h != nil {
+		p.hold = h
+	}
+}
+
+// releaseHold ends the hold, if there is one: after a promotion of
+// another session (replaced) the held Bad_OutOfService samples are
+// dropped, otherwise all of them go on.
+func (p *Pair) releaseHold(replaced bool) {
+	h := p.hold
+	if h == nil {
+		return
+	}
+	p.hold = nil
+	keep, dropped := h.release(replaced)
+	p.deliver(h.s, keep)
+	if dropped > 0 {
+		p.log.Info().Str("member", h.s.ep.String()).Int("dropped", dropped).
+			Msg(fmt.Sprintf("%d Bad_OutOfService samples of the departing %s replaced by the backup's values", dropped, h.s.ep))
+	} else if !replaced {
+		p.log.Info().Str("member", h.s.ep.String()).Int("released", len(h.notes)).Dur("held_ms", maxOutOfServiceHold).
+			Msg("no promotion within the hold: the Bad_OutOfService samples go on")
+	}
+}
