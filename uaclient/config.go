@@ -3,12 +3,13 @@ package uaclient
 import (
 	"errors"
 	"fmt"
-	"github.com/apbridge/apbridge/servicelevel"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
 )
 
 // Mode says where a Pair keeps its data items.

@@ -2,10 +2,11 @@ package uaclient
 
 import (
 	"errors"
-	"github.com/apbridge/apbridge/servicelevel"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
 
 	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"

@@ -3,9 +3,10 @@ package uaclient_test
 import (
 	"context"
 	"fmt"
+	"time"
+
 	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/apbridge/apbridge/uaclient"
-	"time"
 )
 
 // A Pair on uaserver's redundant server pair. The primary (250) stops

@@ -1,11 +1,10 @@
 package uaclient
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"github.com/apbridge/apbridge/servicelevel"
 	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
 
 	"github.com/gopcua/opcua/ua"
 )
@@ -14,46 +13,6 @@ type probeWait struct {
 	id       servicelevel.ProbeID
 	ep       servicelevel.Endpoint
 	deadline time.Time
-}
-
-func (p *Pair) onTimer(now time.Time) {
-	if h := p.hold; h != nil && h.expired(now) {
-		p.releaseHold(false)
-	}
-	// While the handlers are behind, the publishers hold back and the
-	// subscriptions are silent on purpose: the gap checks stand down and
-	// the polls alone watch the links.
-	holding := p.out.full()
-	for _, s := range p.sess {
-		if s == nil || !s.up() {
-			continue
-		}
-		if holding {
-			s.lastBeat, s.lastData = now, now
-		}
-		if gap := now.Sub(s.lastBeat); gap >= p.set.HeartbeatTimeout {
-			p.sessionLost(s, fmt.Errorf("heartbeat gap: nothing from the health subscription for %v (limit %v)",
-				gap.Round(time.Millisecond), p.set.HeartbeatTimeout))
-			continue
-		}
-		if gap := now.Sub(s.lastData); gap >= s.conn.dataQuiet {
-			p.sessionLost(s, fmt.Errorf("the data subscription is silent: no answer for %v (limit %v)",
-				gap.Round(time.Millisecond), s.conn.dataQuiet))
-			continue
-		}
-		p.recoverGaps(s, now)
-		p.checkRecovered(s, now)
-		if !s.polling && !now.Before(s.nextPoll) {
-			s.nextPoll = now.Add(p.set.PollInterval)
-			if s.conn.read(readPoll, 0) {
-				s.polling = true
-			}
-		}
-	}
-	if w := p.probeWait; w.id != 0 && !now.Before(w.deadline) {
-		p.probeWait = probeWait{}
-		p.feed(p.pol.ProbeResult(now, w.id, servicelevel.Unknown()))
-	}
 }
 
 func (p *Pair) probe(d servicelevel.Decision, now time.Time) {
@@ -154,29 +113,19 @@ func levelOf(dv *ua.DataValue) (servicelevel.Level, string) {
 	return l, ""
 }
 
-type readKind uint8
-
-const (
-	readPoll readKind = iota
-	readProbe
-)
-
-// read reads ServiceLevel within the read timeout and posts the answer.
-// It returns false if the session is closing (nothing is posted then).
-func (c *conn) read(kind readKind, probe servicelevel.ProbeID) bool {
-	if !c.acquire() {
+// tellPolicyServing tells the Policy that s carries the data, and the
+// levels s and the standby last reported. It reports false when that made
+// the Policy move on (s is no longer the one serving).
+func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
+	p.feed(p.pol.SessionUp(now))
+	if s.dead() || p.serving != s {
 		return false
 	}
-	timeout := c.p.set.ReadTimeout
-	go func() {
-		defer c.release()
-		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		defer cancel()
-		dv, err := readValue(ctx, c.client, nodeServiceLevel())
-		if err != nil && c.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = fmt.Errorf("ServiceLevel read past its %v deadline", timeout)
-		}
-		c.p.post(evRead{s: c.s, kind: kind, probe: probe, dv: dv, err: err})
-	}()
+	if s.sampled {
+		p.feed(p.pol.ActiveLevel(now, s.level))
+	}
+	if o := p.sess[s.ep.Other()]; o != nil && o.up() && o.sampled {
+		p.feed(p.pol.StandbyLevel(now, o.level))
+	}
 	return true
 }

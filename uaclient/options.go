@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
 	"github.com/apbridge/apbridge/servicelevel"
 
 	"github.com/gopcua/opcua"

@@ -2,10 +2,13 @@ package uaclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/apbridge/apbridge/servicelevel"
 	"sync"
 	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/gopcua/opcua/ua"
 
 	"github.com/rs/zerolog"
 )
@@ -235,4 +238,241 @@ func (p *Pair) shutdown() {
 	}
 	p.serving, p.activating = nil, nil
 	p.publishStatus()
+}
+
+// AddItems adds data items, keyed by their handles, and returns one result
+// per item, in order. An item whose node ID does not parse, whose handle is
+// in use, or whose node the active server rejects is not added: its result
+// carries the error, and the other items are unaffected. When a session
+// carries the data, AddItems waits until the items are created there, and
+// their first values arrive as data changes; otherwise (before Start, or
+// between sessions) the items are added at once and appear in the next
+// snapshot. The error is for the call as a whole: ctx's, or ErrClosed.
+func (p *Pair) AddItems(ctx context.Context, items []Item) ([]ItemResult, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if !p.started {
+		defer p.mu.Unlock()
+		results, _ := p.preItems.register(items, &p.set)
+		return results, nil
+	}
+	p.mu.Unlock()
+	w := &waiter{reply: make(chan []ItemResult, 1)}
+	if err := p.call(ctx, evAddItems{items: items, w: w}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-w.reply:
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-p.loopDone:
+		return nil, ErrClosed
+	}
+}
+
+// RemoveItems removes the items with the given handles. When a session
+// carries the data it waits until they are deleted there; no update for
+// them is delivered after it returns. Unknown handles are reported in the
+// error (wrapping ErrUnknownHandle); the others are removed anyway.
+func (p *Pair) RemoveItems(ctx context.Context, handles []uint32) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if !p.started {
+		defer p.mu.Unlock()
+		return errors.Join(p.preItems.unregister(handles)...)
+	}
+	p.mu.Unlock()
+	w := &waiter{done: make(chan error, 1)}
+	if err := p.call(ctx, evRemoveItems{handles: handles, w: w}); err != nil {
+		return err
+	}
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.loopDone:
+		return ErrClosed
+	}
+}
+
+// observe turns a Policy observation into an event.
+func (p *Pair) observe(o servicelevel.Observation) {
+	e := Event{At: o.At, Endpoint: o.Endpoint, Level: o.Level, FromBand: o.From, ToBand: o.To, Cause: o.Cause,
+		Probe: o.Probe, Attempt: o.Attempt, Fast: o.Fast, Until: o.Until, Message: o.String()}
+	switch o.Kind {
+	case servicelevel.ActiveBandChanged:
+		e.Kind, e.Role = EventLevelChanged, RoleActive
+	case servicelevel.StandbyBandChanged:
+		e.Kind, e.Role = EventLevelChanged, RoleStandby
+	case servicelevel.StreakStarted:
+		e.Kind = EventStreakStarted
+	case servicelevel.StreakCleared:
+		e.Kind = EventStreakCleared
+	case servicelevel.ProbeAsked:
+		e.Kind, e.Role = EventProbe, RoleStandby
+	case servicelevel.ProbeAnswered:
+		e.Kind, e.Role = EventProbeAnswered, RoleStandby
+	case servicelevel.TriggerDeferred:
+		e.Kind = EventTriggerDeferred
+	case servicelevel.RetryScheduled:
+		e.Kind = EventRetryScheduled
+	default:
+		return
+	}
+	p.emit(e)
+}
+
+// emit logs e and hands it to the event handler.
+func (p *Pair) emit(e Event) {
+	e.URL = p.set.Endpoints[e.Endpoint]
+	var le *zerolog.Event
+	switch e.Kind {
+	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost:
+		le = p.log.Warn()
+	case EventProbe, EventProbeAnswered, EventRetryScheduled, EventConnecting:
+		le = p.log.Debug()
+	default:
+		le = p.log.Info()
+	}
+	if e.Kind == EventConnectFailed && isRefusal(e.Err) {
+		le = p.log.Error() // a configuration or trust problem: someone has to act
+	}
+	if le.Enabled() {
+		// The keys are the relay's log vocabulary: endpoint is the server's
+		// URL, member which of the pair it is; levels are numbers (-1
+		// unknown), durations in milliseconds.
+		le = le.Str("event", e.Kind.String()).Str("endpoint", e.URL).Str("member", e.Endpoint.String())
+		if e.Kind == EventFailover {
+			le = le.Str("to", e.Target.String()).Str("cause", e.Cause.String()).
+				Int("service_level", levelNumber(e.Level)).Int("peer_service_level", levelNumber(e.PeerLevel)).
+				Float64("duration_ms", float64(e.Duration.Microseconds())/1000)
+		}
+		if e.Kind == EventLinkRecovered {
+			le = le.Int("republished", e.Republished).Float64("after_ms", float64(e.Duration.Microseconds())/1000)
+		}
+		if e.Kind == EventNotificationsLost {
+			le = le.Uint32("subscription", e.Subscription).Str("missing", seqList(e.Missing))
+		}
+		if e.Err != nil {
+			le = le.Err(e.Err)
+		}
+		le.Msg(e.Message)
+	}
+	// The handler reads Status when the event reaches it, on the output
+	// goroutine, which can run before the loop publishes the status at the
+	// end of its turn: publish it now, so that the event never arrives
+	// with the status from before it. Otherwise a level change that is the
+	// turn's last event leaves a handler's view stale until the next event
+	// (a relay reported a healthy server as Degraded for minutes).
+	p.publishStatus()
+	p.out.event(e)
+}
+
+func (p *Pair) setLastErr(err error) {
+	p.statusMu.Lock()
+	p.lastErr = err
+	p.statusMu.Unlock()
+}
+
+func (p *Pair) publishStatus() {
+	ps := p.pol.Status()
+	st := PairStatus{
+		Active:      ps.Active,
+		ActiveURL:   p.set.Endpoints[ps.Active],
+		Connected:   ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
+		Switching:   p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].phase == phaseConnecting,
+		Items:       len(p.items),
+		Failovers:   p.failovers,
+		Recoveries:  p.recoveries,
+		Republished: p.republished,
+		Policy:      ps,
+	}
+	if s := p.sess[ps.Active]; s != nil && s.up() {
+		st.Link = s.conn.link
+	}
+	if s := p.sess[ps.Active]; s != nil && s.sampled {
+		st.ActiveLevel = s.level
+	}
+	st.ActiveBand = st.ActiveLevel.Band()
+	if s := p.sess[ps.Active.Other()]; s != nil && s.sampled {
+		st.StandbyLevel = s.level
+	}
+	for i, s := range p.sess {
+		if s != nil {
+			st.Sessions[i] = s.sessionState()
+		}
+	}
+	p.statusMu.Lock()
+	st.LastErr = p.lastErr
+	p.status = st
+	p.statusMu.Unlock()
+}
+
+// Write writes value (a Go value gopcua can put in a Variant: float64,
+// int32, bool, string, ...) to the Value of the item with the given handle,
+// on the active endpoint, and returns the server's status. The write is
+// sent only while the active session carries the data and its current
+// ServiceLevel is Healthy (200 or more); otherwise it is refused with a
+// *WriteRefusedError (errors.Is(err, ErrWriteRefused)) and nothing is sent:
+// a standby, a degraded server or one in maintenance is never written to.
+// A status other than Good is also returned as the error.
+func (p *Pair) Write(ctx context.Context, handle uint32, value any) (ua.StatusCode, error) {
+	return p.write(ctx, writeTarget{handle: handle}, value)
+}
+
+// WriteNode is Write for a node given by its ID ("ns=1;s=Setpoint0000")
+// rather than by an item's handle; the node need not be monitored.
+func (p *Pair) WriteNode(ctx context.Context, nodeID string, value any) (ua.StatusCode, error) {
+	return p.write(ctx, writeTarget{node: nodeID, byNode: true}, value)
+}
+
+func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCode, error) {
+	v, err := ua.NewVariant(value)
+	if err != nil {
+		return ua.StatusBadTypeMismatch, fmt.Errorf("servicelevel: write: value %v (%T): %w", value, value, err)
+	}
+	p.mu.Lock()
+	closed, started := p.closed, p.started
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return ua.StatusBadNotConnected, ErrClosed
+	case !started:
+		return ua.StatusBadNotConnected, ErrNotStarted
+	}
+	reply := make(chan writeGrant, 1)
+	if err := p.call(ctx, evWrite{t: t, reply: reply}); err != nil {
+		return ua.StatusBadNotConnected, err
+	}
+	var g writeGrant
+	select {
+	case g = <-reply:
+	case <-ctx.Done():
+		// The loop may still grant it: take the grant back.
+		go func() {
+			select {
+			case g := <-reply:
+				if g.c != nil {
+					g.c.release()
+				}
+			case <-p.loopDone:
+			}
+		}()
+		return ua.StatusBadTimeout, ctx.Err()
+	case <-p.loopDone:
+		return ua.StatusBadNotConnected, ErrClosed
+	}
+	if g.err != nil {
+		return ua.StatusBadNotConnected, g.err
+	}
+	defer g.c.release()
+	return g.c.write(ctx, g.node, v)
 }

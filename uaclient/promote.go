@@ -2,7 +2,6 @@ package uaclient
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"time"
 
@@ -193,91 +192,4 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
 
 	p.tellPolicyServing(s, now)
-}
-
-// tellPolicyServing tells the Policy that s carries the data, and the
-// levels s and the standby last reported. It reports false when that made
-// the Policy move on (s is no longer the one serving).
-func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
-	p.feed(p.pol.SessionUp(now))
-	if s.dead() || p.serving != s {
-		return false
-	}
-	if s.sampled {
-		p.feed(p.pol.ActiveLevel(now, s.level))
-	}
-	if o := p.sess[s.ep.Other()]; o != nil && o.up() && o.sampled {
-		p.feed(p.pol.StandbyLevel(now, o.level))
-	}
-	return true
-}
-
-// deliver hands data notifications of the serving session to the output,
-// dropping those that repeat or predate the snapshot.
-func (p *Pair) deliver(s *session, notes []dataNote) {
-	for _, n := range notes {
-		if p.items[n.handle] == nil {
-			continue // removed meanwhile
-		}
-		if f, ok := s.fence[n.handle]; ok {
-			if stale(n.dv, f) {
-				continue
-			}
-			delete(s.fence, n.handle)
-		}
-		if r := s.resumed; r != nil {
-			// Recovering from a blip: a server may send a sample again in
-			// a new message that also sits in the message it sent into
-			// the broken connection (node-opcua does), and Republish
-			// brings both.
-			if last := r.recent[n.handle]; last != nil && sameSample(n.dv, last) {
-				continue
-			}
-			r.recent[n.handle] = n.dv
-		}
-		p.out.data(Update{Kind: UpdateData, Epoch: p.epoch, Endpoint: s.ep, Handle: n.handle, Value: n.dv, Received: n.at})
-	}
-}
-
-// sameSample reports whether dv and last are the same sample: the same
-// source time (known), status and value.
-func sameSample(dv, last *ua.DataValue) bool {
-	if dv == nil || last == nil || dv.SourceTimestamp.IsZero() || !dv.SourceTimestamp.Equal(last.SourceTimestamp) || dv.Status != last.Status {
-		return false
-	}
-	if dv.Value == nil || last.Value == nil {
-		return dv.Value == last.Value
-	}
-	return reflect.DeepEqual(dv.Value.Value(), last.Value.Value())
-}
-
-// stale reports whether a data change that follows a snapshot repeats or
-// predates the snapshot's value f: the same sample again (the initial
-// notification of an item created just before the snapshot read, or the
-// queue a Hot promotion releases), or an older one.
-func stale(dv, f *ua.DataValue) bool {
-	if !dv.SourceTimestamp.IsZero() && !f.SourceTimestamp.IsZero() {
-		if dv.SourceTimestamp.Before(f.SourceTimestamp) {
-			return true
-		}
-		if !dv.SourceTimestamp.Equal(f.SourceTimestamp) {
-			return false
-		}
-		if dv.Status == f.Status {
-			return true
-		}
-		// The same tick in another status: a status change, unless the
-		// server took it before it answered the snapshot's read. A Hot
-		// standby's queue holds the tick's Bad_OutOfService sample from
-		// before its level rose; released by the promotion, it must not
-		// follow the Good value the snapshot already gave.
-		return !dv.ServerTimestamp.IsZero() && !f.ServerTimestamp.IsZero() && dv.ServerTimestamp.Before(f.ServerTimestamp)
-	}
-	if dv.Status != f.Status {
-		return false
-	}
-	if dv.Value == nil || f.Value == nil {
-		return dv.Value == f.Value
-	}
-	return reflect.DeepEqual(dv.Value.Value(), f.Value.Value())
 }

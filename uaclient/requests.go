@@ -2,9 +2,11 @@ package uaclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/id"
 	"github.com/gopcua/opcua/ua"
@@ -128,4 +130,58 @@ func readValue(ctx context.Context, c *opcua.Client, node *ua.NodeID) (*ua.DataV
 		return nil, err
 	}
 	return dvs[0], nil
+}
+
+type readKind uint8
+
+const (
+	readPoll readKind = iota
+	readProbe
+)
+
+// read reads ServiceLevel within the read timeout and posts the answer.
+// It returns false if the session is closing (nothing is posted then).
+func (c *conn) read(kind readKind, probe servicelevel.ProbeID) bool {
+	if !c.acquire() {
+		return false
+	}
+	timeout := c.p.set.ReadTimeout
+	go func() {
+		defer c.release()
+		ctx, cancel := context.WithTimeout(c.ctx, timeout)
+		defer cancel()
+		dv, err := readValue(ctx, c.client, nodeServiceLevel())
+		if err != nil && c.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("ServiceLevel read past its %v deadline", timeout)
+		}
+		c.p.post(evRead{s: c.s, kind: kind, probe: probe, dv: dv, err: err})
+	}()
+	return true
+}
+
+// write writes value to node on this session; the caller holds acquire.
+func (c *conn) write(ctx context.Context, node *ua.NodeID, value *ua.Variant) (ua.StatusCode, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	res, err := send[*ua.WriteResponse](ctx, c.client, &ua.WriteRequest{NodesToWrite: []*ua.WriteValue{{
+		NodeID:      node,
+		AttributeID: ua.AttributeIDValue,
+		Value:       &ua.DataValue{EncodingMask: ua.DataValueValue, Value: value},
+	}}})
+	if err != nil {
+		if c.ctx.Err() != nil && ctx.Err() != nil {
+			return ua.StatusBadNotConnected, fmt.Errorf("servicelevel: write on %s: the session ended", c.ep)
+		}
+		return ua.StatusBadCommunicationError, fmt.Errorf("servicelevel: write on %s: %w", c.ep, err)
+	}
+	if len(res.Results) != 1 {
+		return ua.StatusBadUnexpectedError, fmt.Errorf("servicelevel: write on %s: %d results for 1 node", c.ep, len(res.Results))
+	}
+	code := res.Results[0]
+	if code != ua.StatusOK {
+		return code, fmt.Errorf("servicelevel: write on %s: %w", c.ep, code)
+	}
+	return code, nil
 }

@@ -159,3 +159,11 @@ func handedOn(from, to uint32) []uint32 {
 	}
 	return out
 }
+
+// reorderWait is how long a gap in a subscription's sequence numbers may
+// stay open before the missing messages are asked for again (Republish).
+// The answers to the outstanding Publish requests reach the loop from
+// different goroutines, so a message can arrive a moment after the one
+// that followed it on the wire; the wait lets it come by itself, as it
+// nearly always does within a millisecond.
+const reorderWait = 200 * time.Millisecond

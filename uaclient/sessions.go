@@ -1,12 +1,10 @@
 package uaclient
 
 import (
-	"errors"
 	"fmt"
-	"github.com/apbridge/apbridge/servicelevel"
-	"slices"
 	"time"
 
+	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -186,31 +184,80 @@ func (p *Pair) sessionLost(s *session, err error) {
 	p.backoffStandby(now)
 }
 
-// refusedError marks a connect error that is a matter of trust or
-// configuration (the server's certificate, its security offer, the login),
-// not of the link: it is logged as an error and retried no sooner than the
-// reconnect delay.
-type refusedError struct{ err error }
-
-func (e *refusedError) Error() string { return e.err.Error() }
-func (e *refusedError) Unwrap() error { return e.err }
-
-// refusalCodes are the status codes with which a server refuses a client's
-// certificate or login.
-var refusalCodes = []ua.StatusCode{
-	ua.StatusBadUserAccessDenied, ua.StatusBadIdentityTokenInvalid, ua.StatusBadIdentityTokenRejected,
-	ua.StatusBadCertificateUntrusted, ua.StatusBadCertificateInvalid, ua.StatusBadSecurityChecksFailed,
-	ua.StatusBadCertificateRevoked, ua.StatusBadCertificateUseNotAllowed, ua.StatusBadSecurityPolicyRejected,
-	ua.StatusBadCertificateURIInvalid, ua.StatusBadCertificateHostNameInvalid, ua.StatusBadCertificateTimeInvalid,
+// keepRemnant keeps what the next session on s's endpoint needs to take s
+// over, if s served the data and the Pair tolerates blips. The client's
+// session is detached before the client closes, so that the close does
+// not end it on the server.
+func (p *Pair) keepRemnant(s *session, now time.Time) {
+	if !s.serves() || p.set.BlipTolerance == 0 || s.conn.client == nil || s.conn.link.SessionTimeout == 0 {
+		return
+	}
+	cs := s.conn.client.Session()
+	if cs == nil {
+		return
+	}
+	s.conn.keep.Store(true)
+	p.remnants[s.ep] = &remnant{from: s, sess: cs, lostAt: now}
 }
 
-// isRefusal reports whether err says the server (or the client's own
-// security settings) refused the connection, as opposed to a link fault.
-func isRefusal(err error) bool {
-	var re *refusedError
-	if errors.As(err, &re) {
-		return true
+// resumeServing makes s, which took over the serving session's
+// subscriptions, carry the data at once: no snapshot is needed, since
+// nothing is lost; its sequencers ask for what went missing, and
+// checkRecovered reports the recovery once the gaps are closed.
+func (p *Pair) resumeServing(s *session, now time.Time) {
+	s.promotion = nil
+	s.to(phaseRecovering)
+	p.serving = s
+	// A server may send the samples of its last messages before the
+	// break again, in new messages on the new channel (node-opcua does
+	// when the session is activated again at once): they were delivered
+	// already.
+	r := &resumption{since: now, recent: map[uint32]*ua.DataValue{}}
+	for _, notes := range s.lastMsgs {
+		for _, n := range notes {
+			r.recent[n.handle] = n.dv
+		}
 	}
-	var sc ua.StatusCode
-	return errors.As(err, &sc) && slices.Contains(refusalCodes, sc)
+	s.resumed = r
+	p.pushDesires()
+	if p.tellPolicyServing(s, now) {
+		p.checkRecovered(s, now)
+	}
+}
+
+// recoverBound is how long after a resume the recovery is reported at the
+// latest, gaps closed or not: a gap still open then is being asked for,
+// and its outcome is reported on its own (EventNotificationsLost).
+const recoverBound = 2 * time.Second
+
+// checkRecovered reports a resumed session's recovery once the data
+// subscription has answered on the new channel and neither subscription
+// has a gap left, or after recoverBound.
+func (p *Pair) checkRecovered(s *session, now time.Time) {
+	r := s.resumed
+	if s.phase != phaseRecovering {
+		return
+	}
+	if now.Sub(r.since) < recoverBound {
+		if !r.dataSeen {
+			return
+		}
+		for _, sb := range s.subs {
+			if !sb.settled() {
+				return
+			}
+		}
+	}
+	s.resumed = nil
+	s.to(phaseServing)
+	p.recoveries++
+	how := "the session was activated on a new connection"
+	if s.conn.how == resumeTransferred {
+		how = "its subscriptions were transferred to a new session"
+	}
+	took := now.Sub(s.conn.lostAt)
+	p.emit(Event{Kind: EventLinkRecovered, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Duration: took,
+		Republished: r.republished, Transferred: s.conn.how == resumeTransferred,
+		Message: fmt.Sprintf("%s link recovered %v after it was lost: %s, %d notifications republished, nothing lost that the server kept",
+			s.ep, took.Round(time.Millisecond), how, r.republished)})
 }
