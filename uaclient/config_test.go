@@ -125,9 +125,9 @@ func TestPairOptionsValidate(t *testing.T) {
 		opt  PairOption
 		want string
 	}{
-		{"empty name", WithPairName(""), "servicelevel: pair name: must not be empty"},
-		{"endpoint 7", WithEndpointClientOptions(servicelevel.Endpoint(7)), "servicelevel: endpoint client options: Endpoint(7) is not an endpoint"},
-		{"backlog 15", WithBacklog(15), "servicelevel: backlog: 15 is out of range"},
+		{"empty name", WithPairName(""), "uaclient: pair name: must not be empty"},
+		{"endpoint 7", WithEndpointClientOptions(servicelevel.Endpoint(7)), "uaclient: endpoint client options: Endpoint(7) is not an endpoint"},
+		{"backlog 15", WithBacklog(15), "uaclient: backlog: 15 is out of range"},
 	} {
 		if _, err := NewPair(cfg, WithLogger(zerolog.Nop()), tc.opt); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q...", tc.name, err, tc.want)
@@ -135,7 +135,7 @@ func TestPairOptionsValidate(t *testing.T) {
 	}
 	// The option's own error stays reachable through the wrap.
 	errOwn := errors.New("own")
-	if _, err := NewPair(cfg, func(*options) error { return errOwn }); !errors.Is(err, errOwn) || err.Error() != "servicelevel: own" {
+	if _, err := NewPair(cfg, func(*options) error { return errOwn }); !errors.Is(err, errOwn) || err.Error() != "uaclient: own" {
 		t.Fatalf("an option's error: %v", err)
 	}
 	p, err := NewPair(cfg, nil, WithPairName("line-3"))

@@ -42,23 +42,23 @@ func isRefusal(err error) bool {
 // details.
 var (
 	// ErrClosed: the Pair was closed.
-	ErrClosed = errors.New("servicelevel: pair closed")
+	ErrClosed = errors.New("uaclient: pair closed")
 	// ErrStarted: Start was called twice.
-	ErrStarted = errors.New("servicelevel: pair already started")
+	ErrStarted = errors.New("uaclient: pair already started")
 	// ErrNotStarted: the call needs a started Pair.
-	ErrNotStarted = errors.New("servicelevel: pair not started")
+	ErrNotStarted = errors.New("uaclient: pair not started")
 	// ErrUnknownHandle: no item has the handle.
-	ErrUnknownHandle = errors.New("servicelevel: unknown item handle")
+	ErrUnknownHandle = errors.New("uaclient: unknown item handle")
 	// ErrWriteRefused: the write was not sent (see WriteRefusedError). It
 	// is always one of the two below as well.
-	ErrWriteRefused = errors.New("servicelevel: write refused")
+	ErrWriteRefused = errors.New("uaclient: write refused")
 	// ErrNoSession: the write was refused because no session carries the
 	// data right now (before the first connect, between sessions, during a
 	// switch).
-	ErrNoSession = errors.New("servicelevel: no active session")
+	ErrNoSession = errors.New("uaclient: no active session")
 	// ErrNotHealthy: the write was refused because the active server's
 	// current ServiceLevel is not Healthy (below 200, or unreadable).
-	ErrNotHealthy = errors.New("servicelevel: active server not Healthy")
+	ErrNotHealthy = errors.New("uaclient: active server not Healthy")
 )
 
 // WriteRefusedError is returned by Write when the active endpoint is not
@@ -75,9 +75,9 @@ type WriteRefusedError struct {
 	Reason string // the refusal in words
 }
 
-// Error renders "servicelevel: write refused: <reason>".
+// Error renders "uaclient: write refused: <reason>".
 func (e *WriteRefusedError) Error() string {
-	return "servicelevel: write refused: " + e.Reason
+	return "uaclient: write refused: " + e.Reason
 }
 
 // Is makes errors.Is(err, ErrWriteRefused) true.

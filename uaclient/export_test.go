@@ -1,10 +1,9 @@
 package uaclient
 
-// Test-only options, for the real-server tests of package
-// servicelevel_test.
+// Test-only options, for the real-server tests of package uaclient_test.
 
 // WithPublishers sets how many Publish requests each session keeps
-// outstanding (default 2).
+// outstanding (default defaultPublishers).
 func WithPublishers(n int) PairOption {
 	return func(o *options) error {
 		o.publishers = n

@@ -17,11 +17,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The helpers of the real-server tests (package servicelevel_test), in
-// one place so that each exists once: the rig (a uaserver.Pair
-// and a Pair on it, recording every update and event), waits with
-// deadlines, and the checks of snapshots and counters. The pure tests of
-// package servicelevel have their own in sim_test.go.
+// The helpers of the real-server tests (package uaclient_test) are in
+// this file, so that each exists once: the rig (a uaserver.Pair and a
+// Pair on it, recording every update and event), waits with deadlines,
+// and the checks of snapshots and counters.
 
 // TestMain fails the package if any test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -458,12 +458,12 @@ func (p *Pair) onWrite(ev evWrite) {
 	} else {
 		it := p.items[ev.t.handle]
 		if it == nil {
-			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, ErrUnknownHandle)}
+			ev.reply <- writeGrant{err: fmt.Errorf("uaclient: write: item %d: %w", ev.t.handle, ErrUnknownHandle)}
 			return
 		}
 		n, err := it.node.Resolve(s.conn.ns)
 		if err != nil {
-			ev.reply <- writeGrant{err: fmt.Errorf("servicelevel: write: item %d: %w", ev.t.handle, err)}
+			ev.reply <- writeGrant{err: fmt.Errorf("uaclient: write: item %d: %w", ev.t.handle, err)}
 			return
 		}
 		node = n

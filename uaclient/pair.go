@@ -48,9 +48,8 @@ import (
 //
 // Create a Pair with NewPair, add items with AddItems (before or after
 // Start), Start it (it connects in the background: WaitReady waits for
-// data), and Close it when done. All methods are safe for
-// concurrent use. docs/servicelevel.md describes the timeline of every
-// failover cause.
+// data), and Close it when done. All methods are safe for concurrent use.
+// docs/servicelevel.md describes the timeline of every failover cause.
 type Pair struct {
 	set PairSettings
 	opt options
@@ -100,7 +99,7 @@ type Pair struct {
 // NewPair validates cfg and returns a Pair that is not started yet. It does
 // no I/O and starts no goroutine. The error joins every invalid field, each
 // a *FieldError or *ValueError naming the field as written in the config,
-// or wraps the first invalid option's error ("servicelevel: ..."). A nil
+// or wraps the first invalid option's error ("uaclient: ..."). A nil
 // option is skipped.
 func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 	set, err := cfg.Settings()
@@ -113,7 +112,7 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 			continue
 		}
 		if err := opt(&o); err != nil {
-			return nil, fmt.Errorf("servicelevel: %w", err)
+			return nil, fmt.Errorf("uaclient: %w", err)
 		}
 	}
 	newPolicy := servicelevel.NewPolicy
@@ -193,9 +192,9 @@ func (p *Pair) WaitReady(ctx context.Context) error {
 	last := p.lastErr
 	p.statusMu.Unlock()
 	if last == nil {
-		return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet: %w", p.opt.name, ctx.Err())
+		return fmt.Errorf("uaclient: pair %s: no endpoint carries data yet: %w", p.opt.name, ctx.Err())
 	}
-	return fmt.Errorf("servicelevel: pair %s: no endpoint carries data yet (last error: %v): %w", p.opt.name, last, ctx.Err())
+	return fmt.Errorf("uaclient: pair %s: no endpoint carries data yet (last error: %v): %w", p.opt.name, last, ctx.Err())
 }
 
 // Close stops the Pair: it closes both sessions and waits for every
@@ -437,7 +436,7 @@ func (p *Pair) WriteNode(ctx context.Context, nodeID string, value any) (ua.Stat
 func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCode, error) {
 	v, err := ua.NewVariant(value)
 	if err != nil {
-		return ua.StatusBadTypeMismatch, fmt.Errorf("servicelevel: write: value %v (%T): %w", value, value, err)
+		return ua.StatusBadTypeMismatch, fmt.Errorf("uaclient: write: value %v (%T): %w", value, value, err)
 	}
 	p.mu.Lock()
 	closed, started := p.closed, p.started

@@ -13,14 +13,14 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
-// Real-server tests: a uaclient.Pair against uaserver's redundant
-// OPC UA pair, with faults injected for real (a level published, a
-// process killed, a link frozen or reset through the servers' proxies).
-// Nothing here sleeps to wait for a condition: tests wait for the Pair's
-// events and updates, with deadlines. Timing assertions are loose (the
-// package runs with -race on a busy 2-core machine); the bench measures.
-// This file plays every bench scenario through the Pair; the rig they
-// share is in helpers_test.go.
+// This file plays every bench scenario through a Pair against
+// uaserver's redundant OPC UA pair, with faults injected for real (a level
+// published, a process killed, a link frozen or reset through the
+// servers' proxies). Nothing here sleeps to wait for a condition: tests
+// wait for the Pair's events and updates, with deadlines. Timing
+// assertions are loose (the package runs with -race on a busy 2-core
+// machine); the bench measures. The rig the tests share is in
+// helpers_test.go.
 
 // sl-graceful-stop: the Warm primary publishes 0 while the backup promotes,
 // and stops a second later. The items move to the backup, framed as a

@@ -119,7 +119,7 @@ func readValues(ctx context.Context, c *opcua.Client, nodes []*ua.NodeID) ([]*ua
 		return nil, err
 	}
 	if len(res.Results) != len(nodes) {
-		return nil, fmt.Errorf("servicelevel: the Read answered %d results for %d nodes", len(res.Results), len(nodes))
+		return nil, fmt.Errorf("uaclient: the Read answered %d results for %d nodes", len(res.Results), len(nodes))
 	}
 	return res.Results, nil
 }
@@ -172,16 +172,16 @@ func (c *conn) write(ctx context.Context, node *ua.NodeID, value *ua.Variant) (u
 	}}})
 	if err != nil {
 		if c.ctx.Err() != nil && ctx.Err() != nil {
-			return ua.StatusBadNotConnected, fmt.Errorf("servicelevel: write on %s: the session ended", c.ep)
+			return ua.StatusBadNotConnected, fmt.Errorf("uaclient: write on %s: the session ended", c.ep)
 		}
-		return ua.StatusBadCommunicationError, fmt.Errorf("servicelevel: write on %s: %w", c.ep, err)
+		return ua.StatusBadCommunicationError, fmt.Errorf("uaclient: write on %s: %w", c.ep, err)
 	}
 	if len(res.Results) != 1 {
-		return ua.StatusBadUnexpectedError, fmt.Errorf("servicelevel: write on %s: %d results for 1 node", c.ep, len(res.Results))
+		return ua.StatusBadUnexpectedError, fmt.Errorf("uaclient: write on %s: %d results for 1 node", c.ep, len(res.Results))
 	}
 	code := res.Results[0]
 	if code != ua.StatusOK {
-		return code, fmt.Errorf("servicelevel: write on %s: %w", c.ep, code)
+		return code, fmt.Errorf("uaclient: write on %s: %w", c.ep, code)
 	}
 	return code, nil
 }
