@@ -169,6 +169,10 @@ func (g *subscribeGuard) NextDeadline() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// current reports whether id is the request the guard awaits: a reply to
+// any other is superseded.
+func (g *subscribeGuard) current(id uint64) bool { return id == g.reqID && g.inFlight }
+
 // InFlight reports whether a request is outstanding.
 func (g *subscribeGuard) InFlight() bool { return g.inFlight }
 

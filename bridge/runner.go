@@ -173,13 +173,20 @@ func (r *runner) HealthChanged(h Health) {
 }
 
 // Restored implements Handler: the source lost its subscriptions.
-func (r *runner) Restored() {
+//
+// The tags are marked unsubscribed by the guard loop, in the order of its
+// events: a reply to a request sent before the loss, taken after it, would
+// otherwise mark them subscribed again, and the next request would leave
+// them out though the source has lost them.
+func (r *runner) Restored() { r.send(guardEvent{kind: evRestored}) }
+
+// forgetSubscriptions marks every tag unsubscribed: the source lost them.
+func (r *runner) forgetSubscriptions() {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, ts := range r.tags {
 		ts.subscribed = false
 	}
-	r.mu.Unlock()
-	r.send(guardEvent{kind: evRestored})
 }
 
 // want asks the guard to subscribe the tags not yet subscribed. It never
@@ -259,9 +266,13 @@ func (r *runner) guardLoop(ctx context.Context) {
 			r.guardMu.Lock()
 			switch e.kind {
 			case evRestored:
+				r.forgetSubscriptions()
 				d = r.guard.Restored(now)
 			case evReply:
-				ok := r.applyReply(e)
+				// Only the current request's results count: a superseded
+				// one was sent before the source lost its subscriptions,
+				// or is presumed lost and asked again.
+				ok := r.guard.current(e.id) && r.applyReply(e)
 				d = r.guard.Reply(now, e.id, ok)
 			}
 			r.guardMu.Unlock()

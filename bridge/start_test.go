@@ -155,3 +155,54 @@ func TestAddTagsWhileRunning(t *testing.T) {
 		t.Errorf("%d tags after the refusals, want 3", n)
 	}
 }
+
+// losingSource loses its subscriptions once, right as it answers a
+// subscribe: it takes the tags, then reports Restored (its connection
+// went, and the tags with it) before the answer reaches the bridge.
+type losingSource struct {
+	*simsource.Source
+	lose chan struct{} // a value: the next subscribe loses its tags
+}
+
+func (s *losingSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, error) {
+	errs, err := s.Source.Subscribe(ctx, tags)
+	select {
+	case <-s.lose:
+		s.Source.Restore() // drops the tags, then tells the bridge
+	default:
+	}
+	return errs, err
+}
+
+// A reply that reaches the bridge after the source reported its
+// subscriptions lost does not count: the bridge subscribes every tag
+// again. (Before, the late reply marked the tags subscribed again, and
+// the next request went without them: the source relayed nothing.)
+func TestRestoredOutranksALateReply(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	src := &losingSource{Source: simsource.New("losing"), lose: make(chan struct{}, 1)}
+	if err := b.AddSource(src, tagsN(3, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the tags subscribed", 10*time.Second, func() bool { return src.Subscribed() == 3 })
+	for round := range 30 {
+		requests, _ := src.Requests()
+		src.lose <- struct{}{}
+		src.Restore() // the next subscribe answers, and loses them again
+		testutil.WaitFor(t, "the lost tags subscribed again", 10*time.Second, func() bool {
+			n, _ := src.Requests()
+			return n >= requests+2 && src.Subscribed() == 3 && !statsOf(b, "losing").SubscribeInFlight
+		})
+		if n := src.Subscribed(); n != 3 {
+			t.Fatalf("round %d: %d of 3 tags subscribed at the source", round, n)
+		}
+	}
+}
