@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -132,11 +133,7 @@ func (br *browser) setPending(source, what string) {
 func (br *browser) waiting() map[string]string {
 	br.mu.Lock()
 	defer br.mu.Unlock()
-	out := make(map[string]string, len(br.pending))
-	for k, v := range br.pending {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(br.pending)
 }
 
 // close stops every browse and waits for it.
