@@ -27,10 +27,14 @@ type Tag struct {
 type Source interface {
 	// Name identifies the source in subjects, logs and status.
 	Name() string
-	// Start connects and begins delivering to h. It returns once the
-	// source is running (it may not be connected yet: Health says); the
-	// source stops when Close is called. h's methods are called from one
-	// goroutine at a time, in the order of events.
+	// Start starts the source, which connects in the background and
+	// delivers to h, and returns at once: it never waits for a server
+	// (the source connects, and retries, on its own schedule) and reports
+	// its state through h.HealthChanged. ctx bounds Start only and ends
+	// when the bridge is closed; the source runs until Close, which may
+	// also come while Start runs, or before it. h's methods are called
+	// from one goroutine at a time, in the order of events.
+	// docs/sources.md states the contract; package sourcetest checks it.
 	Start(ctx context.Context, h Handler) error
 	// Subscribe adds tags and returns one error per tag, nil for a tag
 	// now subscribed. It returns an error of its own when the request as a

@@ -40,9 +40,11 @@ type Relay struct {
 const connectTimeout = 30 * time.Second
 
 // Start validates c, connects to NATS, builds the sink, the bridge and the
-// sources (expanding browse roots on the servers), starts the bridge and
-// returns the running relay. ctx bounds the start only. On an error
-// everything started so far is closed again.
+// sources, starts the bridge (and joins the fleet) and returns the running
+// relay. It never waits for a source's servers: the sources connect in the
+// background, and browse roots are expanded once the bridge runs, retried
+// until a server answers (Ready says what each waits for). ctx bounds the
+// start only. On an error everything started so far is closed again.
 func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	o := options{log: zerolog.Nop()}
 	for _, opt := range opts {
@@ -298,7 +300,9 @@ func (r *Relay) closeSink() {
 
 // Ready reports whether the relay does its job, and if not, why: an active
 // NATS connection, every source connected to a server (a degraded one
-// counts) and, with the JetStream sink, a stream that stores.
+// counts, and in a fleet so does one another relay owns), every source's
+// browse roots expanded and, with the JetStream sink, a stream that
+// stores.
 func (r *Relay) Ready() (bool, []string) {
 	var reasons []string
 	if r.js != nil {
