@@ -131,6 +131,8 @@ type Bridge struct {
 	// source (WaitReady).
 	healthMu sync.Mutex
 	healthCh chan struct{}
+	// done is closed by Close.
+	done chan struct{}
 
 	svc       *service
 	stopEvent func()
@@ -171,7 +173,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	return &Bridge{
 		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch,
 		log:       o.log.With().Str("component", "bridge").Logger(),
-		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}),
+		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
 
@@ -252,6 +254,7 @@ func (b *Bridge) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	b.closed = true
+	close(b.done)
 	started := b.started
 	sources := append([]*runner(nil), b.sources...)
 	b.mu.Unlock()

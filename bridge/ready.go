@@ -8,22 +8,23 @@ import (
 
 // Ready reports whether every source is connected to a server (Connected,
 // or Degraded: connected to a server that is not Healthy, or without a
-// standby), and if not, what each of the others is doing, one line per
-// source. A bridge with sources still connecting relays those that are
-// connected: readiness is reported, never awaited by Start.
+// standby) or owned by another relay of its fleet (NotOwned), and if not,
+// what each of the others is doing, one line per source. A bridge with
+// sources still connecting relays those that are connected: readiness is
+// reported, never awaited by Start.
 func (b *Bridge) Ready() (bool, []string) {
 	var waiting []string
 	for _, s := range b.Stats() {
-		if !s.Health.State.Connected() {
+		if st := s.Health.State; !st.Connected() && st != StateNotOwned {
 			waiting = append(waiting, fmt.Sprintf("source %s: %s", s.Name, s.Health))
 		}
 	}
 	return len(waiting) == 0, waiting
 }
 
-// WaitReady waits until Ready reports true, the bridge is closed, or ctx
-// ends; then the error names every source still not connected and what it
-// is doing.
+// WaitReady waits until Ready reports true, the bridge is closed
+// (ErrClosed), or ctx ends; then the error names every source still not
+// connected and what it is doing.
 func (b *Bridge) WaitReady(ctx context.Context) error {
 	for {
 		changed := b.healthChanges()
@@ -33,6 +34,8 @@ func (b *Bridge) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-changed:
+		case <-b.done:
+			return ErrClosed
 		case <-ctx.Done():
 			return fmt.Errorf("bridge: sources not connected: %s: %w", strings.Join(waiting, "; "), ctx.Err())
 		}

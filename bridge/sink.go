@@ -100,5 +100,8 @@ func (b *Bridge) subjects(sources []*runner) Subjects {
 	return Subjects{Prefix: b.cfg.Prefix, Tags: tags, Later: later}
 }
 
+// ErrClosed is returned by what waits for a bridge that was closed.
+var ErrClosed = errors.New("bridge: closed")
+
 // ErrSinkClosed is returned by Publish and Flush of a closed sink.
 var ErrSinkClosed = errors.New("bridge: sink closed")

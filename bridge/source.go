@@ -105,6 +105,9 @@ const (
 	StateDegraded   State = "degraded" // connected, but to a server that is not Healthy, or without a standby
 	StateDown       State = "down"
 	StateClosed     State = "closed"
+	// StateNotOwned: the source runs no session here by design, because
+	// another relay of a fleet owns it. It counts as ready.
+	StateNotOwned State = "not-owned"
 )
 
 // Health describes a source.

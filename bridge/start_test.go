@@ -206,3 +206,59 @@ func TestRestoredOutranksALateReply(t *testing.T) {
 		}
 	}
 }
+
+// WaitReady returns when the bridge is closed, not when its context ends.
+func TestWaitReadyEndsAtClose(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "wrc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := simsource.New("down")
+	down.Down()
+	if err := b.AddSource(down, tagsN(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.WaitReady(context.Background()) }()
+	b.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, bridge.ErrClosed) {
+			t.Fatalf("WaitReady after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(sourcetest.Patience):
+		t.Fatal("WaitReady still waiting after Close")
+	}
+}
+
+// A source another relay of its fleet owns runs no session here by design:
+// it counts as ready. The control: down does not.
+func TestNotOwnedCountsAsReady(t *testing.T) {
+	conn := singleNodeConn(t)
+	b, err := bridge.New(conn, bridge.Config{Prefix: "nor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	src := simsource.New("leased")
+	if err := b.AddSource(src, tagsN(1, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		state bridge.State
+		ready bool
+	}{{bridge.StateDown, false}, {bridge.StateNotOwned, true}} {
+		src.SetHealth(bridge.Health{State: c.state, Level: -1})
+		testutil.WaitFor(t, "the state taken", 10*time.Second, func() bool { return statsOf(b, "leased").Health.State == c.state })
+		if ok, why := b.Ready(); ok != c.ready {
+			t.Errorf("%s: ready %v %q, want %v", c.state, ok, why, c.ready)
+		}
+	}
+}

@@ -86,7 +86,7 @@ func (br *browser) run(b *bridge.Bridge, j browseJob) {
 			br.setPending(j.sc.Name, "")
 			return
 		}
-		log.Warn().Err(err).Dur("retry_in", wait).Msg("browse roots not expanded; trying again")
+		log.Warn().Err(err).Dur("retry_in_ms", wait).Msg("browse roots not expanded; trying again")
 		br.setPending(j.sc.Name, fmt.Sprintf("browsing its servers for tags (last error: %v)", err))
 		t := time.NewTimer(wait)
 		select {

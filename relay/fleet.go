@@ -17,9 +17,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// StateNotOwned is the state a fleet relay reports for a source whose
-// lease another relay holds: it runs no session to the source's servers.
-const StateNotOwned bridge.State = "not-owned"
 
 // ErrNotOwned is returned for a write to a source this relay does not own.
 var ErrNotOwned = errors.New("source is owned by another relay of the fleet")
@@ -227,7 +224,7 @@ func (s *leasedSource) Start(_ context.Context, h bridge.Handler) error {
 }
 
 func notOwned(detail string) bridge.Health {
-	return bridge.Health{State: StateNotOwned, Level: -1, Detail: detail}
+	return bridge.Health{State: bridge.StateNotOwned, Level: -1, Detail: detail}
 }
 
 // gain starts an instance on a goroutine of the source's own (the member's

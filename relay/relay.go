@@ -87,6 +87,9 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
 	}
 	if c.Sink == SinkJetStream {
+		// The stream is set up here when its subjects are configured,
+		// and when the bridge starts otherwise.
+		o.progress("setting up JetStream stream " + c.JetStream.Stream)
 		jsOpts := []jetstreamsink.Option{jetstreamsink.WithLogger(o.log)}
 		if c.Fleet != nil && !c.NoHeaders {
 			// While a pair changes hands both relays publish it; the lease
@@ -141,9 +144,6 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		if err := r.add(ef.name, ef.tags, nil, ef.f); err != nil {
 			return fail(err)
 		}
-	}
-	if r.js != nil {
-		o.progress("setting up JetStream stream " + c.JetStream.Stream)
 	}
 	if err := r.b.Start(ctx); err != nil {
 		return fail(err)
@@ -321,7 +321,7 @@ func (r *Relay) Ready() (bool, []string) {
 		reasons = append(reasons, "fleet: "+m.Err().Error())
 	}
 	for _, s := range r.b.Stats() {
-		if !s.Health.State.Connected() && s.Health.State != StateNotOwned {
+		if !s.Health.State.Connected() && s.Health.State != bridge.StateNotOwned {
 			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health))
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/ctxtime"
-	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
@@ -127,7 +126,7 @@ func (r *soakRig) source(name string) (bridge.Health, error) {
 			return bridge.Health{}, err
 		}
 		for _, s := range st.Sources {
-			if s.Name == name && s.Health.State != relay.StateNotOwned {
+			if s.Name == name && s.Health.State != bridge.StateNotOwned {
 				return s.Health, nil
 			}
 		}
@@ -329,7 +328,7 @@ func (r *soakRig) wholeOnce(lastPubs []uint64) (bool, string, error) {
 			return false, fmt.Sprintf("relay %s not ready: %s", rel.id, strings.Join(st.Why, "; ")), nil
 		}
 		for _, s := range st.Sources {
-			if s.Health.State == relay.StateNotOwned {
+			if s.Health.State == bridge.StateNotOwned {
 				continue
 			}
 			if s.Health.State != bridge.StateConnected {

@@ -4,7 +4,6 @@ import (
 	"strings"
 
 	"github.com/apbridge/apbridge/bridge"
-	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -127,7 +126,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mUpdatesOut, float64(s.Published), s.Name)
 		counter(mPublishErrors, float64(s.PublishErrors), s.Name)
 		counter(mUnsupported, float64(s.Unsupported), s.Name)
-		for _, st := range []bridge.State{bridge.StateConnecting, bridge.StateConnected, bridge.StateDegraded, bridge.StateDown, bridge.StateClosed, relay.StateNotOwned} {
+		for _, st := range []bridge.State{bridge.StateConnecting, bridge.StateConnected, bridge.StateDegraded, bridge.StateDown, bridge.StateClosed, bridge.StateNotOwned} {
 			gauge(mSourceState, b2f(s.Health.State == st), s.Name, string(st))
 		}
 		gauge(mServiceLevel, float64(s.Health.Level), s.Name)

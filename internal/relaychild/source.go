@@ -3,6 +3,7 @@ package relaychild
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,9 @@ func (s *counterSource) Subscribe(ctx context.Context, tags []bridge.Tag) ([]err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range tags {
+		if slices.Contains(s.handles, t.Handle) {
+			continue // already subscribed: accepted again, not twice
+		}
 		s.handles = append(s.handles, t.Handle)
 		s.counts = append(s.counts, 0)
 	}
