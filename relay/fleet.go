@@ -17,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-
 // ErrNotOwned is returned for a write to a source this relay does not own.
 var ErrNotOwned = errors.New("source is owned by another relay of the fleet")
 
