@@ -302,6 +302,67 @@ func (p *Pair) RemoveItems(ctx context.Context, handles []uint32) error {
 	}
 }
 
+// Write writes value (a Go value gopcua can put in a Variant: float64,
+// int32, bool, string, ...) to the Value of the item with the given handle,
+// on the active endpoint, and returns the server's status. The write is
+// sent only while the active session carries the data and its current
+// ServiceLevel is Healthy (200 or more); otherwise it is refused with a
+// *WriteRefusedError (errors.Is(err, ErrWriteRefused)) and nothing is sent:
+// a standby, a degraded server or one in maintenance is never written to.
+// A status other than Good is also returned as the error.
+func (p *Pair) Write(ctx context.Context, handle uint32, value any) (ua.StatusCode, error) {
+	return p.write(ctx, writeTarget{handle: handle}, value)
+}
+
+// WriteNode is Write for a node given by its ID ("ns=1;s=Setpoint0000")
+// rather than by an item's handle; the node need not be monitored.
+func (p *Pair) WriteNode(ctx context.Context, nodeID string, value any) (ua.StatusCode, error) {
+	return p.write(ctx, writeTarget{node: nodeID, byNode: true}, value)
+}
+
+func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCode, error) {
+	v, err := ua.NewVariant(value)
+	if err != nil {
+		return ua.StatusBadTypeMismatch, fmt.Errorf("uaclient: write: value %v (%T): %w", value, value, err)
+	}
+	p.mu.Lock()
+	closed, started := p.closed, p.started
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return ua.StatusBadNotConnected, ErrClosed
+	case !started:
+		return ua.StatusBadNotConnected, ErrNotStarted
+	}
+	reply := make(chan writeGrant, 1)
+	if err := p.call(ctx, evWrite{t: t, reply: reply}); err != nil {
+		return ua.StatusBadNotConnected, err
+	}
+	var g writeGrant
+	select {
+	case g = <-reply:
+	case <-ctx.Done():
+		// The loop may still grant it: take the grant back.
+		go func() {
+			select {
+			case g := <-reply:
+				if g.c != nil {
+					g.c.release()
+				}
+			case <-p.loopDone:
+			}
+		}()
+		return ua.StatusBadTimeout, ctx.Err()
+	case <-p.loopDone:
+		return ua.StatusBadNotConnected, ErrClosed
+	}
+	if g.err != nil {
+		return ua.StatusBadNotConnected, g.err
+	}
+	defer g.c.release()
+	return g.c.write(ctx, g.node, v)
+}
+
 // observe turns a Policy observation into an event.
 func (p *Pair) observe(o servicelevel.Observation) {
 	e := Event{At: o.At, Endpoint: o.Endpoint, Level: o.Level, FromBand: o.From, ToBand: o.To, Cause: o.Cause,
@@ -413,65 +474,4 @@ func (p *Pair) publishStatus() {
 	st.LastErr = p.lastErr
 	p.status = st
 	p.statusMu.Unlock()
-}
-
-// Write writes value (a Go value gopcua can put in a Variant: float64,
-// int32, bool, string, ...) to the Value of the item with the given handle,
-// on the active endpoint, and returns the server's status. The write is
-// sent only while the active session carries the data and its current
-// ServiceLevel is Healthy (200 or more); otherwise it is refused with a
-// *WriteRefusedError (errors.Is(err, ErrWriteRefused)) and nothing is sent:
-// a standby, a degraded server or one in maintenance is never written to.
-// A status other than Good is also returned as the error.
-func (p *Pair) Write(ctx context.Context, handle uint32, value any) (ua.StatusCode, error) {
-	return p.write(ctx, writeTarget{handle: handle}, value)
-}
-
-// WriteNode is Write for a node given by its ID ("ns=1;s=Setpoint0000")
-// rather than by an item's handle; the node need not be monitored.
-func (p *Pair) WriteNode(ctx context.Context, nodeID string, value any) (ua.StatusCode, error) {
-	return p.write(ctx, writeTarget{node: nodeID, byNode: true}, value)
-}
-
-func (p *Pair) write(ctx context.Context, t writeTarget, value any) (ua.StatusCode, error) {
-	v, err := ua.NewVariant(value)
-	if err != nil {
-		return ua.StatusBadTypeMismatch, fmt.Errorf("uaclient: write: value %v (%T): %w", value, value, err)
-	}
-	p.mu.Lock()
-	closed, started := p.closed, p.started
-	p.mu.Unlock()
-	switch {
-	case closed:
-		return ua.StatusBadNotConnected, ErrClosed
-	case !started:
-		return ua.StatusBadNotConnected, ErrNotStarted
-	}
-	reply := make(chan writeGrant, 1)
-	if err := p.call(ctx, evWrite{t: t, reply: reply}); err != nil {
-		return ua.StatusBadNotConnected, err
-	}
-	var g writeGrant
-	select {
-	case g = <-reply:
-	case <-ctx.Done():
-		// The loop may still grant it: take the grant back.
-		go func() {
-			select {
-			case g := <-reply:
-				if g.c != nil {
-					g.c.release()
-				}
-			case <-p.loopDone:
-			}
-		}()
-		return ua.StatusBadTimeout, ctx.Err()
-	case <-p.loopDone:
-		return ua.StatusBadNotConnected, ErrClosed
-	}
-	if g.err != nil {
-		return ua.StatusBadNotConnected, g.err
-	}
-	defer g.c.release()
-	return g.c.write(ctx, g.node, v)
 }
