@@ -60,6 +60,9 @@ func TestSourcesStartSideBySide(t *testing.T) {
 	testutil.WaitFor(t, "the live source's updates published", 10*time.Second, func() bool {
 		return statsOf(b, "live").Published == 2
 	})
+	testutil.WaitFor(t, "the failing source reported down", 10*time.Second, func() bool {
+		return statsOf(b, "failing").Health.State == bridge.StateDown
+	})
 	ok, why := b.Ready()
 	want := []string{"source failing: down (start failed: no such server)", "source stuck: connecting"}
 	if ok || strings.Join(why, "|") != strings.Join(want, "|") {
