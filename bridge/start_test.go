@@ -105,6 +105,9 @@ func TestWaitReady(t *testing.T) {
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	testutil.WaitFor(t, "the down source's state", 10*time.Second, func() bool {
+		return statsOf(b, "down").Health.State == bridge.StateDown && statsOf(b, "up").Health.State == bridge.StateConnected
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	err = b.WaitReady(ctx)
 	cancel()
