@@ -277,9 +277,9 @@ sources:
 	if ready(base) {
 		t.Error("ready while starting")
 	}
-	if s := get(t, base+"/readyz"); !strings.Contains(s, "starting: connecting to NATS") {
-		t.Errorf("readyz while starting: %q", s)
-	}
+	testutil.WaitFor(t, "/readyz naming the NATS connect as the step", 30*time.Second, func() bool {
+		return strings.Contains(get(t, base+"/readyz"), "starting: connecting to NATS")
+	})
 	if s := get(t, base+"/metrics"); !strings.Contains(s, "go_goroutines") || !strings.Contains(s, "apbridge_build_info{") {
 		t.Errorf("metrics while starting lack the Go and build collectors:\n%s", s)
 	}
