@@ -35,6 +35,23 @@ func TestGoodConfig(t *testing.T) {
 	}
 }
 
+// Node IDs by namespace URI are valid wherever a node ID is: listed tags,
+// groups and browse roots; each server resolves them against its own
+// NamespaceArray at session start. The control: a malformed one is still
+// refused, naming the field.
+func TestNamespaceURINodeIDs(t *testing.T) {
+	cfg := edit(`address: "ns=2;s=Line1.Temp"}`, `address: "nsu=urn:plant:line1;s=Temp"}`)
+	cfg = strings.Replace(cfg, "    tags:\n", "    groups:\n      - {tags: [{name: G1, address: \"nsu=urn:plant:line1;i=42\"}]}\n"+
+		"    browse: [{node: \"nsu=urn:plant:line1;s=Line1\"}]\n    tags:\n", 1)
+	if _, err := Parse([]byte(cfg)); err != nil {
+		t.Fatalf("nsu= node IDs refused: %v", err)
+	}
+	_, err := Parse([]byte(edit(`address: "ns=2;s=Line1.Temp"}`, `address: "nsu=urn:plant:line1;q=Temp"}`)))
+	if err == nil || !strings.Contains(err.Error(), "sources[0].tags[0].address") {
+		t.Fatalf("a malformed nsu= node ID: %v", err)
+	}
+}
+
 // edit replaces old with new in the good config.
 func edit(old, new string) string { return strings.Replace(goodConfig, old, new, 1) }
 
