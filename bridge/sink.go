@@ -82,24 +82,6 @@ func (s *CoreSink) Publish(_ string, m *nats.Msg, _ *wire.Update) error {
 // update published before the call, across a switch of the connection.
 func (s *CoreSink) Flush(ctx context.Context) error { return s.conn.Flush(ctx) }
 
-// subjects returns the bridge's subjects for a Binder.
-func (b *Bridge) subjects(sources []*runner) Subjects {
-	tags := make(map[string][]string, len(sources))
-	later := map[string]string{}
-	for _, r := range sources {
-		name := r.src.Name()
-		r.mu.Lock()
-		for _, ts := range r.tags {
-			tags[name] = append(tags[name], ts.subject)
-		}
-		r.mu.Unlock()
-		if r.tagsLater {
-			later[name] = b.mapper.SourcePattern(name)
-		}
-	}
-	return Subjects{Prefix: b.cfg.Prefix, Tags: tags, Later: later}
-}
-
 // ErrClosed is returned by what waits for a bridge that was closed.
 var ErrClosed = errors.New("bridge: closed")
 

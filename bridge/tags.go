@@ -211,3 +211,21 @@ func (b *Bridge) WriteSubject(source, tag string) (string, bool) {
 	}
 	return wire.WriteSubject(b.cfg.Prefix, s), true
 }
+
+// subjects returns the bridge's subjects for a Binder.
+func (b *Bridge) subjects(sources []*runner) Subjects {
+	tags := make(map[string][]string, len(sources))
+	later := map[string]string{}
+	for _, r := range sources {
+		name := r.src.Name()
+		r.mu.Lock()
+		for _, ts := range r.tags {
+			tags[name] = append(tags[name], ts.subject)
+		}
+		r.mu.Unlock()
+		if r.tagsLater {
+			later[name] = b.mapper.SourcePattern(name)
+		}
+	}
+	return Subjects{Prefix: b.cfg.Prefix, Tags: tags, Later: later}
+}
