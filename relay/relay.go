@@ -131,7 +131,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		return nil, err
 	}
 	for i, sc := range c.Sources {
-		if err := r.addSource(ctx, i, sc); err != nil {
+		if err := r.addSource(i, sc); err != nil {
 			return fail(err)
 		}
 	}
@@ -182,7 +182,7 @@ func (r *Relay) add(name string, tags []bridge.TagConfig, opts []bridge.SourceOp
 	return r.b.AddSource(src, tags, opts...)
 }
 
-func (r *Relay) addSource(ctx context.Context, i int, sc SourceConfig) error {
+func (r *Relay) addSource(i int, sc SourceConfig) error {
 	if sc.Type == TypeMxGateway {
 		return r.add(sc.Name, sc.MxGateway.Tags, nil, func() (bridge.Source, error) {
 			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
