@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -129,11 +130,16 @@ func (br *browser) setPending(source, what string) {
 	br.pending[source] = what
 }
 
-// waiting returns, by source, what each unfinished browse waits for.
-func (br *browser) waiting() map[string]string {
+// waiting returns, one line per source in name order, what each
+// unfinished browse waits for.
+func (br *browser) waiting() []string {
 	br.mu.Lock()
 	defer br.mu.Unlock()
-	return maps.Clone(br.pending)
+	out := make([]string, 0, len(br.pending))
+	for _, name := range slices.Sorted(maps.Keys(br.pending)) {
+		out = append(out, fmt.Sprintf("source %s: %s", name, br.pending[name]))
+	}
+	return out
 }
 
 // close stops every browse and waits for it.

@@ -320,21 +320,10 @@ func (r *Relay) Ready() (bool, []string) {
 	if m := r.Fleet(); m != nil && m.Err() != nil {
 		reasons = append(reasons, "fleet: "+m.Err().Error())
 	}
-	for _, s := range r.b.Stats() {
-		if !s.Health.State.Connected() && s.Health.State != bridge.StateNotOwned {
-			reasons = append(reasons, fmt.Sprintf("source %s: %s", s.Name, s.Health))
-		}
-	}
+	_, waiting := r.b.Ready()
+	reasons = append(reasons, waiting...)
 	if r.browser != nil {
-		waiting := r.browser.waiting()
-		names := make([]string, 0, len(waiting))
-		for name := range waiting {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			reasons = append(reasons, fmt.Sprintf("source %s: %s", name, waiting[name]))
-		}
+		reasons = append(reasons, r.browser.waiting()...)
 	}
 	return len(reasons) == 0, reasons
 }
