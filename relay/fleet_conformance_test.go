@@ -13,7 +13,6 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/simsource"
-	"github.com/apbridge/apbridge/wire"
 )
 
 // A fleet relay's leased source passes the source conformance suite: the
@@ -131,7 +130,7 @@ func TestLeasedSourceCloseEndsAStartingInstance(t *testing.T) {
 	h := &leaseHarness{urls: cl.URLs()}
 	inner := &stuckSource{entered: make(chan struct{})}
 	ls := h.leased(t, "stuck", func() (bridge.Source, error) { return inner, nil })
-	if err := ls.Start(context.Background(), discard{}); err != nil {
+	if err := ls.Start(context.Background(), sourcetest.Discard{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -147,12 +146,3 @@ func TestLeasedSourceCloseEndsAStartingInstance(t *testing.T) {
 		t.Fatalf("Close did not return in %v while the instance was starting", sourcetest.Patience)
 	}
 }
-
-// discard is a Handler that keeps nothing.
-type discard struct{}
-
-func (discard) Update(uint32, wire.Update)  {}
-func (discard) RefreshStart(string)         {}
-func (discard) RefreshEnd()                 {}
-func (discard) HealthChanged(bridge.Health) {}
-func (discard) Restored()                   {}

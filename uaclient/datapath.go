@@ -108,7 +108,7 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 		p.sessionLost(s, fmt.Errorf("the %s subscription ended (%v)", sb.name, ev.status))
 		return
 	}
-	st := sb.published(ev.published, now)
+	st := sb.published(ev.publishAnswer, now)
 	p.handOn(s, sb, st.msgs, now)
 	s.conn.ack(sb.id, st.acks...)
 	p.recoverGaps(s, now)

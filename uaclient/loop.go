@@ -44,7 +44,7 @@ type (
 	evPublish struct {
 		s   *session
 		sub uint32
-		published
+		publishAnswer
 		status       ua.StatusCode
 		statusChange bool
 		at           time.Time

@@ -64,7 +64,7 @@ func (c *conn) publisher() {
 			c.p.post(evSessionErr{s: c.s, err: fmt.Errorf("publish: %w", err)})
 			return
 		}
-		ev := evPublish{s: c.s, sub: res.SubscriptionID, at: at, published: published{keepAlive: true, avail: res.AvailableSequenceNumbers}}
+		ev := evPublish{s: c.s, sub: res.SubscriptionID, at: at, publishAnswer: publishAnswer{keepAlive: true, avail: res.AvailableSequenceNumbers}}
 		if nm := res.NotificationMessage; nm != nil {
 			ev.seq = nm.SequenceNumber
 			ev.keepAlive = len(nm.NotificationData) == 0

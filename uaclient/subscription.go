@@ -35,8 +35,8 @@ func newSubscription(id uint32, name string) *subscription {
 	return &subscription{id: id, name: name, seq: newSequencer[[]dataNote](reorderWait)}
 }
 
-// published is what one Publish response said of a subscription.
-type published struct {
+// publishAnswer is what one Publish response said of a subscription.
+type publishAnswer struct {
 	seq       uint32     // the NotificationMessage's sequence number
 	keepAlive bool       // no notifications: seq is the next data message's
 	avail     []uint32   // the server's retransmission queue
@@ -51,7 +51,7 @@ type step struct {
 }
 
 // published takes a Publish response for the subscription.
-func (sb *subscription) published(r published, now time.Time) step {
+func (sb *subscription) published(r publishAnswer, now time.Time) step {
 	var st step
 	q := sb.seq
 	sb.raiseHorizon(r.avail, now)

@@ -11,12 +11,12 @@ import (
 )
 
 // msg is data message seq, carrying one notification whose value is seq.
-func msg(seq uint32, avail ...uint32) published {
-	return published{seq: seq, avail: avail, notes: []dataNote{{handle: 1, dv: &ua.DataValue{Value: ua.MustVariant(int64(seq))}}}}
+func msg(seq uint32, avail ...uint32) publishAnswer {
+	return publishAnswer{seq: seq, avail: avail, notes: []dataNote{{handle: 1, dv: &ua.DataValue{Value: ua.MustVariant(int64(seq))}}}}
 }
 
-func keepAlive(next uint32, avail ...uint32) published {
-	return published{seq: next, keepAlive: true, avail: avail}
+func keepAlive(next uint32, avail ...uint32) publishAnswer {
+	return publishAnswer{seq: next, keepAlive: true, avail: avail}
 }
 
 // values returns what msgs carry, in order.
@@ -44,20 +44,20 @@ func TestSubscriptionPublished(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		steps []published
+		steps []publishAnswer
 		want  []want // one per step
 	}{
-		{"in order", []published{msg(1), msg(2), msg(3)},
+		{"in order", []publishAnswer{msg(1), msg(2), msg(3)},
 			[]want{{[]int64{1}, []uint32{1}}, {[]int64{2}, []uint32{2}}, {[]int64{3}, []uint32{3}}}},
-		{"a keep-alive is not acknowledged", []published{keepAlive(1), msg(1), keepAlive(2)},
+		{"a keep-alive is not acknowledged", []publishAnswer{keepAlive(1), msg(1), keepAlive(2)},
 			[]want{{nil, nil}, {[]int64{1}, []uint32{1}}, {nil, nil}}},
-		{"overtaken: held until the gap fills, then both", []published{msg(2), msg(1)},
+		{"overtaken: held until the gap fills, then both", []publishAnswer{msg(2), msg(1)},
 			[]want{{nil, nil}, {[]int64{1, 2}, []uint32{1, 2}}}},
-		{"a duplicate goes nowhere", []published{msg(1), msg(1)},
+		{"a duplicate goes nowhere", []publishAnswer{msg(1), msg(1)},
 			[]want{{[]int64{1}, []uint32{1}}, {nil, nil}}},
-		{"handed on but still held by the server: acknowledged again", []published{msg(1), keepAlive(2, 1)},
+		{"handed on but still held by the server: acknowledged again", []publishAnswer{msg(1), keepAlive(2, 1)},
 			[]want{{[]int64{1}, []uint32{1}}, {nil, []uint32{1}}}},
-		{"numbered 0, against Part 4: passed on as it comes, not acknowledged", []published{msg(0), msg(0)},
+		{"numbered 0, against Part 4: passed on as it comes, not acknowledged", []publishAnswer{msg(0), msg(0)},
 			[]want{{[]int64{0}, nil}, {[]int64{0}, nil}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,17 +9,24 @@ import (
 	"github.com/apbridge/apbridge/wire"
 )
 
-// recorder is a Handler that keeps nothing: Start is given one where the
-// suite checks the lifecycle only.
-type recorder struct{}
+// Discard is a bridge.Handler that keeps nothing: for a test of a source's
+// lifecycle alone (its Start and Close), without a bridge.
+type Discard struct{}
 
-func newRecorder() *recorder { return &recorder{} }
+// Update implements bridge.Handler.
+func (Discard) Update(uint32, wire.Update) {}
 
-func (*recorder) Update(uint32, wire.Update)  {}
-func (*recorder) RefreshStart(string)         {}
-func (*recorder) RefreshEnd()                 {}
-func (*recorder) HealthChanged(bridge.Health) {}
-func (*recorder) Restored()                   {}
+// RefreshStart implements bridge.Handler.
+func (Discard) RefreshStart(string) {}
+
+// RefreshEnd implements bridge.Handler.
+func (Discard) RefreshEnd() {}
+
+// HealthChanged implements bridge.Handler.
+func (Discard) HealthChanged(bridge.Health) {}
+
+// Restored implements bridge.Handler.
+func (Discard) Restored() {}
 
 // What a probe answers as a LinkReporter.
 const (

@@ -78,7 +78,7 @@ func Run(t *testing.T, h Harness) {
 // really are down).
 func startReturnsWithServersDown(t *testing.T, h Harness) {
 	src := h.Servers(t, false).NewSource(t, "down")
-	rec := newRecorder()
+	rec := Discard{}
 	done := make(chan error, 1)
 	go func() { done <- src.Start(context.Background(), rec) }()
 	select {
@@ -102,7 +102,7 @@ func closeDuringStart(t *testing.T, h Harness) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	started := make(chan error, 1)
-	go func() { started <- src.Start(ctx, newRecorder()) }()
+	go func() { started <- src.Start(ctx, Discard{}) }()
 	closed := make(chan error, 1)
 	go func() { closed <- src.Close() }()
 	for i, ch := range []chan error{closed, started} {
