@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -97,7 +99,32 @@ func tryDial(t *testing.T, endpoint string, opts ...opcua.Option) (*uaClient, er
 		defer cancel()
 		c.Close(ctx)
 	})
+	waitPublishLoopParked(t, c)
 	return uc, nil
+}
+
+// waitPublishLoopParked waits until gopcua's publish loop has taken the
+// pause its client is created with. The loop reads pause and resume from
+// two buffered channels in one select: if the first Subscribe's resume is
+// queued before the loop has run at all, the loop can take the resume
+// first (ignored: not paused yet) and then the pause, and never publishes
+// for that subscription (gopcua issue 895). apbridge's own client sends
+// its Publish requests itself and never meets this; the test client does.
+// The pause channel is unexported, so its length is read by reflection;
+// a gopcua without it fails here instead of flaking later.
+func waitPublishLoopParked(t *testing.T, c *opcua.Client) {
+	t.Helper()
+	pause := reflect.ValueOf(c).Elem().FieldByName("pausech")
+	if !pause.IsValid() || pause.Kind() != reflect.Chan {
+		t.Fatal("gopcua's Client has no pausech: review waitPublishLoopParked for this gopcua version")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for pause.Len() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("gopcua's publish loop did not start within 5s")
+		}
+		runtime.Gosched()
+	}
 }
 
 // read reads the Value of nids with both timestamps, failing the test on
