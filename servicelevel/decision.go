@@ -50,12 +50,12 @@ const (
 	ActionProbe
 	// ActionSwitch: make Decision.To the active endpoint now, promoting its
 	// warm session (or, if it has none, connecting within
-	// Decision.DialTimeout), then report Policy.SessionUp or
-	// Policy.ConnectFailed.
+	// Decision.DialTimeout), then report Policy.SessionUp,
+	// Policy.ConnectFailed or Policy.ConnectRefused.
 	ActionSwitch
 	// ActionConnect: connect the active endpoint (Decision.To) now, within
-	// Decision.DialTimeout, then report Policy.SessionUp or
-	// Policy.ConnectFailed.
+	// Decision.DialTimeout, then report Policy.SessionUp,
+	// Policy.ConnectFailed or Policy.ConnectRefused.
 	ActionConnect
 )
 
@@ -96,6 +96,10 @@ const (
 	// CauseLostLinkDegraded: the active's link was lost after a level
 	// below 200.
 	CauseLostLinkDegraded
+	// CauseStandbyHealthy: the standby's live level became Healthy and
+	// higher than the active's after a trigger of the active's degraded
+	// streak had found the standby wanting.
+	CauseStandbyHealthy
 
 	// Connectivity.
 
@@ -112,6 +116,9 @@ const (
 	// CauseConnectFailed: a connect attempt failed, or a session was lost
 	// before it delivered its first sample (a retry follows).
 	CauseConnectFailed
+	// CauseRefused: a connect attempt was refused (nothing listens on the
+	// port: the server process is gone) while the standby was Healthy.
+	CauseRefused
 
 	// Reasons to stay after a probe.
 
@@ -142,11 +149,13 @@ var causeNames = [...]string{
 	CauseMaintenance:       "ServiceLevel 0",
 	CauseConnectPreference: "connect-time preference",
 	CauseLostLinkDegraded:  "lost link after a degraded level",
+	CauseStandbyHealthy:    "standby became Healthy",
 	CauseStartup:           "startup",
 	CauseReconnect:         "reconnect",
 	CauseRetriesExhausted:  "connect retries exhausted",
 	CauseLinkLost:          "link lost",
 	CauseConnectFailed:     "connect failed",
+	CauseRefused:           "connection refused",
 	CausePeerUnknown:       "peer level unknown",
 	CausePeerNotHealthy:    "peer not Healthy",
 	CausePeerNotHigher:     "peer not higher",
@@ -168,7 +177,7 @@ func (c Cause) String() string {
 // switch that starts the anti-flap dwell.
 func (c Cause) ServiceLevel() bool {
 	switch c {
-	case CauseDegradedWindow, CauseMaintenance, CauseConnectPreference, CauseLostLinkDegraded:
+	case CauseDegradedWindow, CauseMaintenance, CauseConnectPreference, CauseLostLinkDegraded, CauseStandbyHealthy:
 		return true
 	}
 	return false
@@ -244,6 +253,8 @@ func (d Decision) reason() string {
 		return fmt.Sprintf("connect-time preference, ServiceLevel %s", d.ActiveLevel)
 	case CauseLostLinkDegraded:
 		return fmt.Sprintf("lost link after ServiceLevel %s", d.ActiveLevel)
+	case CauseStandbyHealthy:
+		return fmt.Sprintf("standby became Healthy, active at ServiceLevel %s for %s", d.ActiveLevel, d.DegradedFor.Round(time.Millisecond))
 	case CauseRetriesExhausted:
 		return fmt.Sprintf("%d connect attempts failed", d.FailedAttempts)
 	}
@@ -279,8 +290,9 @@ const (
 	// anti-flap dwell until Until; it acts then if still valid.
 	TriggerDeferred
 	// RetryScheduled: connect attempt Attempt on the active will be made
-	// at Until; Fast reports the short timing (the standby is Healthy).
-	// Cause is CauseLinkLost or CauseConnectFailed.
+	// at Until; Fast reports the short timing (the standby is Healthy, or
+	// the lost link is still inside the blip window). Cause is
+	// CauseLinkLost, CauseConnectFailed or CauseReconnect.
 	RetryScheduled
 )
 

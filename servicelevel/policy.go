@@ -37,8 +37,11 @@ const (
 //     (subscription updates and polls alike), Unknown() when a read failed
 //     or was not a Good Byte. Feed them even when the feature is disabled:
 //     the first sample proves a session is stable.
+//   - ConnectRefused instead of ConnectFailed when the attempt was refused
+//     (the port answered with a reset): the server process is gone.
 //   - StandbyLevel whenever the standby's live level changes, Unknown()
-//     when its session is down.
+//     when its session is down. The standby's changes are inputs like the
+//     active's: a standby that rises can move the connection.
 //   - ProbeResult for every ActionProbe, always, quoting its ProbeID:
 //     Unknown() when the standby is unreachable or the probe timed out.
 //     The Policy waits for that answer before it retries a lost link.
@@ -60,6 +63,11 @@ type Policy struct {
 	waitSince   time.Time // connProbing, connWaiting: when the wait for the next attempt began
 	sessionUpAt time.Time // when the current session came up
 	proven      bool      // the session delivered a sample or outlived a connect timeout
+	blipWindow  time.Duration
+	blipUntil   time.Time // retries are fast until then: the lost link may be a blip
+	// lostDegraded: the link was lost after a level below 200 and the peer
+	// was not preferable then; a peer that becomes so is switched to.
+	lostDegraded bool
 
 	// The active session's levels.
 	last          Level     // last known level; an unknown sample never overwrites it
@@ -73,6 +81,7 @@ type Policy struct {
 	streakSince  time.Time
 	streakSeq    uint64    // numbers streaks, so a probe answer is judged only in the streak that asked
 	shortcutUsed bool      // the ServiceLevel 0 shortcut fired in this streak
+	peerWanting  bool      // a trigger of this streak found the peer not preferable
 	urgent       Cause     // a trigger that skips the window (connect-time, 0)
 	urgentAt     time.Time // when it was raised
 	rearmAt      time.Time // no window probe before this (one probe per window)
@@ -99,21 +108,38 @@ type Policy struct {
 	obs []Observation // collected during the current call
 }
 
+// PolicyOption configures a Policy beyond its FailoverConfig.
+type PolicyOption func(*Policy)
+
+// WithBlipWindow sets how long after a lost link the supervisor can still
+// resume the lost session (a blip): a link lost on a server that was not
+// degraded is retried at once and then on the fast timing for that long,
+// whatever the standby's level, because a blip that is ridden out costs
+// nothing and a slow retry turns it into seconds of silence. Zero (the
+// default) leaves the retry timing to the standby's level alone.
+func WithBlipWindow(d time.Duration) PolicyOption {
+	return func(p *Policy) { p.blipWindow = max(0, d) }
+}
+
 // NewPolicy validates cfg and returns a Policy whose active endpoint is
 // Primary. The error joins one *FieldError per invalid field.
-func NewPolicy(cfg FailoverConfig) (*Policy, error) {
+func NewPolicy(cfg FailoverConfig, opts ...PolicyOption) (*Policy, error) {
 	s, err := cfg.Settings()
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{set: s, active: Primary}, nil
+	p := &Policy{set: s, active: Primary}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // NewSinglePolicy is NewPolicy for one server: there is no peer to probe
 // or to switch to, so every rule that would move the connection retries
 // the same server instead.
-func NewSinglePolicy(cfg FailoverConfig) (*Policy, error) {
-	p, err := NewPolicy(cfg)
+func NewSinglePolicy(cfg FailoverConfig, opts ...PolicyOption) (*Policy, error) {
+	p, err := NewPolicy(cfg, opts...)
 	if p != nil {
 		p.single = true
 	}
@@ -190,17 +216,6 @@ func (p *Policy) SessionUp(now time.Time) Decision {
 	return p.finish(now, Decision{})
 }
 
-// ConnectFailed reports that the connect or switch in flight failed. After
-// the retry count of consecutive failures the connection moves to the
-// other endpoint whatever its level: that is the connectivity failover,
-// and it does not depend on ServiceLevel.
-func (p *Policy) ConnectFailed(now time.Time) Decision {
-	if p.conn != connConnecting {
-		return p.finish(now, Decision{})
-	}
-	return p.finish(now, p.attemptFailed(now))
-}
-
 // ActiveLevel feeds one ServiceLevel sample of the active session.
 //
 // A known sample below 200 starts (or continues) a degraded streak; the
@@ -246,14 +261,32 @@ func (p *Policy) ActiveLevel(now time.Time, l Level) Decision {
 	return p.finish(now, Decision{})
 }
 
-// StandbyLevel feeds the standby's live level. It decides the timing of
-// connect retries on the active: while the standby is Healthy a better
-// path is proven to exist, so retries are fast and short, and a failed
-// endpoint is left within a second instead of a minute.
+// StandbyLevel feeds the standby's live level. A standby that is judged
+// the same whether its level was there all along or arrived a moment ago:
+//
+//   - After a trigger of the active's degraded streak (the ServiceLevel 0
+//     shortcut, the connect-time preference, the window) found the standby
+//     wanting, a standby that becomes Healthy and higher than the active
+//     raises CauseStandbyHealthy at once: the probe that confirms it is
+//     asked now, not one degraded window later. Before the streak's first
+//     trigger the window still applies, as it does to a standby that was
+//     Healthy all along.
+//   - While the active's link is lost after a degraded level, a standby
+//     that becomes preferable is switched to at once.
+//   - It sets the timing of connect retries on the active: while the
+//     standby is Healthy a better path is proven to exist, so retries are
+//     fast and short, and a failed endpoint is left within a second
+//     instead of a minute.
+//
+// The anti-flap dwell holds all of these like any ServiceLevel trigger.
 func (p *Policy) StandbyLevel(now time.Time, l Level) Decision {
-	wasFast := p.fast()
+	wasFast := p.fastRetry()
 	p.setStandby(now, l)
-	if p.conn == connWaiting && p.fast() != wasFast {
+	if p.conn == connUp && p.streak && p.peerWanting && p.probe == 0 && l.PreferableTo(p.last) {
+		p.peerWanting = false
+		p.raise(now, CauseStandbyHealthy)
+	}
+	if p.conn == connWaiting && p.fastRetry() != wasFast {
 		p.observeRetry(now, CauseReconnect)
 	}
 	return p.finish(now, Decision{})
@@ -278,7 +311,9 @@ func (p *Policy) ProbeResult(now time.Time, id ProbeID, peer Level) Decision {
 		}
 		// The ordinary retry cycle; waitSince is still the moment the link
 		// was lost, so the time the probe took counts against the delay.
+		// A peer that becomes preferable meanwhile is switched to.
 		p.conn = connWaiting
+		p.lostDegraded = true
 		p.observeRetry(now, CauseLinkLost)
 		return p.finish(now, stay)
 	}
@@ -290,53 +325,8 @@ func (p *Policy) ProbeResult(now time.Time, id ProbeID, peer Level) Decision {
 		return p.finish(now, p.switchTo(now, p.probeCause, peer))
 	}
 	p.rearmAt = now.Add(p.set.DegradedWindow)
+	p.peerWanting = true
 	return p.finish(now, stay)
-}
-
-// LinkLost reports that the active session died. After a last known level
-// below 200 the peer is asked first, and a Healthy peer is switched to at
-// once: a server that said it was degraded or going away and then went
-// silent is not coming back soon. After only Healthy levels (or inside the
-// dwell, or with the feature disabled) the same endpoint is retried first,
-// so that a network blip on a 250 primary does not move the connection to
-// a 240 secondary.
-func (p *Policy) LinkLost(now time.Time) Decision {
-	if p.conn != connUp {
-		return p.finish(now, Decision{})
-	}
-	p.endStreak(now, CauseSessionEnded)
-	p.waitSince = now
-	if !p.proven && now.Sub(p.sessionUpAt) < p.set.ConnectTimeout {
-		// An unstable session: it died before it proved itself, which
-		// counts as a failed attempt, or a server that accepts sessions
-		// and drops them would hold the connection forever.
-		p.probe = 0
-		return p.finish(now, p.attemptFailed(now))
-	}
-	if !p.single && p.set.Enabled && p.last.Unhealthy() && !now.Before(p.dwellUntil) {
-		p.conn = connProbing
-		if p.probe != 0 {
-			// A probe is already out; its answer serves the lost link.
-			p.probeCause = CauseLostLinkDegraded
-			return p.finish(now, Decision{})
-		}
-		return p.finish(now, p.askProbe(now, CauseLostLinkDegraded))
-	}
-	p.probe = 0
-	if p.fast() {
-		// With a Healthy standby to fall back on, the first reconnect
-		// goes at once: a link that broke (a reset, a killed server's
-		// closed socket) is either back now or refuses now, and waiting
-		// the fast retry interval first only adds to either. The retry
-		// count and the intervals between later attempts are unchanged;
-		// without the fast timing (no Healthy standby, or the
-		// ServiceLevel failover off) the connectivity failover keeps its
-		// reconnect delay.
-		p.observeRetry(now, CauseLinkLost)
-		return p.finish(now, p.connect(CauseReconnect))
-	}
-	p.wait(now, CauseLinkLost)
-	return p.finish(now, Decision{})
 }
 
 // Tick fires the time-driven rules that are due: a degraded window that
@@ -382,6 +372,9 @@ func (p *Policy) advance(now time.Time) Decision {
 	case connUp:
 		return p.maybeProbe(now)
 	case connWaiting:
+		if p.lostDegraded && p.set.Enabled && !p.single && p.standby.PreferableTo(p.last) && !now.Before(p.dwellUntil) {
+			return p.switchTo(now, CauseLostLinkDegraded, p.standby)
+		}
 		if !now.Before(p.retryAt()) {
 			return p.connect(CauseReconnect)
 		}
@@ -471,65 +464,13 @@ func (p *Policy) switchTo(now time.Time, cause Cause, peer Level) Decision {
 	p.conn = connConnecting
 	p.failed = 0
 	p.probe = 0
+	p.blipUntil = time.Time{}
 	p.resetSession()
 	// The old standby's level now belongs to the active; the new standby
 	// (the endpoint just left) reports its own once its session is up.
 	p.standby = Unknown()
 	p.standbyBandSet = false
 	return d
-}
-
-func (p *Policy) connect(cause Cause) Decision {
-	p.conn = connConnecting
-	return Decision{
-		Action:      ActionConnect,
-		Cause:       cause,
-		From:        p.active,
-		To:          p.active,
-		ActiveLevel: p.last,
-		PeerLevel:   p.standby,
-		DialTimeout: p.dialTimeout(),
-		Attempt:     p.failed + 1,
-	}
-}
-
-func (p *Policy) attemptFailed(now time.Time) Decision {
-	p.failed++
-	if p.failed >= p.set.RetryCount && !p.single {
-		return p.switchTo(now, CauseRetriesExhausted, p.standby)
-	}
-	p.wait(now, CauseConnectFailed)
-	return Decision{}
-}
-
-func (p *Policy) wait(now time.Time, cause Cause) {
-	p.conn = connWaiting
-	p.waitSince = now
-	p.observeRetry(now, cause)
-}
-
-func (p *Policy) observeRetry(now time.Time, cause Cause) {
-	p.observe(Observation{Kind: RetryScheduled, At: now, Endpoint: p.active, Cause: cause, Attempt: p.failed + 1, Fast: p.fast(), Until: p.retryAt()})
-}
-
-// fast reports whether connect retries use the short timing: only while
-// the standby's live session is Healthy, and never with the feature off,
-// which must behave exactly like the connectivity failover that predates
-// ServiceLevel.
-func (p *Policy) fast() bool { return p.set.Enabled && p.standby.Healthy() }
-
-func (p *Policy) retryAt() time.Time {
-	if p.fast() {
-		return p.waitSince.Add(p.set.FastRetryInterval)
-	}
-	return p.waitSince.Add(p.set.ReconnectDelay)
-}
-
-func (p *Policy) dialTimeout() time.Duration {
-	if p.fast() {
-		return p.set.FastConnectTimeout
-	}
-	return p.set.ConnectTimeout
 }
 
 func (p *Policy) degradedFor(now time.Time) time.Duration {
@@ -556,6 +497,7 @@ func (p *Policy) endStreak(now time.Time, cause Cause) {
 	}
 	p.streak = false
 	p.shortcutUsed = false
+	p.peerWanting = false
 	p.urgent = CauseNone
 	p.rearmAt = time.Time{}
 	p.deferNoted = false
@@ -570,10 +512,12 @@ func (p *Policy) resetSession() {
 	p.activeBandSet = false
 	p.streak = false
 	p.shortcutUsed = false
+	p.peerWanting = false
 	p.urgent = CauseNone
 	p.rearmAt = time.Time{}
 	p.deferNoted = false
 	p.proven = false
+	p.lostDegraded = false
 }
 
 func (p *Policy) noteActiveBand(now time.Time, l Level) {

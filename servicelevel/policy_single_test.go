@@ -36,6 +36,12 @@ func TestPolicySingleServer(t *testing.T) {
 			p.ActiveLevel(t0.Add(21*time.Second), LevelOf(150))
 			return []Decision{p.LinkLost(t0.Add(22 * time.Second))}
 		}, ActionProbe},
+		{"refused with a Healthy standby", func(p *Policy) []Decision {
+			up(p, t0)
+			p.StandbyLevel(t0, LevelOf(250))
+			now := t0.Add(30 * time.Second)
+			return []Decision{p.LinkLost(now), p.ConnectRefused(now)}
+		}, ActionSwitch},
 		{"connect attempts exhausted", func(p *Policy) []Decision {
 			d := p.Start(t0)
 			ds := []Decision{d}

@@ -60,6 +60,9 @@ func slf(window, dwell int) FailoverConfig {
 	return FailoverConfig{ServiceLevelFailover: &ServiceLevelFailover{DegradedWindowSeconds: new(window), MinDwellSeconds: new(dwell)}}
 }
 
+// blip30 is the Pair's default blip window (blipToleranceMilliseconds).
+var blip30 = []PolicyOption{WithBlipWindow(30 * time.Second)}
+
 var disabled = FailoverConfig{ServiceLevelFailover: &ServiceLevelFailover{Enabled: new(false)}}
 
 // TestPolicyRules plays every case of the ServiceLevel-aware failover
@@ -81,6 +84,7 @@ func TestPolicyRules(t *testing.T) {
 		steps   []step
 		until   float64
 		want    expect
+		opts    []PolicyOption
 	}{
 		// Failover design: Healthy levels never start a streak.
 		{name: "240/250: a 240 active never probes", primary: up(250), backup: up(250),
@@ -173,9 +177,9 @@ func TestPolicyRules(t *testing.T) {
 		{name: "0 with a Degraded peer probes once per streak, then once per window", primary: up(250), backup: up(90),
 			steps: []step{lvl(sec(5), P, 0)}, until: 30,
 			want: expect{switches: []sw{}, probes: []float64{5, 15.005, 25.01}}},
-		{name: "0 with a Degraded peer that then promotes: the next window switches", primary: up(250), backup: up(90),
+		{name: "0 with a Degraded peer that then promotes: switched at its rise", primary: up(250), backup: up(90),
 			steps: []step{lvl(sec(5), P, 0), lvl(sec(8), B, 250)}, until: 30,
-			want: expect{switches: []sw{{15.01, B, CauseDegradedWindow}}, probes: []float64{5, 15.005}}},
+			want: expect{switches: []sw{{8.005, B, CauseStandbyHealthy}}, probes: []float64{5, 8}}},
 		{name: "0 inside the dwell waits, then switches", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(30), B, 0)}, until: 90,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {75.01, P, CauseMaintenance}}}},
@@ -203,13 +207,17 @@ func TestPolicyRules(t *testing.T) {
 		{name: "QA graceful stop, peer promoted first: the 0 switches at once", primary: up(250), backup: up(90),
 			steps: []step{lvl(sec(9.9), B, 250), lvl(sec(10), P, 0), setLevel(sec(16), P, Unknown()), kill(sec(17), P)}, until: 40,
 			want: expect{switches: []sw{{10.005, B, CauseMaintenance}}, probes: []float64{10}, noConnectTo: ep(P), noConnectAfter: 10}},
-		{name: "QA graceful stop, peer promoted after the 0: the lost link switches", primary: up(250), backup: up(90),
+		{name: "QA graceful stop, peer promoted after the 0: switched at the rise", primary: up(250), backup: up(90),
 			steps: []step{lvl(sec(10), P, 0), lvl(sec(10.2), B, 250), setLevel(sec(16), P, Unknown()), kill(sec(17), P)}, until: 40,
-			want: expect{switches: []sw{{17.005, B, CauseLostLinkDegraded}}, probes: []float64{10, 17}, noConnectTo: ep(P), noConnectAfter: 10}},
+			want: expect{switches: []sw{{10.205, B, CauseStandbyHealthy}}, probes: []float64{10, 10.2}, noConnectTo: ep(P), noConnectAfter: 10}},
 		{name: "lost link inside the dwell: retries, no probe", primary: up(250), backup: up(250),
+			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(20), B, 50), freeze(sec(22), B)}, until: 40,
+			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {24.7, P, CauseRetriesExhausted}}, probes: []float64{15},
+				connects: []connectAt{{0, P, slow}, {23, B, fast}, {23.6, B, fast}, {24.2, B, fast}}}},
+		{name: "a refusal inside the dwell moves at once: the dwell holds ServiceLevel switches only", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(20), B, 50), kill(sec(22), B)}, until: 40,
-			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {22.203, P, CauseRetriesExhausted}}, probes: []float64{15},
-				connects: []connectAt{{0, P, slow}, {22, B, fast}, {22.101, B, fast}, {22.202, B, fast}}}},
+			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {22.001, P, CauseRefused}}, probes: []float64{15},
+				connects: []connectAt{{0, P, slow}, {22, B, fast}}}},
 		{name: "control: the same lost link after the dwell probes and switches at once", primary: up(250), backup: up(250),
 			steps: []step{lvl(sec(5), P, 90), lvl(sec(16), P, 250), lvl(sec(76), B, 50), kill(sec(78), B)}, until: 90,
 			want: expect{switches: []sw{{15.005, B, CauseDegradedWindow}, {78.005, P, CauseLostLinkDegraded}}, probes: []float64{15, 78}}},
@@ -219,29 +227,32 @@ func TestPolicyRules(t *testing.T) {
 			steps: []step{blip(sec(10), P)}, until: 40,
 			want: expect{switches: []sw{}, probes: []float64{},
 				connects: []connectAt{{0, P, slow}, {10, P, fast}}}},
-		{name: "a hard kill after Healthy levels: fast retries, then failover", primary: up(250), backup: up(240),
+		{name: "a hard kill after Healthy levels: refused, the Healthy standby is promoted at once", primary: up(250), backup: up(240),
 			steps: []step{kill(sec(10), P)}, until: 40,
-			want: expect{switches: []sw{{10.203, B, CauseRetriesExhausted}}, probes: []float64{},
-				connects: []connectAt{{0, P, slow}, {10, P, fast}, {10.101, P, fast}, {10.202, P, fast}}}},
+			want: expect{switches: []sw{{10.001, B, CauseRefused}}, probes: []float64{},
+				connects: []connectAt{{0, P, slow}, {10, P, fast}}}},
 		{name: "a hard kill with a standby that is not Healthy: the slow retries", primary: up(250), backup: up(90),
 			steps: []step{kill(sec(10), P)}, until: 40,
 			want: expect{switches: []sw{{25.003, B, CauseRetriesExhausted}}, probes: []float64{25.004, 35.009},
 				connects: []connectAt{{0, P, slow}, {15, P, slow}, {20.001, P, slow}, {25.002, P, slow}}}},
 		{name: "a standby turning Healthy shortens the slow wait", primary: up(250), backup: up(90),
 			steps: []step{kill(sec(10), P), lvl(sec(11), B, 250)}, until: 40,
-			want: expect{switches: []sw{{11.203, B, CauseRetriesExhausted}},
-				connects: []connectAt{{0, P, slow}, {11, P, fast}, {11.101, P, fast}, {11.202, P, fast}}}},
+			want: expect{switches: []sw{{11.001, B, CauseRefused}},
+				connects: []connectAt{{0, P, slow}, {11, P, fast}}}},
 		{name: "a frozen link after Healthy levels: detected, fast retries time out, failover", primary: up(250), backup: up(240),
 			steps: []step{freeze(sec(10), P)}, until: 40,
 			want: expect{switches: []sw{{12.7, B, CauseRetriesExhausted}}, probes: []float64{},
 				connects: []connectAt{{0, P, slow}, {11, P, fast}, {11.6, P, fast}, {12.2, P, fast}}}},
-		{name: "a session that delivers a sample resets the failed-attempt count", primary: up(250), backup: up(240),
-			steps: []step{kill(sec(10), P), revive(sec(10.05), P, 250), kill(sec(20), P)}, until: 40,
+		{name: "a session that delivers a sample resets the failed-attempt count", primary: up(250), backup: up(90), opts: blip30,
+			steps: []step{kill(sec(10), P), revive(sec(10.15), P, 250), kill(sec(20), P)}, until: 40,
 			want: expect{switches: []sw{{20.203, B, CauseRetriesExhausted}},
-				connects: []connectAt{{0, P, slow}, {10, P, fast}, {10.101, P, fast}, {20, P, fast}, {20.101, P, fast}, {20.202, P, fast}}}},
-		{name: "a dead primary at startup is left after the retry count", primary: dead(250), backup: up(250),
-			until: 10, want: expect{switches: []sw{{0.203, B, CauseRetriesExhausted}},
-				connects: []connectAt{{0, P, slow}, {0.101, P, fast}, {0.202, P, fast}}}},
+				connects: []connectAt{{0, P, slow}, {10, P, slow}, {10.101, P, slow}, {10.202, P, slow}, {20, P, slow}, {20.101, P, slow}, {20.202, P, slow}}}},
+		{name: "a dead primary at startup is left at its refusal", primary: dead(250), backup: up(250),
+			until: 10, want: expect{switches: []sw{{0.001, B, CauseRefused}},
+				connects: []connectAt{{0, P, slow}}}},
+		{name: "a dead primary at startup with a standby that is not Healthy is left after the retry count", primary: dead(250), backup: up(90),
+			until: 20, want: expect{switches: []sw{{10.003, B, CauseRetriesExhausted}},
+				connects: []connectAt{{0, P, slow}, {5.001, P, slow}, {10.002, P, slow}}}},
 		{name: "sessions dropped before their first sample count as failed attempts", primary: flaky(250), backup: up(250),
 			until: 10, want: expect{switches: []sw{{0.233, B, CauseRetriesExhausted}},
 				connects: []connectAt{{0, P, slow}, {0.111, P, fast}, {0.222, P, fast}}}},
@@ -267,7 +278,7 @@ func TestPolicyRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := newWorld(t, tt.cfg, tt.primary, tt.backup)
+			w := newWorld(t, tt.cfg, tt.primary, tt.backup, tt.opts...)
 			w.run(sec(tt.until), tt.steps...)
 			checkExpect(t, w, tt.want)
 		})

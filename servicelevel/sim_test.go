@@ -82,9 +82,9 @@ type step struct {
 
 // newWorld starts a pair whose primary reports primary and whose backup
 // reports backup; the supervisor then starts the policy.
-func newWorld(t *testing.T, cfg FailoverConfig, primary, backup simNode) *world {
+func newWorld(t *testing.T, cfg FailoverConfig, primary, backup simNode, opts ...PolicyOption) *world {
 	t.Helper()
-	p, err := NewPolicy(cfg)
+	p, err := NewPolicy(cfg, opts...)
 	if err != nil {
 		t.Fatalf("NewPolicy: %v", err)
 	}
@@ -225,7 +225,11 @@ func (w *world) connectResult(latency, dialTimeout time.Duration) {
 			w.feed(w.p.ActiveLevel(w.now, w.nodes[target].level))
 		})
 	case nodeDead:
-		w.after(simRefuseLatency, func() { w.feed(w.p.ConnectFailed(w.now)) })
+		w.after(simRefuseLatency, func() {
+			if gen == w.gen {
+				w.feed(w.p.ConnectRefused(w.now))
+			}
+		})
 	case nodeFrozen:
 		w.after(dialTimeout, func() { w.feed(w.p.ConnectFailed(w.now)) })
 	case nodeFlaky:

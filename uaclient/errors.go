@@ -3,6 +3,7 @@ package uaclient
 import (
 	"errors"
 	"slices"
+	"syscall"
 
 	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/gopcua/opcua/ua"
@@ -36,6 +37,22 @@ func isRefusal(err error) bool {
 	}
 	var sc ua.StatusCode
 	return errors.As(err, &sc) && slices.Contains(refusalCodes, sc)
+}
+
+// wsaECONNREFUSED is Windows' "connection refused": its sockets report
+// their own error numbers, which syscall.ECONNREFUSED does not match there.
+const wsaECONNREFUSED = syscall.Errno(10061)
+
+// portClosed reports whether a connect error is the server host answering
+// the dial with a reset: nothing listens on the port, so the server
+// process is gone, and that is no blip to wait out. A timeout, or a server
+// that refuses the session (isRefusal), is not this.
+func portClosed(err error) bool {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return false
+	}
+	return errno == syscall.ECONNREFUSED || errno == wsaECONNREFUSED
 }
 
 // Errors of the Pair. Use errors.Is: the returned errors wrap them with

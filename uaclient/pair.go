@@ -119,7 +119,7 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 	if set.Single {
 		newPolicy = servicelevel.NewSinglePolicy
 	}
-	pol, err := newPolicy(cfg.FailoverConfig)
+	pol, err := newPolicy(cfg.FailoverConfig, servicelevel.WithBlipWindow(set.BlipTolerance))
 	if err != nil {
 		return nil, err
 	}

@@ -107,16 +107,17 @@ func TestPairGracefulStop(t *testing.T) {
 	}
 }
 
-// sl-hard-kill: the primary's process dies with no 0 first. The retries
-// of the dead endpoint are fast because the standby is Healthy.
+// sl-hard-kill: the primary's process dies with no 0 first. The reconnect
+// goes at once because the standby is Healthy, its port refuses it, and a
+// refusal is no blip: the standby is promoted without more retries.
 func TestPairHardKill(t *testing.T) {
 	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
 	m := r.mark()
 	start := time.Now()
 	r.servers.A().Kill()
 	fo := r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
-	if fo.Cause != servicelevel.CauseRetriesExhausted || fo.PeerLevel != servicelevel.LevelOf(240) {
-		t.Fatalf("failover: %+v", fo)
+	if fo.Cause != servicelevel.CauseRefused || fo.PeerLevel != servicelevel.LevelOf(240) {
+		t.Fatalf("failover: %+v\n%s", fo, r.eventLog(m))
 	}
 	for _, e := range r.eventsSince(m, uaclient.EventRetryScheduled) {
 		if !e.Fast {
@@ -162,44 +163,55 @@ func TestPairFreeze(t *testing.T) {
 	r.servers.A().Heal()
 }
 
-// sl-blip: one connection reset on a 250 primary with a 240 standby
-// keeps the session: it is activated on a new connection, the data goes
-// on without a snapshot and without a lost tick, and nothing switches.
+// sl-blip: one connection reset on a 250 primary keeps the session: it
+// is activated on a new connection, the data goes on without a snapshot
+// and without a lost tick, and nothing switches. With a Healthy standby
+// (240) and on a Warm pair (standby 90) alike: the first reconnect of a
+// server that was Healthy goes at once, whatever the standby reports.
 // Positive control: the same Pair, the primary then killed, does switch.
 func TestPairBlipDoesNotSwitch(t *testing.T) {
-	r := newRig(t, rigOption{levels: [2]byte{250, 240}})
-	m := r.mark()
-	if n := r.servers.A().ResetConns(); n == 0 {
-		t.Fatal("no connection to reset")
-	}
-	r.waitEvent(m, "primary lost", func(e uaclient.Event) bool {
-		return e.Kind == uaclient.EventSessionLost && e.Endpoint == servicelevel.Primary
-	})
-	rec := r.waitEvent(m, "primary recovered", kind(uaclient.EventLinkRecovered))
-	if rec.Endpoint != servicelevel.Primary || rec.Transferred {
-		t.Fatalf("recovered: %+v", rec)
-	}
-	// Data flows again from the primary, for a while: long enough for a
-	// wrong switch to have shown (it would follow the first sample).
-	after := r.mark()
-	r.waitUpdates(after, 10, "data changes from the primary after the blip", dataFrom(servicelevel.Primary))
-	if fo := r.eventsSince(m, uaclient.EventFailover); len(fo) != 0 {
-		t.Fatalf("a blip switched: %s", fo[0].Message)
-	}
-	if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
-		t.Fatalf("snapshots after the blip: %+v", snaps)
-	}
-	if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
-		t.Fatalf("%d counter ticks lost across the blip", lost)
-	}
-	if st := r.pair.Status(); st.Recoveries != 1 || st.Link.Recoverable < 30*time.Second {
-		t.Fatalf("status after the blip: %d recoveries, link %+v", st.Recoveries, st.Link)
-	}
+	for _, standby := range []byte{240, 90} {
+		t.Run(fmt.Sprintf("standby %d", standby), func(t *testing.T) {
+			r := newRig(t, rigOption{levels: [2]byte{250, standby}})
+			m := r.mark()
+			if n := r.servers.A().ResetConns(); n == 0 {
+				t.Fatal("no connection to reset")
+			}
+			r.waitEvent(m, "primary lost", func(e uaclient.Event) bool {
+				return e.Kind == uaclient.EventSessionLost && e.Endpoint == servicelevel.Primary
+			})
+			rec := r.waitEvent(m, "primary recovered", kind(uaclient.EventLinkRecovered))
+			if rec.Endpoint != servicelevel.Primary || rec.Transferred {
+				t.Fatalf("recovered: %+v", rec)
+			}
+			for _, e := range r.eventsSince(m, uaclient.EventRetryScheduled) {
+				if !e.Fast {
+					t.Errorf("slow retry of a blip: %s\n%s", e.Message, r.eventLog(m))
+				}
+			}
+			// Data flows again from the primary, for a while: long enough for a
+			// wrong switch to have shown (it would follow the first sample).
+			after := r.mark()
+			r.waitUpdates(after, 10, "data changes from the primary after the blip", dataFrom(servicelevel.Primary))
+			if fo := r.eventsSince(m, uaclient.EventFailover); len(fo) != 0 {
+				t.Fatalf("a blip switched: %s", fo[0].Message)
+			}
+			if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
+				t.Fatalf("snapshots after the blip: %+v", snaps)
+			}
+			if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
+				t.Fatalf("%d counter ticks lost across the blip", lost)
+			}
+			if st := r.pair.Status(); st.Recoveries != 1 || st.Link.Recoverable < 30*time.Second {
+				t.Fatalf("status after the blip: %d recoveries, link %+v", st.Recoveries, st.Link)
+			}
 
-	// Control: the process dies instead.
-	m = r.mark()
-	r.servers.A().Kill()
-	r.waitEvent(m, "failover after a kill", failoverTo(servicelevel.Backup))
+			// Control: the process dies instead.
+			m = r.mark()
+			r.servers.A().Kill()
+			r.waitEvent(m, "failover after a kill", failoverTo(servicelevel.Backup))
+		})
+	}
 }
 
 // sl-connect-standby: the primary is a Warm standby (90) when the Pair

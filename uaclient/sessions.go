@@ -72,6 +72,8 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			Message: fmt.Sprintf("connect %s %s (%s) failed: %v", role, s.ep, s.conn.url, ev.err)})
 		p.answerProbeWait(s.ep, now)
 		switch {
+		case s.promotion != nil && portClosed(ev.err):
+			p.feed(p.pol.ConnectRefused(now))
 		case s.promotion != nil:
 			p.feed(p.pol.ConnectFailed(now))
 		case isRefusal(ev.err):

@@ -24,7 +24,7 @@ func TestSLScenariosRun(t *testing.T) {
 		cause    string
 	}{
 		{"sl-graceful-stop", 1, "ServiceLevel 0 x1"},
-		{"sl-hard-kill", 1, "connect retries exhausted x1"},
+		{"sl-hard-kill", 1, "connection refused x1"},
 		{"sl-freeze", 1, "connect retries exhausted x1"},
 		{"sl-blip", 0, ""},
 		{"sl-long-blip", 0, ""},

@@ -210,7 +210,8 @@ var causeLabels = func() map[string]string {
 		"lame-duck", "active-down", "link-timeout", "manual",
 		// OPC UA pairs (servicelevel)
 		"degraded window", "ServiceLevel 0", "connect-time preference", "lost link after a degraded level",
-		"connect retries exhausted", "link lost", "connect failed", "session ended", "peer level unknown",
+		"standby became Healthy", "connect retries exhausted", "link lost", "connect failed", "connection refused",
+		"session ended", "peer level unknown",
 		"peer not Healthy", "peer not higher", "reconnect", "startup",
 		// MxAccess gateways (mxsource)
 		"health ping past its deadline", "heartbeats missing", "event queue overflow",
