@@ -515,8 +515,17 @@ func relayOn(t *testing.T, src bridge.Source, tags []bridge.TagConfig, opts ...b
 // ticks are counted (the counter moved across the blip), and the recovery
 // was reported.
 func TestPairBlipInterop(t *testing.T) {
+	for _, standby := range []int{240, 90} {
+		t.Run(fmt.Sprintf("standby %d", standby), func(t *testing.T) { pairBlipInterop(t, standby) })
+	}
+}
+
+// pairBlipInterop resets the link of a 250 primary whose standby reports
+// standby: 90 is a Warm pair, whose reconnect must not wait for the
+// reconnect delay either.
+func pairBlipInterop(t *testing.T, standby int) {
 	a := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 250, CounterMs: 100})
-	b := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: 240})
+	b := nodeopcua.StartT(t, nodeopcua.Config{ServiceLevel: standby})
 	proxy, err := faultproxy.New(strings.TrimPrefix(a.Endpoint, "opc.tcp://"))
 	if err != nil {
 		t.Fatal(err)
@@ -524,7 +533,7 @@ func TestPairBlipInterop(t *testing.T) {
 	t.Cleanup(func() { proxy.Close() })
 	var mu sync.Mutex
 	var values []int32
-	var recovered []uaclient.Event
+	var recovered, slow []uaclient.Event
 	failovers := 0
 	p, err := uaclient.NewPair(uaclient.PairConfig{Endpoints: []string{"opc.tcp://" + proxy.Addr(), b.Endpoint},
 		QueueSize: new(10), SamplingIntervalMilliseconds: new(25)},
@@ -547,6 +556,10 @@ func TestPairBlipInterop(t *testing.T) {
 				failovers++
 			case uaclient.EventLinkRecovered:
 				recovered = append(recovered, e)
+			case uaclient.EventRetryScheduled:
+				if !e.Fast {
+					slow = append(slow, e)
+				}
 			}
 		}))
 	if err != nil {
@@ -572,6 +585,9 @@ func TestPairBlipInterop(t *testing.T) {
 	defer mu.Unlock()
 	if failovers != 0 {
 		t.Fatalf("%d failovers on a blip", failovers)
+	}
+	if len(slow) != 0 {
+		t.Fatalf("a blip retried on the slow timing: %s", slow[0].Message)
 	}
 	for i := 1; i < len(values); i++ {
 		if values[i] != values[i-1]+1 {
