@@ -403,3 +403,21 @@ func deadPort(t *testing.T) string {
 func oneSecondWindow(c *uaclient.PairConfig) {
 	c.ServiceLevelFailover = &servicelevel.ServiceLevelFailover{DegradedWindowSeconds: new(1), MinDwellSeconds: new(0)}
 }
+
+// checkRodeOut checks that the primary rode out what happened since m
+// (a blip, a healed freeze): data flows from it again for a while, long
+// enough for a wrong switch to have shown (it would follow the first
+// sample), with no failover, no snapshot and no lost counter tick.
+func (r *rig) checkRodeOut(m mark, what string) {
+	r.t.Helper()
+	r.waitUpdates(r.mark(), 10, "data changes from the primary after the "+what, dataFrom(servicelevel.Primary))
+	if fo := r.eventsSince(m, uaclient.EventFailover); len(fo) != 0 {
+		r.t.Fatalf("the %s switched: %s", what, fo[0].Message)
+	}
+	if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
+		r.t.Fatalf("snapshots after the %s: %+v", what, snaps)
+	}
+	if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
+		r.t.Fatalf("%d counter ticks lost across the %s", lost, what)
+	}
+}

@@ -101,14 +101,5 @@ func TestPairFrozenLinkResumesTheSession(t *testing.T) {
 	if rec.Transferred {
 		t.Fatalf("recovered by a transfer: %s", rec.Message)
 	}
-	r.waitUpdates(r.mark(), 10, "data changes after the heal", dataFrom(servicelevel.Primary))
-	if fo := r.eventsSince(m, uaclient.EventFailover); len(fo) != 0 {
-		t.Fatalf("a healed freeze switched: %s", fo[0].Message)
-	}
-	if snaps := r.snapshots(r.updatesSince(m)); len(snaps) != 0 {
-		t.Fatalf("snapshots after the heal: %+v", snaps)
-	}
-	if lost := r.checkCounters(r.updatesSince(mark{})); lost != 0 {
-		t.Fatalf("%d counter ticks lost", lost)
-	}
+	r.checkRodeOut(m, "healed freeze")
 }
