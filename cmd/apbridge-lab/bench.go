@@ -34,11 +34,14 @@ type benchConfig struct {
 	mode uaclient.Mode
 	// blip is how long sl-blip freezes the primary's link; 0 resets it
 	// instead.
-	blip     time.Duration
-	grace    time.Duration
-	duration time.Duration
-	rate     time.Duration
-	storm    time.Duration
+	blip time.Duration
+	// standbyLevel is the standby's ServiceLevel in the blip scenarios
+	// (slFault.standbyFlag); the others keep the levels they are about.
+	standbyLevel int
+	grace        time.Duration
+	duration     time.Duration
+	rate         time.Duration
+	storm        time.Duration
 	// childProfile, if set, is where the relay process of relay-throughput
 	// writes a heap profile.
 	childProfile string
@@ -177,6 +180,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
+	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
@@ -221,6 +225,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.blip < 0 || cfg.blip > 10*time.Minute {
 		return fmt.Errorf("--blip: %v is out of range (valid 0-10m)", cfg.blip)
+	}
+	if cfg.standbyLevel < 0 || cfg.standbyLevel > 250 {
+		// Above the primary's 250 the standby would be the better server,
+		// and a blip on the worse one is not what the scenarios are about.
+		return fmt.Errorf("--standby-level: %d is out of range (valid 0-250)", cfg.standbyLevel)
 	}
 	if cfg.grace < 100*time.Millisecond || cfg.grace > 5*time.Minute {
 		return fmt.Errorf("--grace: %v is out of range (valid 100ms-5m)", cfg.grace)

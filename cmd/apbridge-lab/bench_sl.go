@@ -27,8 +27,8 @@ func slScenarios() []scenario {
 		{"sl-graceful-stop-poll", "the same with the poll-based client of the original ServiceLevel design: ServiceLevel read every 2 s, a new session per probe (baseline)", slRun(slGracefulStop, pollSubject)},
 		{"sl-hard-kill", "pair 250/240: the primary's process dies (no 0 first)", slRun(slHardKill, pairSubject)},
 		{"sl-freeze", "pair 250/240: the primary's link freezes (no error, no data)", slRun(slFreeze, pairSubject)},
-		{"sl-blip", "pair 250/240: the primary's connection is reset once, the server stays up (must not switch, must lose nothing)", slRun(slBlip, pairSubject)},
-		{"sl-long-blip", "pair 250/240: a blip longer than the session timeout: the primary's server forgets the session and its subscriptions, then the connection is reset (must not switch; the loss is counted)", slRun(slLongBlip, pairSubject)},
+		{"sl-blip", "pair 250/--standby-level (90: Warm): the primary's connection is reset once, the server stays up (must not switch, must lose nothing)", slRun(slBlip, pairSubject)},
+		{"sl-long-blip", "pair 250/--standby-level (90: Warm): a blip longer than the session timeout: the primary's server forgets the session and its subscriptions, then the connection is reset (must not switch; the loss is counted)", slRun(slLongBlip, pairSubject)},
 		{"sl-connect-standby", "connect while the primary is the standby (90) and the backup 250; from the first sample", slRun(slConnectStandby, pairSubject)},
 		{"sl-healthy-pair", "pair 250/240 for --duration, --runs Pairs side by side (must not switch)", benchSLHealthy},
 	}
@@ -47,6 +47,9 @@ const (
 // slFault is one scenario's levels and fault.
 type slFault struct {
 	levels [2]byte
+	// standbyFlag: the standby's level is --standby-level's, not
+	// levels[1]: the scenario's verdict must not depend on it.
+	standbyFlag bool
 	// hit injects the fault and returns a channel closed when the
 	// scenario's own script is over (the stopped server is down).
 	hit func(t slTarget, cfg benchConfig) <-chan struct{}
@@ -70,8 +73,8 @@ var (
 	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { return t.gracefulStop() }}
 	slHardKill     = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.kill(); return closed() }}
 	slFreeze       = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.freeze(); return closed() }}
-	slBlip         = slFault{levels: [2]byte{250, 240}, noSwitch: true, hit: blipHit}
-	slLongBlip     = slFault{levels: [2]byte{250, 240}, noSwitch: true, embeddedOnly: true,
+	slBlip         = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, hit: blipHit}
+	slLongBlip     = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, embeddedOnly: true,
 		hit: func(t slTarget, _ benchConfig) <-chan struct{} {
 			t.(*embeddedTarget).p.A().ForgetSessions(false)
 			return closed()
@@ -229,6 +232,9 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	if !f.noSwitch || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
+	if f.standbyFlag {
+		r.set("standby_level", cfg.standbyLevel)
+	}
 	if len(recovers) > 0 {
 		r.set("recover_ms_p50", percentile(recovers, 50))
 		r.set("recover_ms_p99", percentile(recovers, 99))
@@ -270,7 +276,11 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	var o slOutcome
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := t.reset(rctx, f.levels); err != nil {
+	levels := f.levels
+	if f.standbyFlag {
+		levels[1] = byte(cfg.standbyLevel)
+	}
+	if err := t.reset(rctx, levels); err != nil {
 		return o, err
 	}
 	rec := t.recorder()

@@ -78,6 +78,9 @@ func TestSLScenariosRun(t *testing.T) {
 	if m := got["sl-blip"]; m != nil && (m["recover_ms_p50"] == nil || m["lost"] != 0.0 || m["recoveries"] != 1.0 || m["republished"] == nil) {
 		t.Errorf("sl-blip: want a recovery time, 0 lost, 1 recovery and a republished count: %v", m)
 	}
+	if m := got["sl-blip"]; m != nil && m["standby_level"] != 90.0 {
+		t.Errorf("sl-blip: want a Warm standby (90) by default: %v", m)
+	}
 	// The control: the same fault with the session gone costs a snapshot
 	// (no recovery), and counts what it lost.
 	if m := got["sl-long-blip"]; m != nil && (m["recoveries"] != 0.0 || m["lost"] == nil) {

@@ -23,6 +23,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--tags", "-5"}, "--tags: -5 is out of range (valid 1-20000)"},
 		{[]string{"--server", "prosys"}, `--server: "prosys" is not valid (valid: embedded, node)`},
 		{[]string{"--fleet", "soak"}, "--fleet needs --sink jetstream"},
+		{[]string{"--standby-level", "251"}, "--standby-level: 251 is out of range (valid 0-250)"},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
