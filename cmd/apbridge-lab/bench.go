@@ -38,10 +38,13 @@ type benchConfig struct {
 	// standbyLevel is the standby's ServiceLevel in the blip scenarios
 	// (slFault.standbyFlag); the others keep the levels they are about.
 	standbyLevel int
-	grace        time.Duration
-	duration     time.Duration
-	rate         time.Duration
-	storm        time.Duration
+	// delay is how long after the primary's ServiceLevel 0 the standby
+	// rises to 250 in sl-late-peer.
+	delay    time.Duration
+	grace    time.Duration
+	duration time.Duration
+	rate     time.Duration
+	storm    time.Duration
 	// childProfile, if set, is where the relay process of relay-throughput
 	// writes a heap profile.
 	childProfile string
@@ -181,6 +184,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
 	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
+	fs.DurationVar(&cfg.delay, "delay", 500*time.Millisecond, "sl-late-peer: how long after the primary's ServiceLevel 0 the standby rises from 90 to 250 (0-1m)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
@@ -230,6 +234,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// Above the primary's 250 the standby would be the better server,
 		// and a blip on the worse one is not what the scenarios are about.
 		return fmt.Errorf("--standby-level: %d is out of range (valid 0-250)", cfg.standbyLevel)
+	}
+	if cfg.delay < 0 || cfg.delay > time.Minute {
+		return fmt.Errorf("--delay: %v is out of range (valid 0-1m)", cfg.delay)
 	}
 	if cfg.grace < 100*time.Millisecond || cfg.grace > 5*time.Minute {
 		return fmt.Errorf("--grace: %v is out of range (valid 100ms-5m)", cfg.grace)

@@ -29,6 +29,8 @@ func slScenarios() []scenario {
 		{"sl-freeze", "pair 250/240: the primary's link freezes (no error, no data)", slRun(slFreeze, pairSubject)},
 		{"sl-blip", "pair 250/--standby-level (90: Warm): the primary's connection is reset once, the server stays up (must not switch, must lose nothing)", slRun(slBlip, pairSubject)},
 		{"sl-long-blip", "pair 250/--standby-level (90: Warm): a blip longer than the session timeout: the primary's server forgets the session and its subscriptions, then the connection is reset (must not switch; the loss is counted)", slRun(slLongBlip, pairSubject)},
+		{"sl-late-peer", "Warm pair 250/90: the primary publishes 0 while the standby is at 90; the standby rises to 250 --delay later (switch_after_rise_ms)", slRun(slLatePeer, pairSubject)},
+		{"sl-late-peer-control", "the same without the rise: the standby stays at 90 (must not switch within the degraded window)", slRun(slLatePeerControl, pairSubject)},
 		{"sl-connect-standby", "connect while the primary is the standby (90) and the backup 250; from the first sample", slRun(slConnectStandby, pairSubject)},
 		{"sl-healthy-pair", "pair 250/240 for --duration, --runs Pairs side by side (must not switch)", benchSLHealthy},
 	}
@@ -50,17 +52,38 @@ type slFault struct {
 	// standbyFlag: the standby's level is --standby-level's, not
 	// levels[1]: the scenario's verdict must not depend on it.
 	standbyFlag bool
-	// hit injects the fault and returns a channel closed when the
-	// scenario's own script is over (the stopped server is down).
-	hit func(t slTarget, cfg benchConfig) <-chan struct{}
+	hit         slHit // nil: no fault but the connect (fromFirstSample)
 	// noSwitch: the scenario must not switch; measure the recovery on the
 	// primary instead.
 	noSwitch bool
+	// watch: the scenario must not switch and has nothing to time; the
+	// run is watched until its script is over (a switch's control).
+	watch bool
+	// stays: report the Policy's decisions to stay (a probe that found
+	// the standby wanting), which show that the script's order of events
+	// was the one the Pair saw.
+	stays bool
 	// fromFirstSample measures from the subject's first ServiceLevel
 	// sample, and the fault is the connect itself.
 	fromFirstSample bool
 	// embeddedOnly: the fault needs uaserver's server.
 	embeddedOnly bool
+}
+
+// switching reports whether the scenario must switch to the backup.
+func (f slFault) switching() bool { return !f.noSwitch && !f.watch }
+
+// slHit injects a fault and returns a channel closed when the scenario's
+// own script is over (the stopped server is down). It may block while the
+// script runs; rec is for what the script must note (the standby's rise).
+type slHit func(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecorder) (<-chan struct{}, error)
+
+// slNow is a fault that is over once injected.
+func slNow(f func(slTarget)) slHit {
+	return func(_ context.Context, t slTarget, _ benchConfig, _ *slRecorder) (<-chan struct{}, error) {
+		f(t)
+		return closed(), nil
+	}
 }
 
 func closed() <-chan struct{} {
@@ -70,24 +93,23 @@ func closed() <-chan struct{} {
 }
 
 var (
-	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { return t.gracefulStop() }}
-	slHardKill     = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.kill(); return closed() }}
-	slFreeze       = slFault{levels: [2]byte{250, 240}, hit: func(t slTarget, _ benchConfig) <-chan struct{} { t.freeze(); return closed() }}
-	slBlip         = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, hit: blipHit}
-	slLongBlip     = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, embeddedOnly: true,
-		hit: func(t slTarget, _ benchConfig) <-chan struct{} {
-			t.(*embeddedTarget).p.A().ForgetSessions(false)
-			return closed()
-		}}
+	slGracefulStop = slFault{levels: [2]byte{250, 90}, hit: func(_ context.Context, t slTarget, _ benchConfig, _ *slRecorder) (<-chan struct{}, error) {
+		return t.gracefulStop(), nil
+	}}
+	slHardKill = slFault{levels: [2]byte{250, 240}, hit: slNow(slTarget.kill)}
+	slFreeze   = slFault{levels: [2]byte{250, 240}, hit: slNow(slTarget.freeze)}
+	slBlip     = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, hit: blipHit}
+	slLongBlip = slFault{levels: [2]byte{250, 90}, standbyFlag: true, noSwitch: true, embeddedOnly: true,
+		hit: slNow(func(t slTarget) { t.(*embeddedTarget).p.A().ForgetSessions(false) })}
 	slConnectStandby = slFault{levels: [2]byte{90, 250}, fromFirstSample: true}
 )
 
 // blipHit resets the primary's connections, or with --blip freezes its
 // link that long and heals it; the channel closes when the link is back.
-func blipHit(t slTarget, cfg benchConfig) <-chan struct{} {
+func blipHit(_ context.Context, t slTarget, cfg benchConfig, _ *slRecorder) (<-chan struct{}, error) {
 	if cfg.blip == 0 {
 		t.resetConns()
-		return closed()
+		return closed(), nil
 	}
 	t.freeze()
 	done := make(chan struct{})
@@ -95,7 +117,7 @@ func blipHit(t slTarget, cfg benchConfig) <-chan struct{} {
 		t.heal()
 		close(done)
 	})
-	return done
+	return done, nil
 }
 
 // slSubject is the client under test: a Pair, or the poll-based client
@@ -136,6 +158,8 @@ func pairSubject(ctx context.Context, t slTarget, cfg benchConfig, rec *slRecord
 				rec.failover(e.Cause.String())
 			case e.Kind == uaclient.EventLinkRecovered:
 				rec.linkRecovered(e.Republished)
+			case e.Kind == uaclient.EventStay:
+				rec.stay()
 			case e.Kind == uaclient.EventSessionLost && e.Endpoint == servicelevel.Primary:
 				rec.linkLost()
 			case e.Kind == uaclient.EventLevelChanged && e.Role == uaclient.RoleActive && e.Endpoint == servicelevel.Primary:
@@ -181,8 +205,8 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r := &result{}
 	causes := map[string]int{}
 	var outOfOrder, bad uint64
-	var recovers, refreshes []float64
-	recoveries, republished := 0, 0
+	var recovers, refreshes, afterRise []float64
+	recoveries, republished, stays := 0, 0, 0
 	for run := 1; run <= cfg.runs; run++ {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -211,8 +235,12 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 		}
 		recoveries += o.recoveries
 		republished += o.republished
-		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d, out of order %d, bad %d, recovered %d, republished %d\n",
-			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup, o.outOfOrder, o.bad, o.recoveries, o.republished)
+		if o.afterRise > 0 {
+			afterRise = append(afterRise, ms(o.afterRise))
+		}
+		stays += o.stays
+		fmt.Fprintf(cfg.progress, "  run %d: %.3f ms, switches %d (%s), max gap %.3f ms, lost %d, dup %d, out of order %d, bad %d, recovered %d, republished %d%s\n",
+			run, ms(o.dur), total(o.causes), causeList(o.causes), ms(o.gap), o.lost, o.dup, o.outOfOrder, o.bad, o.recoveries, o.republished, o.peerNote(f))
 	}
 	if f.noSwitch {
 		r.set("recoveries", recoveries)
@@ -229,11 +257,14 @@ func benchSL(ctx context.Context, cfg benchConfig, f slFault, subj slSubject) (*
 	r.set("server", cmp.Or(cfg.server, serverEmbedded))
 	r.set("tags", cmp.Or(cfg.tags, slTags))
 	r.set("mode", string(cmp.Or(cfg.mode, uaclient.ModeWarm)))
-	if !f.noSwitch || sw > 0 {
+	if f.switching() || sw > 0 {
 		r.set("cause", causeList(causes))
 	}
 	if f.standbyFlag {
 		r.set("standby_level", cfg.standbyLevel)
+	}
+	if f.stays {
+		setPeerFields(r, cfg, f, afterRise, stays)
 	}
 	if len(recovers) > 0 {
 		r.set("recover_ms_p50", percentile(recovers, 50))
@@ -270,6 +301,8 @@ type slOutcome struct {
 	causes          map[string]int
 	recoveries      int
 	republished     int
+	afterRise       time.Duration // from the standby's rise to the first Good value from it; 0 if no rise
+	stays           int           // the Policy's decisions to stay after the fault
 }
 
 func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj slSubject) (slOutcome, error) {
@@ -284,7 +317,7 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 		return o, err
 	}
 	rec := t.recorder()
-	if f.noSwitch {
+	if !f.switching() {
 		// One server all along: its counters say what was lost, on any
 		// server.
 		rec.independent = false
@@ -319,26 +352,37 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	}
 	down := closed()
 	if f.hit != nil {
-		down = f.hit(t, cfg)
+		if down, err = f.hit(rctx, t, cfg, rec); err != nil {
+			return o, err
+		}
 	}
 	// A switch ends with the first Good value from the backup; a blip
-	// with the primary's recovery, or its snapshot after a new session.
+	// with the primary's recovery, or its snapshot after a new session; a
+	// watched run has nothing to wait for beyond its script.
 	want := servicelevel.Backup
 	var at time.Time
-	if f.noSwitch {
+	switch {
+	case f.watch:
+		want = servicelevel.Primary
+	case f.noSwitch:
 		want = servicelevel.Primary
 		at, err = rec.waitBack(rctx, down)
-	} else {
+	default:
 		at, err = rec.waitGood(rctx, want, false)
 	}
 	if err != nil {
 		return o, err
 	}
-	o.dur = at.Sub(start)
+	if !at.IsZero() {
+		o.dur = at.Sub(start)
+	}
 	rec.mu.Lock()
 	refreshing := rec.framed
+	if !rec.rise.IsZero() && !at.IsZero() {
+		o.afterRise = at.Sub(rec.rise)
+	}
 	rec.mu.Unlock()
-	if !f.noSwitch && refreshing {
+	if f.switching() && refreshing {
 		// The refresh that the switch began (the poll-based client of
 		// the original design frames none) ends when consumers are whole
 		// again (refresh_ms): at thousands of tags that can come after
@@ -354,24 +398,31 @@ func slOnce(ctx context.Context, t slTarget, cfg benchConfig, f slFault, subj sl
 	case <-rctx.Done():
 		return o, rctx.Err()
 	}
-	settle := 500 * time.Millisecond
+	settle := 500 * time.Millisecond // a watched run's script was its watch
 	if f.noSwitch {
 		settle = 2 * time.Second // long enough for a wrong switch to show
 	}
 	if err := ctxtime.Sleep(rctx, settle); err != nil {
 		return o, err
 	}
+	end := time.Now()
 	stop()
 	stop = nil
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	o.gap, o.lost, o.dup = rec.maxGap, rec.lost, rec.dup
-	if end := rec.refreshEnd[want]; !end.IsZero() && !f.noSwitch {
+	if f.watch && !rec.lastGood.Before(rec.gapFrom) {
+		// A watched run can end in silence (the control's consumer gets
+		// no Good value after the 0): a gap still open counts too.
+		o.gap = max(o.gap, end.Sub(rec.lastGood))
+	}
+	if end := rec.refreshEnd[want]; !end.IsZero() && f.switching() {
 		o.refresh = end.Sub(start)
 	}
 	o.outOfOrder, o.bad = rec.outOfOrder, rec.bad
 	o.causes = maps.Clone(rec.causes)
 	o.recoveries, o.republished = rec.recoveries, rec.republished
+	o.stays = rec.stays
 	return o, nil
 }
 

@@ -48,7 +48,12 @@ type slRecorder struct {
 	recoveries  int
 	republished int
 	lostLinks   int // the primary's sessions lost after the mark
-	changed     chan struct{}
+	// stays counts the Policy's decisions to stay after the mark (a probe
+	// found the standby wanting); rise is when the scenario's script
+	// raised the standby's level, zero if it did not.
+	stays   int
+	rise    time.Time
+	changed chan struct{}
 	// counterValues counts the counter values each endpoint delivered.
 	counterValues [2]int
 }
@@ -166,6 +171,23 @@ func (r *slRecorder) linkLost() {
 	}
 	r.mu.Unlock()
 	r.poke()
+}
+
+func (r *slRecorder) stay() {
+	r.mu.Lock()
+	if !r.mark.IsZero() && time.Now().After(r.mark) {
+		r.stays++
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// risen notes when the script raised the standby's level: taken before
+// the level is set, so that a time from it includes the setting.
+func (r *slRecorder) risen(at time.Time) {
+	r.mu.Lock()
+	r.rise = at
+	r.mu.Unlock()
 }
 
 func (r *slRecorder) linkRecovered(republished int) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/nodeopcua"
+	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/apbridge/apbridge/uaclient"
@@ -28,6 +29,9 @@ type slTarget interface {
 	// gracefulStop promotes B to 250 and has A announce 0 and stop a
 	// second later; the channel closes when A is down.
 	gracefulStop() <-chan struct{}
+	// setLevel sets one server's ServiceLevel and returns once the
+	// server publishes it.
+	setLevel(ctx context.Context, ep servicelevel.Endpoint, level byte) error
 	kill()       // A's process dies
 	freeze()     // A's link freezes
 	heal()       // A's link thaws
@@ -83,6 +87,11 @@ func (t *embeddedTarget) reset(ctx context.Context, levels [2]byte) error {
 func (t *embeddedTarget) gracefulStop() <-chan struct{} {
 	t.p.B().Promote()
 	return t.p.A().GracefulStop(time.Second).Done()
+}
+
+func (t *embeddedTarget) setLevel(_ context.Context, ep servicelevel.Endpoint, level byte) error {
+	t.p.Servers()[ep].SetLevel(level)
+	return nil
 }
 
 func (t *embeddedTarget) kill()       { t.p.A().Kill() }
@@ -168,6 +177,10 @@ func (t *nodeTarget) gracefulStop() <-chan struct{} {
 		t.srv[0].Stop(ctx, time.Second)
 	}()
 	return done
+}
+
+func (t *nodeTarget) setLevel(ctx context.Context, ep servicelevel.Endpoint, level byte) error {
+	return t.srv[ep].SetLevel(ctx, int(level))
 }
 
 func (t *nodeTarget) kill()       { t.srv[0].Kill() }

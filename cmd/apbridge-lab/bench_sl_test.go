@@ -29,10 +29,15 @@ func TestSLScenariosRun(t *testing.T) {
 		{"sl-blip", 0, ""},
 		{"sl-long-blip", 0, ""},
 		{"sl-connect-standby", 1, "connect-time preference x1"},
+		{"sl-late-peer", 1, "standby became Healthy x1"},
+		{"sl-late-peer-control", 0, ""}, // 11 s: the degraded window and its probe
 		{"sl-healthy-pair", 0, ""},
 		{"sl-graceful-stop-poll", 1, ""}, // its cause depends on the poll's phase
 	}
-	args := []string{"--json", "--runs", "1", "--duration", "3s"}
+	// The late peer rises 1 s after the 0 rather than the default 0.5 s:
+	// the 0's probe must have found it at 90 first, and under the race
+	// detector on a loaded machine the Pair can take longer to see the 0.
+	args := []string{"--json", "--runs", "1", "--duration", "3s", "--delay", "1s"}
 	for _, w := range want {
 		if w.name == "sl-graceful-stop-poll" && testing.Short() {
 			continue // up to 16 s: the poll-based client's retry cycle
@@ -80,6 +85,15 @@ func TestSLScenariosRun(t *testing.T) {
 	}
 	if m := got["sl-blip"]; m != nil && m["standby_level"] != 90.0 {
 		t.Errorf("sl-blip: want a Warm standby (90) by default: %v", m)
+	}
+	// The late peer switches at the rise, after the 0's probe found the
+	// standby at 90; its control, the standby left at 90, stays at that
+	// probe and at the window's.
+	if m := got["sl-late-peer"]; m != nil && (m["stays"] != 1.0 || m["switch_after_rise_ms_p50"] == nil || m["delay_ms"] != 1000.0) {
+		t.Errorf("sl-late-peer: want 1 stay, a time from the rise and the delay: %v", m)
+	}
+	if m := got["sl-late-peer-control"]; m != nil && (m["stays"] == nil || m["stays"].(float64) < 1 || m["cause"] != nil) {
+		t.Errorf("sl-late-peer-control: want at least the 0's stay and no cause: %v", m)
 	}
 	// The control: the same fault with the session gone costs a snapshot
 	// (no recovery), and counts what it lost.
@@ -138,13 +152,17 @@ func TestPollBaselineTakesTheFirstValuesAsASnapshot(t *testing.T) {
 // node-opcua, an OPC UA server the project did not write, once each.
 func TestNodeScenariosRun(t *testing.T) {
 	nodeopcua.Require(t)
-	got := benchJSON(t, 3*time.Minute, "--json", "--runs", "1", "--server", "node", "sl-graceful-stop", "sl-blip", "ua-connect")
+	got := benchJSON(t, 3*time.Minute, "--json", "--runs", "1", "--server", "node", "--delay", "1s", "sl-graceful-stop", "sl-blip", "sl-late-peer", "ua-connect")
 	if b := got["sl-blip"]; b == nil || b["switches"] != 0.0 || b["lost"] != 0.0 || b["recoveries"] != 1.0 {
 		t.Errorf("sl-blip on node-opcua: %v", b)
 	}
 	sl := got["sl-graceful-stop"]
 	if sl == nil || sl["server"] != "node" || sl["switches"] != 1.0 || sl["bad_samples"] != 0.0 || sl["out_of_order"] != 0.0 {
 		t.Errorf("sl-graceful-stop on node-opcua: %v", sl)
+	}
+	lp := got["sl-late-peer"]
+	if lp == nil || lp["switches"] != 1.0 || lp["cause"] != "standby became Healthy x1" || lp["bad_samples"] != 0.0 || lp["switch_after_rise_ms_p50"] == nil {
+		t.Errorf("sl-late-peer on node-opcua: %v", lp)
 	}
 	uc := got["ua-connect"]
 	if uc == nil || uc["connect_ms_none_p50"].(float64) <= 0 || uc["connect_ms_sign_and_encrypt_p50"].(float64) <= 0 {

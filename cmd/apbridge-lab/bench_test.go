@@ -24,6 +24,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--server", "prosys"}, `--server: "prosys" is not valid (valid: embedded, node)`},
 		{[]string{"--fleet", "soak"}, "--fleet needs --sink jetstream"},
 		{[]string{"--standby-level", "251"}, "--standby-level: 251 is out of range (valid 0-250)"},
+		{[]string{"--delay", "-1s"}, "--delay: -1s is out of range (valid 0-1m)"},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
