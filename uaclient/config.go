@@ -86,9 +86,11 @@ const (
 // out of range.
 type PairConfig struct {
 	// Endpoints are the two opc.tcp URLs of a redundant pair, the primary
-	// first, then the backup, which must name different servers; or one
-	// URL for a single server (no standby, no failover: the Pair follows
-	// its ServiceLevel and reconnects to it).
+	// first, then the backup, which must reach another server (not the
+	// primary's host and port: see SameEndpoint; the Pair checks the
+	// servers' ApplicationUris at run time too); or one URL for a single
+	// server (no standby, no failover: the Pair follows its ServiceLevel
+	// and reconnects to it).
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
 
 	// FailoverConfig holds serviceLevelFailover and the connectivity
