@@ -94,25 +94,6 @@ func serverInfoOf(dvs []*ua.DataValue) ServerInfo {
 	return info
 }
 
-// redundancyName is a RedundancySupport as Part 5 names it.
-func redundancyName(r ua.RedundancySupport) string {
-	switch r {
-	case ua.RedundancySupportNone:
-		return "None"
-	case ua.RedundancySupportCold:
-		return "Cold"
-	case ua.RedundancySupportWarm:
-		return "Warm"
-	case ua.RedundancySupportHot:
-		return "Hot"
-	case ua.RedundancySupportTransparent:
-		return "Transparent"
-	case ua.RedundancySupportHotAndMirrored:
-		return "HotAndMirrored"
-	}
-	return fmt.Sprintf("%d", int32(r))
-}
-
 // judgeServers checks a pair's servers: info holds what each endpoint's
 // server said at its latest session, known whether it has said anything
 // yet, urls the endpoints' URLs for the messages. It does no I/O.
