@@ -104,8 +104,9 @@ const (
 	// error, once: again only after a later session showed two servers.
 	EventSameServer
 	// EventRedundancyWarning: the servers do not describe themselves as
-	// one redundant set (Reason): one reports RedundancySupport None, or
-	// a ServerUriArray does not name the other server. The pair works on.
+	// one redundant set (Reason; Endpoint is the one whose server the
+	// warning is about): one reports RedundancySupport None, or a
+	// ServerUriArray does not name the other server. The pair works on.
 	// Logged as a warning, once while it holds
 	// (PairStatus.Redundancy.Warnings).
 	EventRedundancyWarning

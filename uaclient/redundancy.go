@@ -96,9 +96,9 @@ func serverInfoOf(dvs []*ua.DataValue) ServerInfo {
 
 // judgeServers checks a pair's servers: info holds what each endpoint's
 // server said at its latest session, known whether it has said anything
-// yet, urls the endpoints' URLs for the messages. It does no I/O.
-func judgeServers(info [2]ServerInfo, known [2]bool, urls [2]string) RedundancyCheck {
-	var rc RedundancyCheck
+// yet, urls the endpoints' URLs for the messages. about names, for each
+// warning, the endpoint whose server it is about. It does no I/O.
+func judgeServers(info [2]ServerInfo, known [2]bool, urls [2]string) (rc RedundancyCheck, about []servicelevel.Endpoint) {
 	name := func(e servicelevel.Endpoint) string { return fmt.Sprintf("the %s (%s)", e, urls[e]) }
 	p, b := servicelevel.Primary, servicelevel.Backup
 	both := known[p] && known[b]
@@ -111,15 +111,19 @@ func judgeServers(info [2]ServerInfo, known [2]bool, urls [2]string) RedundancyC
 			rc.Problem += "; the server reports Transparent redundancy, which shows a redundant set to clients as one server: configure one endpoint"
 		}
 		// The rest compares two servers; there is one.
-		return rc
+		return rc, nil
+	}
+	warn := func(e servicelevel.Endpoint, w string) {
+		rc.Warnings = append(rc.Warnings, w)
+		about = append(about, e)
 	}
 	for _, e := range []servicelevel.Endpoint{p, b} {
 		if known[e] && info[e].RedundancyKnown && info[e].Redundancy == ua.RedundancySupportNone {
-			rc.Warnings = append(rc.Warnings, fmt.Sprintf("%s reports RedundancySupport None: the server does not say it is part of a redundant set", name(e)))
+			warn(e, fmt.Sprintf("%s reports RedundancySupport None: the server does not say it is part of a redundant set", name(e)))
 		}
 	}
 	if !both {
-		return rc
+		return rc, about
 	}
 	for _, e := range []servicelevel.Endpoint{p, b} {
 		peer := info[e.Other()].ApplicationURI
@@ -128,10 +132,10 @@ func judgeServers(info [2]ServerInfo, known [2]bool, urls [2]string) RedundancyC
 		if len(info[e].ServerURIs) == 0 || peer == "" || slices.Contains(info[e].ServerURIs, peer) {
 			continue
 		}
-		rc.Warnings = append(rc.Warnings, fmt.Sprintf("%s lists its redundant set as [%s] (ServerUriArray), without %s's ApplicationUri %s: "+
+		warn(e, fmt.Sprintf("%s lists its redundant set as [%s] (ServerUriArray), without %s's ApplicationUri %s: "+
 			"the two servers may not be one redundant set", name(e), strings.Join(info[e].ServerURIs, ", "), e.Other(), peer))
 	}
-	return rc
+	return rc, about
 }
 
 // checkServers takes what s's server said of itself at connect, checks
@@ -146,7 +150,7 @@ func (p *Pair) checkServers(s *session, now time.Time) {
 	}
 	p.servers[s.ep], p.serversKnown[s.ep] = *s.conn.info, true
 	was := p.redundancy
-	rc := judgeServers(p.servers, p.serversKnown, p.set.Endpoints)
+	rc, about := judgeServers(p.servers, p.serversKnown, p.set.Endpoints)
 	p.redundancy = rc
 	role := p.roleOf(s)
 	switch {
@@ -163,12 +167,21 @@ func (p *Pair) checkServers(s *session, now time.Time) {
 			p.feed(p.pol.StandbyLevel(now, o.level))
 		}
 	}
-	for _, w := range rc.Warnings {
+	for i, w := range rc.Warnings {
 		if !slices.Contains(was.Warnings, w) {
-			p.emit(Event{Kind: EventRedundancyWarning, At: now, Endpoint: s.ep, Role: role, Reason: w, Message: w})
+			e := about[i]
+			p.emit(Event{Kind: EventRedundancyWarning, At: now, Endpoint: e, Role: p.roleOfEndpoint(e), Reason: w, Message: w})
 		}
 	}
 	p.publishStatus()
+}
+
+// roleOfEndpoint is e's role now.
+func (p *Pair) roleOfEndpoint(e servicelevel.Endpoint) Role {
+	if e == p.pol.Active() {
+		return RoleActive
+	}
+	return RoleStandby
 }
 
 // standbyLevel is l, a sample of the standby's session, as the standby's

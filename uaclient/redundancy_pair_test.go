@@ -220,6 +220,9 @@ func TestPairRedundancyWarnings(t *testing.T) {
 			var reasons []string
 			for _, e := range r.eventsSince(mark{}, uaclient.EventRedundancyWarning) {
 				reasons = append(reasons, e.Reason)
+				if !strings.HasPrefix(e.Reason, "the "+e.Endpoint.String()+" (") || e.URL != r.pair.Settings().Endpoints[e.Endpoint] {
+					t.Errorf("warning event on the %s (%s): %q", e.Endpoint, e.URL, e.Reason)
+				}
 			}
 			slices.Sort(reasons)
 			if want := slices.Sorted(slices.Values(st.Redundancy.Warnings)); !slices.Equal(reasons, want) {

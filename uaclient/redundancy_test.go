@@ -49,7 +49,7 @@ func TestJudgeServers(t *testing.T) {
 		{"unreadable RedundancySupport", [2]ServerInfo{{ApplicationURI: "urn:a"}, {ApplicationURI: "urn:b"}}, both, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rc := judgeServers(tc.info, tc.known, urls)
+			rc, about := judgeServers(tc.info, tc.known, urls)
 			if rc.SameServer != tc.same || (rc.Problem != "") != tc.same {
 				t.Fatalf("SameServer %v (%q), want %v", rc.SameServer, rc.Problem, tc.same)
 			}
@@ -63,11 +63,15 @@ func TestJudgeServers(t *testing.T) {
 				if !strings.Contains(rc.Warnings[i], w) {
 					t.Errorf("warning %d %q does not say %q", i, rc.Warnings[i], w)
 				}
+				// Each is about the server it names first.
+				if !strings.HasPrefix(rc.Warnings[i], "the "+about[i].String()+" (") {
+					t.Errorf("warning %d %q is said to be about the %s", i, rc.Warnings[i], about[i])
+				}
 			}
 		})
 	}
 	transparent := ServerInfo{ApplicationURI: "urn:t", Redundancy: ua.RedundancySupportTransparent, RedundancyKnown: true}
-	if rc := judgeServers([2]ServerInfo{transparent, transparent}, both, urls); !strings.Contains(rc.Problem, "Transparent redundancy") {
+	if rc, _ := judgeServers([2]ServerInfo{transparent, transparent}, both, urls); !strings.Contains(rc.Problem, "Transparent redundancy") {
 		t.Errorf("a transparent set on both endpoints: %q does not say what it is", rc.Problem)
 	}
 }
