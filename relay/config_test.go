@@ -96,6 +96,16 @@ func TestBadConfigs(t *testing.T) {
 		{"source name", edit("  - name: line1", "  - name: ''"), "sources[0].name: required"},
 		{"source type", edit("  - name: line1", "  - name: line1\n    type: modbus"), "sources[0].type: \"modbus\" is not valid (valid: opcua, mxgateway)"},
 		{"one endpoint twice", edit("opc.tcp://127.0.0.1:4841", "opc.tcp://127.0.0.1:4840"), "sources[0].endpoints[1]"},
+		// Two endpoints of one host and port are one server, however the
+		// host is spelled and whatever the path.
+		{"localhost and 127.0.0.1", edit("opc.tcp://127.0.0.1:4841", "opc.tcp://localhost:4840"),
+			"sources[0].endpoints[1]: reaches the same server as endpoints[0]: same host and port (127.0.0.1 and localhost both name this machine; port 4840)"},
+		{"::1 and 127.0.0.1", edit("opc.tcp://127.0.0.1:4841", "'opc.tcp://[::1]:4840'"),
+			"sources[0].endpoints[1]: reaches the same server as endpoints[0]: same host and port (127.0.0.1 and ::1 both name this machine; port 4840)"},
+		{"another 127 address", edit("opc.tcp://127.0.0.1:4841", "opc.tcp://127.0.1.2:4840"),
+			"sources[0].endpoints[1]: reaches the same server as endpoints[0]: same host and port (127.0.0.1 and 127.0.1.2 both name this machine; port 4840)"},
+		{"two paths on one host and port", edit("[opc.tcp://127.0.0.1:4840, opc.tcp://127.0.0.1:4841]", "[opc.tcp://plc-a:4840/UA/A, opc.tcp://plc-a:4840/UA/B]"),
+			"sources[0].endpoints[1]: reaches the same server as endpoints[0]: same host and port (plc-a:4840; the path does not choose the server)"},
 		{"endpoint scheme", edit("opc.tcp://127.0.0.1:4841", "http://127.0.0.1:4841"), "sources[0].endpoints[1]"},
 		{"degraded window", edit("degradedWindowSeconds: 10", "degradedWindowSeconds: 0"), "sources[0].serviceLevelFailover.degradedWindowSeconds: 0 is out of range (valid 1-3600)"},
 		{"dwell", edit("minDwellSeconds: 60", "minDwellSeconds: 100000"), "sources[0].serviceLevelFailover.minDwellSeconds: 100000 is out of range (valid 0-86400)"},
@@ -127,6 +137,26 @@ func TestBadConfigs(t *testing.T) {
 				t.Fatalf("error %q\ndoes not contain %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestRedundantEndpointsAccepted is the other side of the bad configs'
+// same-server cases: two endpoints that differ in host or port pass
+// validate, loopback ones included (a pair of servers on one machine).
+func TestRedundantEndpointsAccepted(t *testing.T) {
+	for _, eps := range []string{
+		"[opc.tcp://127.0.0.1:4840, opc.tcp://localhost:4841]",
+		"[opc.tcp://plc-a:4840, opc.tcp://plc-b:4840]",
+		"[opc.tcp://plc-a:4840/UA/A, opc.tcp://plc-a:4841/UA/A]",
+		"['opc.tcp://[::1]:4840', opc.tcp://127.0.0.1:4841]",
+	} {
+		cfg := edit("[opc.tcp://127.0.0.1:4840, opc.tcp://127.0.0.1:4841]", eps)
+		if !strings.Contains(cfg, eps) {
+			t.Fatalf("the edit of %s did not apply", eps)
+		}
+		if _, err := Parse([]byte(cfg)); err != nil {
+			t.Errorf("endpoints %s: %v", eps, err)
+		}
 	}
 }
 

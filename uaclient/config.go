@@ -86,9 +86,11 @@ const (
 // out of range.
 type PairConfig struct {
 	// Endpoints are the two opc.tcp URLs of a redundant pair, the primary
-	// first, then the backup, which must name different servers; or one
-	// URL for a single server (no standby, no failover: the Pair follows
-	// its ServiceLevel and reconnects to it).
+	// first, then the backup, which must reach another server (not the
+	// primary's host and port: see SameEndpoint; the Pair checks the
+	// servers' ApplicationUris at run time too); or one URL for a single
+	// server (no standby, no failover: the Pair follows its ServiceLevel
+	// and reconnects to it).
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
 
 	// FailoverConfig holds serviceLevelFailover and the connectivity
@@ -206,9 +208,11 @@ func (c PairConfig) Settings() (PairSettings, error) {
 			}
 			s.Endpoints[i] = strings.TrimSpace(u)
 		}
-		if len(errs) == 0 && SameEndpoint(c.Endpoints[0], c.Endpoints[1]) {
-			errs = append(errs, &ValueError{Field: "endpoints[1]", Value: c.Endpoints[1],
-				Reason: fmt.Sprintf("same URL as endpoints[0] (%s): the backup must be another server", c.Endpoints[0])})
+		if len(errs) == 0 {
+			if why := sameServer(c.Endpoints[0], c.Endpoints[1]); why != "" {
+				errs = append(errs, &ValueError{Field: "endpoints[1]", Value: c.Endpoints[1],
+					Reason: "reaches the same server as endpoints[0]: " + why + "; the backup must be another server"})
+			}
 		}
 	default:
 		errs = append(errs, &ValueError{Field: "endpoints", Value: strings.Join(c.Endpoints, ","),
@@ -303,14 +307,82 @@ func checkEndpointURL(u string) string {
 	return ""
 }
 
-// SameEndpoint reports whether two endpoint URLs name the same server, so
+// SameEndpoint reports whether two endpoint URLs reach the same server, so
 // that a pair's config can reject a backup that is its own primary (a
-// "failover" to it would reconnect to the server being left). It compares
-// scheme and host case-insensitively, treats a missing opc.tcp port as
-// 4840 and ignores a trailing slash. It does no I/O: two different names
-// for one host are not detected.
-func SameEndpoint(a, b string) bool {
-	return normalizeEndpoint(a) == normalizeEndpoint(b)
+// "failover" to it would reconnect to the server being left, and the
+// relay would report a standby that does not exist). Two URLs reach the
+// same server when they have the same host and port: one port is one
+// listening process, whatever the path after it. Hosts compare
+// case-insensitively, every loopback spelling (localhost, 127.x.y.z, ::1)
+// is this machine, an IP address compares by value, and a missing opc.tcp
+// port is 4840. It does no I/O: two names of one host, or a port forwarded
+// to another, are not detected here (the Pair's run-time check of the
+// servers' ApplicationUri catches them).
+func SameEndpoint(a, b string) bool { return sameServer(a, b) != "" }
+
+// sameServer says why a and b reach the same server, or "" if, as far as
+// their URLs tell, they do not. A URL without a host (refused on its own)
+// is compared whole.
+func sameServer(a, b string) string {
+	ha, pa, oka := serverAddr(a)
+	hb, pb, okb := serverAddr(b)
+	if !oka || !okb {
+		if normalizeEndpoint(a) == normalizeEndpoint(b) {
+			return "the same URL"
+		}
+		return ""
+	}
+	if ha != hb || pa != pb {
+		return ""
+	}
+	if normalizeEndpoint(a) == normalizeEndpoint(b) {
+		return fmt.Sprintf("same host and port (the same URL, %s)", normalizeEndpoint(a))
+	}
+	if ha == loopbackHost {
+		na, nb := hostOf(a), hostOf(b)
+		if !strings.EqualFold(na, nb) {
+			return fmt.Sprintf("same host and port (%s and %s both name this machine; port %s)", na, nb, pa)
+		}
+	}
+	return fmt.Sprintf("same host and port (%s; the path does not choose the server)", net.JoinHostPort(hostOf(a), pa))
+}
+
+// loopbackHost is serverAddr's host for every loopback spelling.
+const loopbackHost = "loopback"
+
+// serverAddr returns the host and port an endpoint URL connects to, in a
+// form that compares: the host lowercased without a trailing dot, an IP
+// address in its canonical text, loopbackHost for localhost and every
+// loopback address; the port 4840 when an opc.tcp URL gives none. ok is
+// false for a URL without a host.
+func serverAddr(raw string) (host, port string, ok bool) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Hostname() == "" {
+		return "", "", false
+	}
+	host = strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+		if ip.IsLoopback() {
+			host = loopbackHost
+		}
+	} else if host == "localhost" {
+		host = loopbackHost
+	}
+	port = u.Port()
+	if port == "" && strings.EqualFold(u.Scheme, "opc.tcp") {
+		port = "4840"
+	}
+	return host, port, true
+}
+
+// hostOf returns the host of an endpoint URL as written, for messages.
+func hostOf(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return raw
+	}
+	return u.Hostname()
 }
 
 func normalizeEndpoint(raw string) string {

@@ -58,7 +58,11 @@ func TestPairConfigValidation(t *testing.T) {
 			[]string{"mode: hot keeps the data items on a standby server: it needs two endpoints"}},
 		{"one bad endpoint", PairConfig{Endpoints: []string{"http://a"}}, []string{`endpoints[0]: "http://a" is not an opc.tcp:// URL`}},
 		{"same URL", PairConfig{Endpoints: []string{"opc.tcp://a:4840", "OPC.TCP://A/"}},
-			[]string{"endpoints[1]: same URL as endpoints[0] (opc.tcp://a:4840): the backup must be another server"}},
+			[]string{"endpoints[1]: reaches the same server as endpoints[0]: same host and port (the same URL, opc.tcp://a:4840); the backup must be another server"}},
+		{"loopback spellings", PairConfig{Endpoints: []string{"opc.tcp://127.0.0.1:4840", "opc.tcp://localhost:4840"}},
+			[]string{"endpoints[1]: reaches the same server as endpoints[0]: same host and port (127.0.0.1 and localhost both name this machine; port 4840); the backup must be another server"}},
+		{"two paths", PairConfig{Endpoints: []string{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://PLC-A:4840/UA/Other"}},
+			[]string{"endpoints[1]: reaches the same server as endpoints[0]: same host and port (plc-a:4840; the path does not choose the server); the backup must be another server"}},
 		{"bad URLs", PairConfig{Endpoints: []string{" ", "http://b:80"}}, []string{
 			"endpoints[0]: empty: want an opc.tcp://host:port URL",
 			`endpoints[1]: "http://b:80" is not an opc.tcp:// URL`}},
@@ -207,9 +211,21 @@ func TestSameEndpoint(t *testing.T) {
 		{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://plc-a:4840/UA/Server/", true},
 		{"opc.tcp://plc-a:4840", "opc.tcp://plc-b:4840", false},
 		{"opc.tcp://plc-a:4840", "opc.tcp://plc-a:4841", false},
-		{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://plc-a:4840/UA/Other", false},
+		{"opc.tcp://plc-a:4840/UA/Server", "opc.tcp://plc-a:4840/UA/Other", true},
+		{"opc.tcp://plc-a.:4840", "opc.tcp://plc-a:4840", true},
 		{"opc.tcp://[::1]:4840", "opc.tcp://[::1]", true},
+		// Every loopback spelling is this machine.
+		{"opc.tcp://127.0.0.1:4840", "opc.tcp://localhost:4840", true},
+		{"opc.tcp://LOCALHOST:4840", "opc.tcp://[::1]:4840", true},
+		{"opc.tcp://127.0.0.1:4840", "opc.tcp://127.1.2.3:4840/other", true},
+		{"opc.tcp://[0:0:0:0:0:0:0:1]:4840", "opc.tcp://127.0.0.1", true},
+		{"opc.tcp://127.0.0.1:4840", "opc.tcp://localhost:4841", false},
+		{"opc.tcp://127.0.0.1:4840", "opc.tcp://10.0.0.1:4840", false},
+		// An IP address compares by value.
+		{"opc.tcp://[::ffff:10.1.2.3]:4840", "opc.tcp://10.1.2.3:4840", true},
+		{"opc.tcp://10.1.2.3:4840", "opc.tcp://10.1.2.4:4840", false},
 		{"not a url", "NOT A URL", true},
+		{"not a url", "opc.tcp://a:4840", false},
 	}
 	for _, tt := range tests {
 		if got := SameEndpoint(tt.a, tt.b); got != tt.want {

@@ -74,6 +74,7 @@ type conn struct {
 	dataQuiet time.Duration // the data subscription's allowed silence
 	initial   *ua.DataValue // the first ServiceLevel read
 	ns        []string      // the server's NamespaceArray, for nsu= node IDs
+	info      *ServerInfo   // what the server says of itself, for the pair's check; nil: not read
 	upAt      time.Time
 	how       resumeKind  // how the session came up
 	lostAt    time.Time   // when the session taken over lost its link
@@ -246,8 +247,15 @@ func (c *conn) connect() error {
 			return err
 		}
 	}
+	nodes := []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()}
+	if !c.p.set.Single {
+		// What the server says of itself, for the check of the pair: in
+		// this Read, so that it costs no round trip (redundancy.go). A
+		// single server is no pair to check.
+		nodes = append(nodes, serverInfoNodes()...)
+	}
 	rctx, rcancel := context.WithTimeout(c.ctx, c.p.set.ReadTimeout)
-	dvs, err := readValues(rctx, cl, []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()})
+	dvs, err := readValues(rctx, cl, nodes)
 	rcancel()
 	if err != nil {
 		return fail("read ServiceLevel", err)
@@ -255,6 +263,10 @@ func (c *conn) connect() error {
 	c.initial = dvs[0]
 	if v := dvs[1].Value; v != nil {
 		c.ns, _ = v.Value().([]string) // a server without one has only ns 0
+	}
+	if len(dvs) > 2 {
+		info := serverInfoOf(dvs[2:])
+		c.info = &info
 	}
 	c.client = cl
 	c.upAt = time.Now()

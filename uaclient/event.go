@@ -96,6 +96,20 @@ const (
 	// (EventNotificationsLost). A link that comes back to a server
 	// without the session gets an EventSessionUp and a snapshot instead.
 	EventLinkRecovered
+	// EventSameServer: the sessions on both endpoints report one
+	// ApplicationUri (ApplicationURI): the endpoints reach the same
+	// server, and the pair has no standby (Reason says it all). The
+	// session on the other endpoint is not counted as a standby from then
+	// on (PairStatus.Redundancy, PairStatus.StandbyLevel). Logged as an
+	// error, once: again only after a later session showed two servers.
+	EventSameServer
+	// EventRedundancyWarning: the servers do not describe themselves as
+	// one redundant set (Reason; Endpoint is the one whose server the
+	// warning is about): one reports RedundancySupport None, or a
+	// ServerUriArray does not name the other server. The pair works on.
+	// Logged as a warning, once while it holds
+	// (PairStatus.Redundancy.Warnings).
+	EventRedundancyWarning
 )
 
 var eventKindNames = [...]string{
@@ -116,6 +130,8 @@ var eventKindNames = [...]string{
 	EventItemFailed:        "item failed",
 	EventNotificationsLost: "notifications lost",
 	EventLinkRecovered:     "link recovered",
+	EventSameServer:        "same server",
+	EventRedundancyWarning: "redundancy warning",
 }
 
 // String returns the kind's name, for example "failover".
@@ -159,8 +175,12 @@ type Event struct {
 	Duration time.Duration
 	// Handle is the item of an EventItemFailed.
 	Handle uint32
-	// Reason says why a level is unreadable.
+	// Reason says why a level is unreadable, or what an EventSameServer
+	// or EventRedundancyWarning found.
 	Reason string
+	// ApplicationURI is the ApplicationUri both endpoints' servers
+	// report, for an EventSameServer.
+	ApplicationURI string
 	// Subscription is the server's ID of the subscription of an
 	// EventNotificationsLost.
 	Subscription uint32

@@ -49,11 +49,14 @@ type rig struct {
 }
 
 type rigOption struct {
-	levels  [2]byte
-	cfg     func(*uaclient.PairConfig)
-	servers []uaserver.Option
-	opts    []uaclient.PairOption
-	noStart bool
+	levels [2]byte
+	// endpoints, if set, gives the Pair's endpoints (default: the
+	// servers' own).
+	endpoints func(*testing.T, *uaserver.Pair) []string
+	cfg       func(*uaclient.PairConfig)
+	servers   []uaserver.Option
+	opts      []uaclient.PairOption
+	noStart   bool
 	// gate, if set, can hold the data handler.
 	gate *gate
 }
@@ -105,6 +108,9 @@ func newRig(t *testing.T, o rigOption) *rig {
 	t.Cleanup(servers.Close)
 	r := &rig{t: t, servers: servers, changed: make(chan struct{}, 1), gate: o.gate}
 	cfg := uaclient.PairConfig{Endpoints: servers.Endpoints(), QueueSize: new(10)}
+	if o.endpoints != nil {
+		cfg.Endpoints = o.endpoints(t, servers)
+	}
 	if o.cfg != nil {
 		o.cfg(&cfg)
 	}

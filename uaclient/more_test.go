@@ -155,7 +155,7 @@ func TestPairUnreachableEndpoints(t *testing.T) {
 	}
 
 	_, err = uaclient.NewPair(uaclient.PairConfig{Endpoints: []string{"opc.tcp://Plant-A:4840/", "opc.tcp://plant-a"}})
-	if err == nil || !strings.Contains(err.Error(), "endpoints[1]: same URL as endpoints[0]") {
+	if err == nil || !strings.Contains(err.Error(), "endpoints[1]: reaches the same server as endpoints[0]") {
 		t.Fatalf("same URL: %v", err)
 	}
 }

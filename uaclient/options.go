@@ -61,8 +61,10 @@ func WithPairName(name string) PairOption {
 }
 
 // WithLogger logs through l: one line per Event, at Info for failovers,
-// sessions and level changes, at Warn for failures, at Debug for probes
-// and retries. Default: no logging.
+// sessions and level changes, at Warn for failures and doubtful
+// redundancy, at Error for what only a person can fix (a server refusing
+// the client, both endpoints on one server), at Debug for probes and
+// retries. Default: no logging.
 func WithLogger(l zerolog.Logger) PairOption {
 	return func(o *options) error {
 		o.logger = l

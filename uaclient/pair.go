@@ -94,6 +94,11 @@ type Pair struct {
 	remnants    [2]*remnant // by endpoint: a serving session that lost its link
 	recoveries  int
 	republished uint64
+	// What each endpoint's server said of itself at its latest session,
+	// and the check of the pair made of it (redundancy.go).
+	servers      [2]ServerInfo
+	serversKnown [2]bool
+	redundancy   RedundancyCheck
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does
@@ -395,8 +400,10 @@ func (p *Pair) emit(e Event) {
 	e.URL = p.set.Endpoints[e.Endpoint]
 	var le *zerolog.Event
 	switch e.Kind {
-	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost:
+	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost, EventRedundancyWarning:
 		le = p.log.Warn()
+	case EventSameServer:
+		le = p.log.Error() // a pair without a standby: someone has to act
 	case EventProbe, EventProbeAnswered, EventRetryScheduled, EventConnecting:
 		le = p.log.Debug()
 	default:
@@ -417,6 +424,9 @@ func (p *Pair) emit(e Event) {
 		}
 		if e.Kind == EventLinkRecovered {
 			le = le.Int("republished", e.Republished).Float64("after_ms", float64(e.Duration.Microseconds())/1000)
+		}
+		if e.ApplicationURI != "" {
+			le = le.Str("application_uri", e.ApplicationURI)
 		}
 		if e.Kind == EventNotificationsLost {
 			le = le.Uint32("subscription", e.Subscription).Str("missing", seqList(e.Missing))
@@ -463,8 +473,14 @@ func (p *Pair) publishStatus() {
 	}
 	st.ActiveBand = st.ActiveLevel.Band()
 	if s := p.sess[ps.Active.Other()]; s != nil && s.sampled {
-		st.StandbyLevel = s.level
+		st.StandbyLevel = p.standbyLevel(s.level)
 	}
+	for e, known := range p.serversKnown {
+		if known {
+			st.Servers[e] = p.servers[e]
+		}
+	}
+	st.Redundancy = p.redundancy
 	for i, s := range p.sess {
 		if s != nil {
 			st.Sessions[i] = s.sessionState()

@@ -115,11 +115,12 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 	}
 	s.lastBeat, s.lastData = now, now
 	s.nextPoll = now.Add(p.set.PollInterval)
+	p.checkServers(s, now)
 	l, why := levelOf(s.conn.initial)
 	if s.promotion == nil {
 		p.standbyWait = 0
 		p.emit(Event{Kind: EventSessionUp, At: now, Endpoint: s.ep, Role: RoleStandby, Level: l,
-			Message: fmt.Sprintf("%s session up (standby, %s)", s.ep, levelText(l, why))})
+			Message: p.standbyUpText(s, l, why)})
 	}
 	p.onLevel(s, l, why, now)
 	switch {
@@ -304,7 +305,7 @@ func (p *Pair) onLevel(s *session, l servicelevel.Level, why string, now time.Ti
 			Message: fmt.Sprintf("%s (%s) ServiceLevel is unreadable (%s): counted as unknown", s.ep, role, why)})
 	}
 	if s.ep != p.pol.Active() {
-		p.feed(p.pol.StandbyLevel(now, l))
+		p.feed(p.pol.StandbyLevel(now, p.standbyLevel(l)))
 		return
 	}
 	if s.serves() {
@@ -342,7 +343,7 @@ func (p *Pair) onRead(ev evRead, now time.Time) {
 		p.emit(Event{Kind: EventLevelUnreadable, At: now, Endpoint: s.ep, Role: p.roleOf(s), Reason: why,
 			Message: fmt.Sprintf("%s ServiceLevel is unreadable (%s): the probe counts it as unknown", s.ep, why)})
 	}
-	p.feed(p.pol.ProbeResult(now, ev.probe, l))
+	p.feed(p.pol.ProbeResult(now, ev.probe, p.standbyLevel(l)))
 }
 
 // levelOf maps a ServiceLevel DataValue to a Level, and says why it is
@@ -380,7 +381,7 @@ func (p *Pair) tellPolicyServing(s *session, now time.Time) bool {
 		p.feed(p.pol.ActiveLevel(now, s.level))
 	}
 	if o := p.sess[s.ep.Other()]; o != nil && o.up() && o.sampled {
-		p.feed(p.pol.StandbyLevel(now, o.level))
+		p.feed(p.pol.StandbyLevel(now, p.standbyLevel(o.level)))
 	}
 	return true
 }

@@ -49,7 +49,8 @@ type PairStatus struct {
 	// (Unknown when unreadable or without a session), ActiveBand its band.
 	ActiveLevel servicelevel.Level
 	ActiveBand  servicelevel.Band // ActiveLevel's band
-	// StandbyLevel is the standby session's latest sample.
+	// StandbyLevel is the standby session's latest sample; Unknown while
+	// Redundancy.SameServer, since that session is no standby.
 	StandbyLevel servicelevel.Level
 	// Sessions are the session states, indexed by Endpoint.
 	Sessions [2]SessionState
@@ -67,6 +68,14 @@ type PairStatus struct {
 	Link LinkParams
 	// Policy is the failover Policy's own view.
 	Policy servicelevel.Status
+	// Servers are what each endpoint's server said of itself at its
+	// latest session, indexed by Endpoint; zero before its first session,
+	// and always for a single server, which is not checked.
+	Servers [2]ServerInfo
+	// Redundancy is the check of the pair against what its servers say:
+	// both endpoints on one server (an error: no standby), or servers
+	// that do not describe themselves as one redundant set (warnings).
+	Redundancy RedundancyCheck
 	// LastErr is the last connect or session error, nil before any: what
 	// a pair that carries no data is up against.
 	LastErr error

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -189,10 +191,24 @@ func (s *Source) healthOf(st uaclient.PairStatus) bridge.Health {
 	case !st.ActiveLevel.Healthy():
 		h.State = bridge.StateDegraded
 		h.Detail = "the active server reports " + st.ActiveLevel.String()
+		if st.Redundancy.SameServer {
+			h.Detail += "; no standby: " + st.Redundancy.Problem
+		}
+	case st.Redundancy.SameServer:
+		// A Healthy server takes writes, but nothing stands by for it:
+		// both endpoints reach it.
+		h.State = bridge.StateDegraded
+		h.Writable = true
+		h.Detail = "no standby: " + st.Redundancy.Problem
 	default:
 		h.State = bridge.StateConnected
 		h.Writable = true
-		h.Detail = linkDetail(st.Link)
+		// The warnings first: they are what an operator has to act on.
+		parts := slices.Clone(st.Redundancy.Warnings)
+		if d := linkDetail(st.Link); d != "" {
+			parts = append(parts, d)
+		}
+		h.Detail = strings.Join(parts, "; ")
 	}
 	return h
 }
@@ -227,6 +243,11 @@ type Stats struct {
 	// Link are the active session's parameters as its server revised
 	// them.
 	Link uaclient.LinkParams
+	// Redundancy is the Pair's check of its two servers against what they
+	// say of themselves, and Servers what each said (see
+	// uaclient.PairStatus); the health shows what the check found.
+	Redundancy uaclient.RedundancyCheck
+	Servers    [2]uaclient.ServerInfo
 }
 
 // Stats returns the counters; zero before Start.
@@ -238,7 +259,8 @@ func (s *Source) Stats() Stats {
 		return Stats{}
 	}
 	st := p.Status()
-	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link}
+	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link,
+		Redundancy: st.Redundancy, Servers: st.Servers}
 }
 
 var _ bridge.LinkReporter = (*Source)(nil)

@@ -49,13 +49,28 @@ type Config struct {
 	// RejectClients refuses client certificates it does not already
 	// trust (by default every client certificate is accepted).
 	RejectClients bool `json:"-"`
+	// ApplicationURI is the server's ApplicationUri, in ServerArray[0]
+	// and its endpoint description. Default urn:apbridge:interop:<port>:
+	// every server its own, as servers on different hosts have
+	// (node-opcua's own default is one URI for every server of a host,
+	// which makes two of them look like one server).
+	ApplicationURI string `json:"applicationUri,omitempty"`
+	// RedundancySupport is what the server reports at i=3709, by its
+	// Part 5 name (None, Cold, Warm, Hot, Transparent, HotAndMirrored);
+	// default None, node-opcua's.
+	RedundancySupport string `json:"redundancySupport,omitempty"`
+	// ServerURIs is the server's ServerUriArray (i=11314), the
+	// ApplicationUris of its redundant set; default empty.
+	ServerURIs []string `json:"serverUris,omitempty"`
 }
 
 // Server is a running node-opcua server.
 type Server struct {
-	// Endpoint is its opc.tcp URL; CertFile its certificate (PEM).
-	Endpoint string
-	CertFile string
+	// Endpoint is its opc.tcp URL; CertFile its certificate (PEM);
+	// ApplicationURI its ApplicationUri.
+	Endpoint       string
+	CertFile       string
+	ApplicationURI string
 
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -118,6 +133,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Port = p
 	}
+	if cfg.ApplicationURI == "" {
+		cfg.ApplicationURI = fmt.Sprintf("urn:apbridge:interop:%d", cfg.Port)
+	}
 	args := struct {
 		Config
 		Anonymous    bool `json:"anonymous"`
@@ -129,7 +147,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cmd := exec.Command("node", filepath.Join(scriptDir(), "server.js"), string(js))
 	cmd.Dir = scriptDir()
-	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: &tail{max: 8 << 10},
+		ApplicationURI: cfg.ApplicationURI}
 	cmd.Stderr = s.stderr
 	if s.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err

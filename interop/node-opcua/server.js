@@ -3,7 +3,9 @@
 //
 //   node server.js '{"port":4840,"serviceLevel":250,"policies":["None","Basic256Sha256"],
 //                    "modes":["None","Sign","SignAndEncrypt"],"users":{"relay":"secret"},
-//                    "anonymous":true,"counterMs":100,"pki":"/tmp/pki","namespaces":["urn:a","urn:b"]}'
+//                    "anonymous":true,"counterMs":100,"pki":"/tmp/pki","namespaces":["urn:a","urn:b"],
+//                    "applicationUri":"urn:a:server","redundancySupport":"Warm",
+//                    "serverUris":["urn:a:server","urn:b:server"]}'
 //
 // It prints one line "READY <endpoint> <server certificate file>" once it
 // listens. Commands on stdin, one per line:
@@ -18,7 +20,10 @@
 // tags are Bad_OutOfService while ServiceLevel is below 200 (Warm
 // redundancy). Their
 // namespace is the last one of "namespaces" (default urn:apbridge:interop),
-// so that two servers can number it differently.
+// so that two servers can number it differently. "applicationUri" names
+// the server (node-opcua's default is one URI per host); "redundancySupport"
+// (a Part 5 name) and "serverUris" are what it reports of its redundant set
+// (i=3709, i=11314).
 "use strict";
 
 const path = require("path");
@@ -27,6 +32,7 @@ const {
   OPCUAServer,
   OPCUACertificateManager,
   Variant,
+  VariantArrayType,
   DataValue,
   DataType,
   SecurityPolicy,
@@ -48,6 +54,9 @@ const cfg = Object.assign(
     trustClients: true,
     tags: 0,
     tagMs: 1000,
+    applicationUri: "",
+    redundancySupport: "",
+    serverUris: null,
   },
   JSON.parse(process.argv[2] || "{}"),
 );
@@ -65,6 +74,7 @@ async function main() {
   await userCertificateManager.initialize();
 
   const server = new OPCUAServer({
+    serverInfo: cfg.applicationUri ? { applicationUri: cfg.applicationUri } : undefined,
     port: cfg.port,
     hostname: "127.0.0.1",
     alternateHostname: ["127.0.0.1"],
@@ -169,6 +179,22 @@ async function main() {
         setTag(t, now);
       }
     }, cfg.tagMs).unref();
+  }
+
+  // The redundant set, as the server describes it (OPC UA Part 5).
+  const redundancyModes = { None: 0, Cold: 1, Warm: 2, Hot: 3, Transparent: 4, HotAndMirrored: 5 };
+  if (cfg.redundancySupport) {
+    if (!(cfg.redundancySupport in redundancyModes)) {
+      throw new Error(`redundancySupport ${cfg.redundancySupport} is not a Part 5 name`);
+    }
+    addressSpace.findNode("i=3709").setValueFromSource(
+      new Variant({ dataType: DataType.Int32, value: redundancyModes[cfg.redundancySupport] }),
+    );
+  }
+  if (cfg.serverUris) {
+    addressSpace.findNode("i=11314").setValueFromSource(
+      new Variant({ dataType: DataType.String, arrayType: VariantArrayType.Array, value: cfg.serverUris }),
+    );
   }
 
   const sl = addressSpace.findNode("i=2267");

@@ -57,6 +57,7 @@ type Server struct {
 	script  *Script
 	levelFn LevelFunc
 	health  Health
+	aliases []*faultproxy.Proxy // see Alias
 
 	wg      sync.WaitGroup // accept loop and connection goroutines
 	scripts sync.WaitGroup
@@ -120,6 +121,30 @@ func (s *Server) ApplicationURI() string { return s.uri }
 // through the server's faultproxy.Proxy and stays the same across Kill and
 // Restart.
 func (s *Server) Endpoint() string { return s.endpoint }
+
+// Alias opens another endpoint of the server: a loopback port of its own
+// that forwards every connection to the server's endpoint, as a port
+// forward, a NAT rule or a second address of the host does. A client given
+// the endpoint and the alias has one server twice under two host:port
+// pairs, which no check of the URLs can see: only what the server says of
+// itself (its ApplicationUri) gives it away. It returns the alias's
+// opc.tcp:// URL and its proxy (to break its links on their own). The
+// alias forwards to the endpoint, so it follows the server across Kill
+// and Restart; it closes with the pair.
+func (s *Server) Alias() (string, *faultproxy.Proxy, error) {
+	px, err := faultproxy.New(s.addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("uaserver: %s alias: %w", s.name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		px.Close()
+		return "", nil, ErrPairClosed
+	}
+	s.aliases = append(s.aliases, px)
+	return "opc.tcp://" + px.Addr(), px, nil
+}
 
 // Proxy returns the faultproxy.Proxy in front of the server, or nil while
 // the server is down. A restart puts a new proxy on the same address; the
@@ -416,7 +441,12 @@ func (s *Server) probe(ctx context.Context) error {
 func (s *Server) close() {
 	s.mu.Lock()
 	s.closed = true
+	aliases := s.aliases
+	s.aliases = nil
 	s.mu.Unlock()
+	for _, px := range aliases {
+		px.Close()
+	}
 	s.stopScript()
 	s.scripts.Wait()
 	s.kill("pair closed")
