@@ -24,9 +24,9 @@ func (r ReservedSpace) String() string { return `"` + r.Pattern + `" (` + r.Use 
 // Beyond them every subject whose first token starts with '$' is reserved
 // (NATS keeps those for itself: the spaces below all start so, and new
 // ones do); "_INBOX.>" is the one outside '$' (the default reply prefix of
-// every NATS client). "$SRV.>" (the micro services' discovery) is among the
-// relay's own service subjects (ServiceSubjects), which the relay reports
-// as such.
+// every NATS client). "$SRV.>" is among the relay's own service subjects
+// too (ServiceSubjects), and the relay reports a tag there as overlapping
+// its services.
 var reservedSpaces = []ReservedSpace{
 	{"$JS.API.>", "the JetStream API: a message there is a request to JetStream, such as deleting a stream"},
 	{"$JS.>", "JetStream's acknowledgements, flow control and advisories"},
@@ -36,6 +36,7 @@ var reservedSpaces = []ReservedSpace{
 	{"$KV.>", "JetStream key-value buckets: a message there is a write to a bucket"},
 	{"$O.>", "JetStream object stores: a message there is a write to a store"},
 	{"$MQTT.>", "the MQTT gateway's sessions and retained messages"},
+	{"$SRV.>", "the discovery of NATS micro services: a message there is a PING, INFO or STATS request to every service"},
 	{"_INBOX.>", "reply subjects: a message there is a reply to another client's request"},
 }
 

@@ -17,6 +17,7 @@ func TestReserved(t *testing.T) {
 		{"$O.store.x", "$O.>"},
 		{"$MQTT.sess.x", "$MQTT.>"},
 		{"_INBOX.abc.1", "_INBOX.>"},
+		{"$SRV.PING.apbridge", "$SRV.>"},
 		{"$FOO.bar", "$FOO.>"},
 		{"$G", "$G.>"},
 		// Patterns: whatever they could match.
