@@ -300,7 +300,7 @@ func (c *Config) validate(withSources bool) error {
 			}
 		}
 	}
-	c.checkSubjects(add)
+	c.checkSubjects(add, withSources)
 	return errors.Join(errs...)
 }
 
