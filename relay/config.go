@@ -236,6 +236,7 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	c.validateFleet(add)
+	c.checkNames(add)
 	if len(c.Sources) == 0 && !withSources {
 		add("sources: at least one source is required")
 	}
