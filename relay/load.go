@@ -96,11 +96,14 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if errs := append(checkFields(doc, reflect.TypeOf(Config{}), ""), checkTags(doc)...); len(errs) > 0 {
 		return nil, redact(errors.Join(errs...), subs)
 	}
+	// A field written with its zero value would silently take the
+	// default (explicit.go); these are reported with the rest.
+	errs := checkWrittenZeros(doc)
 	var c Config
 	if err := doc.Decode(&c); err != nil {
-		return nil, redact(decodeErrors(err, doc), subs)
+		return nil, redact(errors.Join(append(errs, Errors(decodeErrors(err, doc))...)...), subs)
 	}
-	if err := c.Validate(); err != nil {
+	if err := errors.Join(append(errs, Errors(c.Validate())...)...); err != nil {
 		return nil, redact(err, subs)
 	}
 	return &c, nil
