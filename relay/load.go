@@ -103,6 +103,7 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := doc.Decode(&c); err != nil {
 		return nil, redact(errors.Join(append(errs, Errors(decodeErrors(err, doc))...)...), subs)
 	}
+	errs = append(errs, c.unusedSections(doc)...)
 	if err := errors.Join(append(errs, Errors(c.Validate())...)...); err != nil {
 		return nil, redact(err, subs)
 	}
