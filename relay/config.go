@@ -235,10 +235,8 @@ func (c *Config) validate(withSources bool) error {
 			add("subject: %v", err)
 		}
 	}
-	if g := c.guard(); true {
-		if err := g.Validate(); err != nil {
-			add("%v", err)
-		}
+	for _, e := range Errors(c.guard().Validate()) {
+		add("%v", e)
 	}
 	if err := c.SinkConfig.Validate(); err != nil {
 		for _, e := range Errors(err) {
