@@ -59,12 +59,13 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 	owner := map[string]string{}
 	bySource := map[string][]string{} // tag subjects, for a stream's subjects worked out
 	later := map[string]string{}      // sources with browse roots: what their tags fall under
-	// incomplete is set when a tag's subject is refused: the stream's
-	// subjects worked out without it would only add confusion.
+	// incomplete is set when a source or a tag's subject is refused: the
+	// stream's subjects worked out without it would only add confusion.
 	incomplete := false
 	for i, s := range c.Sources {
 		f := fmt.Sprintf("sources[%d]", i)
 		if s.Name == "" {
+			incomplete = true
 			continue
 		}
 		var tags []tagEntry
@@ -76,6 +77,7 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 				tags = append(tags, tagEntry{field: fmt.Sprintf("%s.tags[%d]", f, j), tag: opcuasource.TagConfig{TagConfig: t}})
 			}
 		default:
+			incomplete = true
 			continue
 		}
 		for _, e := range tags {
