@@ -31,8 +31,8 @@ func errUnusedJetStream(sink string) error {
 // under the settings chosen and that Validate cannot see, because it
 // decoded to nothing: "jetstream: {}" without sink: jetstream.
 func (c *Config) unusedSections(doc *yaml.Node) []error {
-	if c.Sink == SinkJetStream || c.hasJetStream() {
-		return nil // used, or reported by Validate
+	if c.Sink != "" && c.Sink != SinkCore || c.hasJetStream() {
+		return nil // used, or reported by Validate (with a sink that is none)
 	}
 	for i := 0; i+1 < len(doc.Content); i += 2 {
 		if doc.Content[i].Value == "jetstream" {

@@ -37,3 +37,25 @@ func TestUnusedJetStreamSection(t *testing.T) {
 		}
 	}
 }
+
+// TestUnusedEmptyJetStreamSection: "jetstream: {}" decodes to nothing, so
+// Validate cannot see it; Parse reports it by its line, with the core sink
+// only (an unknown sink is reported as such).
+func TestUnusedEmptyJetStreamSection(t *testing.T) {
+	for _, tc := range []struct{ top, want, not string }{
+		{"jetstream: {}", "config: line 1: jetstream: the section is given with no sink (core, the default)", ""},
+		{"sink: core\njetstream: {}", "config: line 2: jetstream: the section is given with sink: core", ""},
+		{"sink: jetstream\njetstream: {}", "", ""},
+		{"sink: kafka\njetstream: {}", `sink: "kafka" is not a sink`, "the section is given"},
+	} {
+		_, err := Parse([]byte(tc.top + "\n" + edit("instance: site-a\n", "")))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v", tc.top, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: %v, want %q", tc.top, err, tc.want)
+		case tc.not != "" && strings.Contains(err.Error(), tc.not):
+			t.Errorf("%q: %v, want no %q", tc.top, err, tc.not)
+		}
+	}
+}
