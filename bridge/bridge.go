@@ -157,6 +157,11 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 	if err := wire.ValidateSubject(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("bridge: prefix: %w", err)
 	}
+	if r, ok := wire.Reserved(cfg.Prefix + ".status"); ok {
+		// Its events would be published there, and its services listen
+		// there.
+		return nil, fmt.Errorf("bridge: prefix: %q is in the reserved subject space %s", cfg.Prefix, r)
+	}
 	m, err := wire.NewMapper(cfg.Subject)
 	if err != nil {
 		return nil, fmt.Errorf("bridge: %w", err)

@@ -352,6 +352,10 @@ func TestConfigErrors(t *testing.T) {
 	if _, err := bridge.New(conn, bridge.Config{Prefix: "a b"}); err == nil {
 		t.Error("bad prefix accepted")
 	}
+	// Its events would be published in a key-value bucket.
+	if _, err := bridge.New(conn, bridge.Config{Prefix: "$KV.plant"}); err == nil || !strings.Contains(err.Error(), `reserved subject space "$KV.>"`) {
+		t.Errorf("a prefix in a reserved subject space: %v", err)
+	}
 	b, err := bridge.New(conn, bridge.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -365,6 +369,10 @@ func TestConfigErrors(t *testing.T) {
 		{[]bridge.TagConfig{{Name: "A.B"}, {Name: "A/B"}}, `tag "A/B" maps to subject`},
 		{[]bridge.TagConfig{{Name: "A", Subject: "x..y"}}, `tag "A"`},
 		{[]bridge.TagConfig{{Name: "..."}}, `tag "..."`},
+		// A tag's update there would delete a stream, or answer another
+		// client's request.
+		{[]bridge.TagConfig{{Name: "A", Subject: "$JS.API.STREAM.DELETE.PLANT"}}, `tag "A": subject "$JS.API.STREAM.DELETE.PLANT" is in the reserved subject space "$JS.API.>"`},
+		{[]bridge.TagConfig{{Name: "B", Subject: "_INBOX.x"}}, `reserved subject space "_INBOX.>"`},
 	}
 	for i, c := range cases {
 		err := b.AddSource(simsource.New("s"+string(rune('a'+i))), c.tags)

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -31,19 +32,23 @@ func DefaultGuardConfig() GuardConfig {
 		InFlightCeiling: 45 * time.Second, Jitter: 0.5}
 }
 
-// Validate checks the ranges; errors name the field.
+// Validate checks the ranges and reports every problem (errors.Join);
+// errors name the field and the allowed range.
 func (c GuardConfig) Validate() error {
-	switch {
-	case c.RetryFloor < 10*time.Millisecond || c.RetryFloor > time.Hour:
-		return fmt.Errorf("subscribe.retryFloor: %v is out of range (valid 10ms-1h)", c.RetryFloor)
-	case c.RetryCeiling < c.RetryFloor || c.RetryCeiling > 24*time.Hour:
-		return fmt.Errorf("subscribe.retryCeiling: %v is out of range (valid retryFloor (%v) to 24h)", c.RetryCeiling, c.RetryFloor)
-	case c.InFlightCeiling < 10*time.Millisecond || c.InFlightCeiling > 24*time.Hour:
-		return fmt.Errorf("subscribe.inFlightCeiling: %v is out of range (valid 10ms-24h)", c.InFlightCeiling)
-	case c.Jitter < 0 || c.Jitter > 1:
-		return fmt.Errorf("subscribe.jitter: %v is out of range (valid 0-1)", c.Jitter)
+	var errs []error
+	if c.RetryFloor < 10*time.Millisecond || c.RetryFloor > time.Hour {
+		errs = append(errs, fmt.Errorf("subscribe.retryFloor: %v is out of range (valid 10ms-1h)", c.RetryFloor))
 	}
-	return nil
+	if c.RetryCeiling < c.RetryFloor || c.RetryCeiling > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("subscribe.retryCeiling: %v is out of range (valid retryFloor (%v) to 24h)", c.RetryCeiling, c.RetryFloor))
+	}
+	if c.InFlightCeiling < 10*time.Millisecond || c.InFlightCeiling > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("subscribe.inFlightCeiling: %v is out of range (valid 10ms-24h)", c.InFlightCeiling))
+	}
+	if c.Jitter < 0 || c.Jitter > 1 {
+		errs = append(errs, fmt.Errorf("subscribe.jitter: %v is out of range (valid 0-1)", c.Jitter))
+	}
+	return errors.Join(errs...)
 }
 
 // subscribeGuard decides when a source's subscribe requests go, so that a

@@ -191,4 +191,11 @@ func TestGuardConfigValidate(t *testing.T) {
 			t.Errorf("case %d accepted", i)
 		}
 	}
+	// Every problem at once, each on its own.
+	c := GuardConfig{RetryFloor: 2 * time.Hour, RetryCeiling: time.Hour, InFlightCeiling: time.Millisecond, Jitter: 2}
+	err := c.Validate()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok || len(j.Unwrap()) != 4 {
+		t.Errorf("four problems, reported as %v", err)
+	}
 }

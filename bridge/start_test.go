@@ -145,6 +145,7 @@ func TestAddTagsWhileRunning(t *testing.T) {
 		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Line2.X", Address: "x"}}, `tag "Line2.X" is listed twice`},
 		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Other", Address: "o", Subject: "apbridge.sim1.Line2.X"}}, `like tag "Line2.X"`},
 		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Line3/Z", Address: "z2"}}, `like tag "Line3.Z"`},
+		{[]bridge.TagConfig{{Name: "Line3.Z", Address: "z"}, {Name: "Sys", Address: "s", Subject: "$SYS.REQ.SERVER.PING"}}, `reserved subject space "$SYS.>"`},
 	} {
 		err := e.b.AddTags(ctx, "sim1", c.tags)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -161,6 +161,10 @@ func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error)
 			return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
 				name, tc.Name, subj, sv)
 		}
+		if r, ok := wire.Reserved(subj); ok {
+			return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q is in the reserved subject space %s: NATS would take its updates as its own traffic",
+				name, tc.Name, subj, r)
+		}
 		if other, dup := b.bySubject[subj]; dup {
 			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
 				name, tc.Name, subj, other.cfg.Name, other.src.src.Name())

@@ -24,14 +24,16 @@ type Config struct {
 	Replicas int
 	// Dwell is how long an owner that is no longer first in rank keeps a
 	// pair before it hands it over, so that a member that flaps does not
-	// move pairs back and forth. Default LeaseTTL; 0 to 10 min.
+	// move pairs back and forth. Up to 10 min; zero takes the default,
+	// LeaseTTL.
 	Dwell time.Duration
 	// Overlap is how long a member that hands a pair over (rebalance,
 	// shutdown) keeps publishing after it released the lease, so that the
 	// next owner is publishing before it stops: make before break. Both
 	// publish inside it (a JetStream sink stores each update once by its
-	// message ID). 0 to LeaseTTL; default DefaultOverlap, or LeaseTTL if
-	// that is shorter. A negative value turns it off (break before make).
+	// message ID). Up to LeaseTTL; zero takes the default, DefaultOverlap,
+	// or LeaseTTL if that is shorter. A negative value turns it off (break
+	// before make).
 	Overlap time.Duration
 	// Pairs are the names of the source pairs the fleet divides.
 	Pairs []string
@@ -97,7 +99,7 @@ func (c Config) Validate() error {
 		add("replicas: %d is not valid (1 to 5)", c.Replicas)
 	}
 	if c.Dwell < 0 || c.Dwell > maxDwell {
-		add("dwell: %v is not valid (0 to %v)", c.Dwell, maxDwell)
+		add("dwell: %v is not valid (above 0 up to %v; 0 takes the default, leaseTTL)", c.Dwell, maxDwell)
 	}
 	if c.Overlap > c.LeaseTTL {
 		add("overlap: %v is not valid (at most leaseTTL, %v; negative turns it off)", c.Overlap, c.LeaseTTL)

@@ -126,9 +126,10 @@ var ErrSameID = errors.New("fleet: relay ID in use")
 // Join joins the fleet over nc: it opens (or creates) the bucket, claims
 // the relay's membership key, reads the bucket and starts the goroutine
 // that wins, renews and hands over leases. A relay ID held by a live
-// member is refused with ErrSameID after one lease TTL (a crashed relay's
-// key expires within that time, so a restart is not refused). ctx bounds
-// Join only.
+// member is refused with ErrSameID as soon as that member renews its key
+// (within a renewal period, a quarter of the lease TTL); one held by a
+// relay that crashed is claimed once its key expires (within a TTL), so
+// that a restart is not refused. ctx bounds Join only.
 func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member, error) {
 	c = c.withDefaults()
 	if err := c.Validate(); err != nil {
@@ -169,32 +170,6 @@ func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member
 	}
 	go m.run()
 	return m, nil
-}
-
-// claimID creates the membership key, retrying for one TTL while another
-// holds it.
-func (m *Member) claimID(ctx context.Context) error {
-	deadline := time.Now().Add(m.cfg.LeaseTTL + m.cfg.LeaseTTL/2)
-	for {
-		sent := time.Now()
-		rev, err := m.kv.Create(ctx, relayPrefix+m.cfg.RelayID, m.value)
-		if err == nil {
-			m.selfRev, m.selfOK = rev, sent
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("fleet: join as %q: %w", m.cfg.RelayID, err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: relay %q is live in bucket %q (its key was renewed within the last %v); give each relay of a fleet its own relayId",
-				ErrSameID, m.cfg.RelayID, m.cfg.Bucket, m.cfg.LeaseTTL)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(m.cfg.renewEvery()):
-		}
-	}
 }
 
 // watch starts the bucket watcher and applies its initial values.

@@ -193,23 +193,54 @@ func TestPartitionedMemberFences(t *testing.T) {
 	}
 }
 
-// A second member with a live member's ID is refused; another ID joins
-// (the positive control).
+// A second member with a live member's ID is refused as soon as the live
+// one renews its key, long before the key could expire (a TTL and a half
+// was the wait before); another ID joins (the positive control).
 func TestSameIDRefused(t *testing.T) {
 	cl := startJS(t)
 	ps := pairs(2)
-	join(t, cl.URLs(), cfg("a", ps))
+	c := cfg("a", ps)
+	c.LeaseTTL = 4 * time.Second // renewals every second; the old wait was 6 s
+	join(t, cl.URLs(), c)
 	nc := dial(t, cl.URLs()[1])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m, err := fleet.Join(ctx, nc, cfg("a", ps))
+	start := time.Now()
+	m, err := fleet.Join(ctx, nc, c)
+	took := time.Since(start)
 	if !errors.Is(err, fleet.ErrSameID) {
 		if m != nil {
 			m.Close(ctx)
 		}
 		t.Fatalf("second member with ID a: err %v, want ErrSameID", err)
 	}
-	join(t, cl.URLs(), cfg("b", ps))
+	if took >= c.LeaseTTL {
+		t.Errorf("refused after %v, not within a renewal period (%v)", took, c.LeaseTTL/4)
+	}
+	for _, want := range []string{`another live relay holds relayId "a" in bucket "leases"`, "give each relay of a fleet its own relayId"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	c.RelayID = "b"
+	join(t, cl.URLs(), c)
+}
+
+// A relay that crashed leaves its key behind until the key expires; the
+// relay restarted with the same ID claims it then, and is not refused.
+func TestRestartedIDClaimed(t *testing.T) {
+	cl := startJS(t)
+	ps := pairs(2)
+	a := join(t, cl.URLs(), cfg("a", ps))
+	a.nc.Close() // a crash: the key stays, unrenewed
+	nc := dial(t, cl.URLs()[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := fleet.Join(ctx, nc, cfg("a", ps))
+	if err != nil {
+		t.Fatalf("the restarted relay a: %v", err)
+	}
+	m.Close(ctx)
 }
 
 // A bucket that exists with other settings is refused with an error that

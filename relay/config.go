@@ -71,16 +71,26 @@ type SinkConfig struct {
 	JetStream jetstreamsink.Config `yaml:"jetstream,omitempty" json:"jetstream,omitzero"`
 }
 
-// Validate checks the sink kind and, for "jetstream", the stream settings.
-// Errors name the YAML field and the allowed values.
+// Validate checks the sink kind and the stream settings, and refuses
+// stream settings with another sink: they would do nothing, and a relay
+// meant to store every update exactly once would publish at most once.
+// Errors name the YAML field and the allowed values; every problem is
+// reported (Errors splits them).
 func (c SinkConfig) Validate() error {
 	switch c.Sink {
 	case "", SinkCore:
+		if c.hasJetStream() {
+			return errors.Join(errUnusedJetStream(c.Sink), c.JetStream.Validate())
+		}
 		return nil
 	case SinkJetStream:
 		return c.JetStream.Validate()
 	}
-	return fmt.Errorf("sink: %q is not a sink (valid: %s, %s)", c.Sink, SinkCore, SinkJetStream)
+	err := fmt.Errorf("sink: %q is not a sink (valid: %s, %s)", c.Sink, SinkCore, SinkJetStream)
+	if c.hasJetStream() {
+		return errors.Join(err, c.JetStream.Validate())
+	}
+	return err
 }
 
 // HTTPConfig is the health and metrics listener.
@@ -225,10 +235,8 @@ func (c *Config) validate(withSources bool) error {
 			add("subject: %v", err)
 		}
 	}
-	if g := c.guard(); true {
-		if err := g.Validate(); err != nil {
-			add("%v", err)
-		}
+	for _, e := range Errors(c.guard().Validate()) {
+		add("%v", e)
 	}
 	if err := c.SinkConfig.Validate(); err != nil {
 		for _, e := range Errors(err) {
@@ -236,6 +244,7 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	c.validateFleet(add)
+	c.checkNames(add)
 	if len(c.Sources) == 0 && !withSources {
 		add("sources: at least one source is required")
 	}
@@ -300,7 +309,7 @@ func (c *Config) validate(withSources bool) error {
 			}
 		}
 	}
-	c.checkSubjects(add)
+	c.checkSubjects(add, withSources)
 	return errors.Join(errs...)
 }
 

@@ -26,12 +26,14 @@ type FleetConfig struct {
 	// Replicas is the bucket's replica count (1 to 5, default 3).
 	Replicas int `yaml:"replicas"`
 	// Dwell is how long a relay keeps a source another relay now ranks
-	// first for before handing it over (0 to 10m, default leaseTTL).
+	// first for before handing it over (up to 10m; zero takes the
+	// default, leaseTTL, and a file that writes 0 is refused).
 	Dwell time.Duration `yaml:"dwell"`
 	// Overlap is how long a relay that hands a source over keeps
 	// publishing it while the next owner starts (make before break; the
-	// JetStream sink stores each update once). 0 to leaseTTL, default
-	// 1s (or leaseTTL if shorter); negative turns it off.
+	// JetStream sink stores each update once). Up to leaseTTL; zero takes
+	// the default, 1s (or leaseTTL if shorter), and a file that writes 0
+	// is refused; negative turns it off.
 	Overlap time.Duration `yaml:"overlap"`
 }
 

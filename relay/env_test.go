@@ -12,17 +12,25 @@ func lookupIn(env map[string]string) func(string) (string, bool) {
 }
 
 // TestEnvValuesKeepEveryCharacter: a substituted value is data, not YAML:
-// '#', quotes, newlines and YAML syntax arrive whole and add no keys.
+// '#', quotes, newlines and YAML syntax arrive whole and add no keys. (A
+// password takes them all; a name refuses the control characters, and a
+// field refuses an empty value that would stand for its default.)
 func TestEnvValuesKeepEveryCharacter(t *testing.T) {
-	secrets := []string{"abc #def", `a"b'c`, "line1\nline2", "*&!{}[]: -", "x: y\nz: w", "true", "~", ""}
+	secrets := []string{"abc #def", `a"b'c`, "line1\nline2", "*&!{}[]: -", "x: y\nz: w", "true", "~", "null"}
 	for _, s := range secrets {
-		c, err := parse([]byte(edit("instance: site-a", "instance: ${APB_SECRET}  # from the environment")), lookupIn(map[string]string{"APB_SECRET": s}))
+		cfg := edit("    tags:", "    security: {username: relay, password: '${APB_SECRET}'}  # from the environment\n    tags:")
+		c, err := parse([]byte(cfg), lookupIn(map[string]string{"APB_SECRET": s}))
 		if err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}
-		if c.Instance != s {
-			t.Errorf("instance %q, want %q", c.Instance, s)
+		if got := c.Sources[0].Security.Password; got != s {
+			t.Errorf("password %q, want %q", got, s)
 		}
+	}
+	// An empty value is "", not null: the field is written, and empty.
+	_, err := parse([]byte(edit("instance: site-a", "instance: ${APB_SECRET}")), lookupIn(map[string]string{"APB_SECRET": ""}))
+	if err == nil || !strings.Contains(err.Error(), `instance: "" is empty`) {
+		t.Errorf("an empty instance from the environment: %v", err)
 	}
 	// A plain scalar is typed by its value, so numbers can come from the
 	// environment too; a quoted one stays a string.

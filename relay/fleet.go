@@ -207,7 +207,8 @@ func (s *leasedSource) SubscribeReplyBound() time.Duration { return s.replyBound
 
 // Start records the handler; the instance starts when the lease is won,
 // or now if it was won before the bridge started this source (the fleet
-// joins as the bridge starts its sources, side by side).
+// joins before the bridge starts, so that a relayId in use is refused
+// first).
 func (s *leasedSource) Start(_ context.Context, h bridge.Handler) error {
 	s.mu.Lock()
 	s.h = h
@@ -306,7 +307,11 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 	inner, h := s.inner, s.h
 	s.inner = nil
 	s.mu.Unlock()
-	h.HealthChanged(notOwned("lease lost: " + string(cause)))
+	if h != nil {
+		// nil: lost before the bridge started the source (the fleet
+		// joins first), which Start then reports as not owned.
+		h.HealthChanged(notOwned("lease lost: " + string(cause)))
+	}
 	s.log.Info().Str("cause", string(cause)).Msg("fleet: source lost, stopping")
 	if inner != nil {
 		s.wg.Add(1)

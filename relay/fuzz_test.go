@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+
+	"github.com/apbridge/apbridge/wire"
+	"gopkg.in/yaml.v3"
 )
 
 // FuzzExpandValue: any value and any variable value expand or fail
@@ -37,11 +41,16 @@ func FuzzExpandValue(f *testing.F) {
 }
 
 // FuzzParse: any file is a config or a list of errors, without a panic
-// and within a second; an accepted config validates again.
+// and within a second; an accepted config validates again, and breaks
+// none of the rules of acceptedRules.
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob("testdata/bad/*.yaml")
 	for i, p := range files {
-		if i%4 != 0 { // a quarter of the bad-input suite seeds the corpus
+		// A quarter of the bad-input suite goes into the corpus, and every
+		// case of the rules acceptedRules checks.
+		if i%4 != 0 && !strings.HasPrefix(filepath.Base(p), "reserved-") && !strings.HasPrefix(filepath.Base(p), "control-") &&
+			!strings.HasPrefix(filepath.Base(p), "yaml-tag-") && !strings.HasPrefix(filepath.Base(p), "unused-") &&
+			!strings.HasPrefix(filepath.Base(p), "zero-") {
 			continue
 		}
 		data, err := os.ReadFile(p)
@@ -74,5 +83,70 @@ func FuzzParse(f *testing.F) {
 		if err := c.Validate(); err != nil {
 			t.Fatalf("accepted, then refused: %v", err)
 		}
+		acceptedRules(t, data, c)
 	})
+}
+
+// acceptedRules fails t when an accepted config breaks a rule of issue 23
+// that Parse must enforce: no subject in a reserved subject space, no
+// control character in a name, no YAML tag outside the standard ones, no
+// JetStream settings without the JetStream sink.
+func acceptedRules(t *testing.T, data []byte, c *Config) {
+	t.Helper()
+	prefix, tmpl := c.Service.Prefix, c.Subject
+	if prefix == "" {
+		prefix = wire.DefaultPrefix
+	}
+	if tmpl == "" {
+		tmpl = wire.DefaultSubject
+	}
+	if r, ok := wire.Reserved(prefix + ".status"); ok {
+		t.Fatalf("accepted the service prefix %q in %s", prefix, r.Pattern)
+	}
+	m, err := wire.NewMapper(tmpl)
+	if err != nil {
+		t.Fatalf("accepted the template %q: %v", tmpl, err)
+	}
+	names := []string{c.Instance, c.NATS.Name}
+	for _, s := range c.Sources {
+		names = append(names, s.Name)
+		tags := s.MxGateway.Tags
+		for _, e := range s.listedTags("") {
+			tags = append(tags, e.tag.TagConfig)
+		}
+		for _, tag := range tags {
+			names = append(names, tag.Name)
+			subject := tag.Subject
+			if subject == "" {
+				if subject, err = m.Subject(s.Name, tag.Name, tag.Address); err != nil {
+					t.Fatalf("accepted tag %q without a subject: %v", tag.Name, err)
+				}
+			}
+			if r, ok := wire.Reserved(subject); ok {
+				t.Fatalf("accepted tag %q on %q, in %s", tag.Name, subject, r.Pattern)
+			}
+		}
+		if _, ok := m.CanBeReserved(s.Name); ok && len(s.Browse) > 0 {
+			t.Fatalf("accepted browse roots for source %q with the template %q", s.Name, tmpl)
+		}
+	}
+	for _, js := range c.JetStream.Subjects {
+		if r, ok := wire.Reserved(js); ok {
+			t.Fatalf("accepted the stream subject %q, in %s", js, r.Pattern)
+		}
+	}
+	if c.hasJetStream() && c.Sink != SinkJetStream {
+		t.Fatalf("accepted JetStream settings with sink %q", c.Sink)
+	}
+	for _, n := range names {
+		if strings.IndexFunc(n, unicode.IsControl) >= 0 {
+			t.Fatalf("accepted the name %q", n)
+		}
+	}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) == nil {
+		if errs := checkTags(&doc); len(errs) > 0 {
+			t.Fatalf("accepted %v", errs[0])
+		}
+	}
 }

@@ -39,9 +39,9 @@ func Load(path string) (*Config, error) {
 	return Parse(data)
 }
 
-// Parse decodes a config strictly (an unknown field or a fractional
-// integer is an error with its line), expands ${VAR} references in its
-// values and validates it. All problems are reported at once (Errors
+// Parse decodes a config strictly (an unknown field, a fractional
+// integer or a YAML tag outside the standard ones is an error with its
+// line), expands ${VAR} references in its values and validates it. All problems are reported at once (Errors
 // splits them); no message shows a value that came from the environment.
 func Parse(data []byte) (*Config, error) {
 	return parse(data, os.LookupEnv)
@@ -93,14 +93,18 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err != nil {
 		return nil, err // names lines and variables, never values
 	}
-	if errs := checkFields(doc, reflect.TypeOf(Config{}), ""); len(errs) > 0 {
+	if errs := append(checkFields(doc, reflect.TypeOf(Config{}), ""), checkTags(doc)...); len(errs) > 0 {
 		return nil, redact(errors.Join(errs...), subs)
 	}
+	// A field written with its zero value would silently take the
+	// default (explicit.go); these are reported with the rest.
+	errs := checkWrittenZeros(doc)
 	var c Config
 	if err := doc.Decode(&c); err != nil {
-		return nil, redact(decodeErrors(err, doc), subs)
+		return nil, redact(errors.Join(append(errs, Errors(decodeErrors(err, doc))...)...), subs)
 	}
-	if err := c.Validate(); err != nil {
+	errs = append(errs, c.unusedSections(doc)...)
+	if err := errors.Join(append(errs, Errors(c.Validate())...)...); err != nil {
 		return nil, redact(err, subs)
 	}
 	return &c, nil

@@ -40,8 +40,8 @@ type Relay struct {
 const connectTimeout = 30 * time.Second
 
 // Start validates c, connects to NATS, builds the sink, the bridge and the
-// sources, starts the bridge (and joins the fleet) and returns the running
-// relay. It never waits for a source's servers: the sources connect in the
+// sources, joins the fleet (in a fleet), starts the bridge and returns the
+// running relay. It never waits for a source's servers: the sources connect in the
 // background, and browse roots are expanded once the bridge runs, retried
 // until a server answers (Ready says what each waits for). ctx bounds the
 // start only. On an error everything started so far is closed again.
@@ -145,14 +145,22 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 			return fail(err)
 		}
 	}
-	if err := r.b.Start(ctx); err != nil {
-		return fail(err)
-	}
 	if r.fl != nil {
+		// Before the bridge starts: a relayId another live relay holds
+		// is refused before this relay serves or publishes anything. A
+		// lease won now is held for the bridge's start (leasedSource).
 		o.progress("joining fleet " + c.Fleet.Bucket)
 		if err := r.fl.join(ctx, c.NATS.Servers, c.connName()+"-fleet", append(natsOpts, o.natsOpts...)); err != nil {
 			return fail(err)
 		}
+	}
+	if err := r.b.Start(ctx); err != nil {
+		if r.fl != nil {
+			lctx, cancel := context.WithTimeout(context.Background(), fleetLeaveTimeout)
+			r.fl.leave(lctx)
+			cancel()
+		}
+		return fail(err)
 	}
 	r.browser = newBrowser(o.log)
 	r.browser.start(r.b, r.browseJobs)

@@ -172,3 +172,52 @@ func strictDecode(n *yaml.Node, v any) error {
 	}
 	return n.Decode(v)
 }
+
+// standardTags are the YAML tags a config may carry: the core schema's,
+// which decode as YAML defines them. Any other (!Ref, !include, !env, a
+// typo of !!str) would be dropped by the decoder, and the value taken as
+// it is written: the file would mean something else than its author
+// thinks.
+var standardTags = map[string]bool{
+	"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true,
+	"!!map": true, "!!seq": true, "!!binary": true, "!!timestamp": true, "!!merge": true,
+}
+
+// checkTags reports every node, key or value, that carries a YAML tag
+// outside standardTags, with its line and path.
+func checkTags(doc *yaml.Node) []error {
+	var errs []error
+	report := func(n *yaml.Node, path, what string) {
+		if n.Kind == yaml.AliasNode || n.Kind == yaml.DocumentNode || standardTags[n.ShortTag()] {
+			return
+		}
+		if path == "" {
+			path = "the document"
+		}
+		errs = append(errs, fmt.Errorf("config: line %d: %s: the YAML tag %s on its %s means nothing to the relay (it would be ignored); write the plain value",
+			n.Line, path, n.Tag, what))
+	}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		report(n, path, "value")
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(c, path)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				p := fieldPath(path, k.Value)
+				report(k, p, "key")
+				walk(n.Content[i+1], p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(c, fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	}
+	walk(doc, "")
+	return errs
+}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/internal/tlsconf"
-	"github.com/apbridge/apbridge/wire"
 )
 
 // The checks below are part of Validate (validate calls them): they see
@@ -128,102 +127,6 @@ func (c *Config) checkListen(add func(string, ...any)) {
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 		add("http.listen: port %q is out of range (valid 1-65535, or 0 for any free port)", port)
-	}
-}
-
-// checkSubjects checks the subjects of the tags against each other, the
-// service subjects and the JetStream stream: no two tags share a subject;
-// no tag subject, subject template result (for browsed tags) or stream
-// subject overlaps a service subject (wire.ServiceSubjects: the relay's
-// updates would arrive as its own requests, with a writable tag as writes
-// to the plant); a stream given subjects captures every tag.
-func (c *Config) checkSubjects(add func(string, ...any)) {
-	prefix, tmpl := c.Service.Prefix, c.Subject
-	if prefix == "" {
-		prefix = wire.DefaultPrefix
-	}
-	if tmpl == "" {
-		tmpl = wire.DefaultSubject
-	}
-	m, err := wire.NewMapper(tmpl)
-	if err != nil || wire.ValidateSubject(prefix) != nil {
-		return // reported by the field checks
-	}
-	svcList := wire.ServiceSubjects(prefix)
-	svc := wire.NewPatterns(svcList...)
-	type tagSubject struct{ field, subject string }
-	var all []tagSubject
-	owner := map[string]string{}
-	for i, s := range c.Sources {
-		f := fmt.Sprintf("sources[%d]", i)
-		if s.Name == "" {
-			continue
-		}
-		var tags []tagEntry
-		switch s.Type {
-		case "", TypeOPCUA:
-			tags = s.listedTags(f)
-		case TypeMxGateway:
-			for j, t := range s.MxGateway.Tags {
-				tags = append(tags, tagEntry{field: fmt.Sprintf("%s.tags[%d]", f, j), tag: opcuasource.TagConfig{TagConfig: t}})
-			}
-		default:
-			continue
-		}
-		for _, e := range tags {
-			t := e.tag.TagConfig
-			subject := t.Subject
-			if subject == "" {
-				if t.Name == "" || (t.Address == "" && strings.Contains(tmpl, "{address}")) {
-					continue // reported by the field checks
-				}
-				if subject, err = m.Subject(s.Name, t.Name, t.Address); err != nil {
-					add("%s: %v", e.field, err)
-					continue
-				}
-			} else if wire.ValidateSubject(subject) != nil {
-				continue
-			}
-			if sv, ok := svc.Overlapping(subject); ok {
-				add("%s: subject %q overlaps the service subject %q: the relay's own updates would arrive as requests (change the tag's subject, the template or service.prefix)", e.field, subject, sv)
-			}
-			if other, dup := owner[subject]; dup {
-				add("%s: subject %q is also the subject of %s (each tag needs a subject of its own)", e.field, subject, other)
-				continue
-			}
-			owner[subject] = e.field
-			all = append(all, tagSubject{e.field, subject})
-		}
-		if len(s.Browse) > 0 && (s.Type == "" || s.Type == TypeOPCUA) {
-			for _, sv := range svcList {
-				if m.CanOverlap(s.Name, sv) {
-					add("%s.browse: the subject template %q can give a browsed tag of source %q a subject under the service subject %q; use a template or service.prefix that keeps them apart", f, tmpl, s.Name, sv)
-					break
-				}
-			}
-		}
-	}
-	if c.Sink != SinkJetStream {
-		return
-	}
-	valid := true
-	for k, js := range c.JetStream.Subjects {
-		if wire.ValidatePattern(js) != nil {
-			valid = false
-			continue
-		}
-		if sv, ok := svc.Overlapping(js); ok {
-			add("jetstream.subjects[%d]: %q overlaps the service subject %q: the stream would capture the relay's requests", k, js, sv)
-		}
-	}
-	if len(c.JetStream.Subjects) == 0 || !valid {
-		return // a bad pattern is reported by the field checks
-	}
-	stream := wire.NewPatterns(c.JetStream.Subjects...)
-	for _, ts := range all {
-		if _, covered := stream.Covering(ts.subject); !covered {
-			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
-		}
 	}
 }
 

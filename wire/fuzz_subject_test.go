@@ -59,13 +59,18 @@ func FuzzEscapeToken(f *testing.F) {
 }
 
 // FuzzMapperSubject: whatever the names, a template's subject is valid
-// (no wildcard, empty token or space) or an error, and CanOverlap agrees
-// with the subject it gives.
+// (no wildcard, empty token or space) or an error, and CanOverlap,
+// CanBeReserved and Reserved agree with the subject it gives.
 func FuzzMapperSubject(f *testing.F) {
 	f.Add(uint8(0), "line1", "Line1.Temp", "ns=2;s=Line1.Temp")
 	f.Add(uint8(1), "write", "a..b", "")
 	f.Add(uint8(2), "*", "./.", "i=85")
-	templates := []string{"apbridge.{source}.{tag}", "apbridge.{tag}", "p.{source}.{tagid}", "p.x{address}y.{tag}.v", "{source}.{tag}"}
+	f.Add(uint8(4), "$SYS", "REQ.SERVER.PING", "")
+	f.Add(uint8(5), "line1", "$JS.API.STREAM.DELETE.PLANT", "")
+	f.Add(uint8(6), "line1", "_INBOX.x", "")
+	f.Add(uint8(7), "line1", "$x", "$y")
+	templates := []string{"apbridge.{source}.{tag}", "apbridge.{tag}", "p.{source}.{tagid}", "p.x{address}y.{tag}.v", "{source}.{tag}",
+		"{tag}", "$KV.p.{tag}", "{tagid}x.{address}"}
 	f.Fuzz(func(t *testing.T, ti uint8, source, tag, address string) {
 		m, err := NewMapper(templates[int(ti)%len(templates)])
 		if err != nil {
@@ -80,6 +85,13 @@ func FuzzMapperSubject(f *testing.F) {
 		}
 		if !m.CanOverlap(source, subj) {
 			t.Fatalf("template %q with source %q gives %q but CanOverlap says it cannot", m.Template(), source, subj)
+		}
+		_, reserved := Reserved(subj)
+		if _, can := m.CanBeReserved(source); reserved && !can {
+			t.Fatalf("template %q with source %q gives the reserved %q but CanBeReserved says it cannot", m.Template(), source, subj)
+		}
+		if _, every := m.Reserved(); every && !reserved {
+			t.Fatalf("template %q gives %q, outside every reserved space, but Reserved says all its subjects are in one", m.Template(), subj)
 		}
 	})
 }

@@ -1,9 +1,11 @@
 package jetstreamsink
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/jsm.go/api"
@@ -135,75 +137,87 @@ func (c Config) Validate() error {
 }
 
 // validated checks c (defaults applied) and returns the stream
-// configuration it asks for.
+// configuration it asks for. It reports every problem at once (joined,
+// errors.Join), each naming the field as spelled in YAML and the allowed
+// values: an operator fixes them all in one go.
 func (c Config) validated() (api.StreamConfig, error) {
-	bad := func(field string, format string, a ...any) error {
-		return fmt.Errorf("jetstream.%s: %s", field, fmt.Sprintf(format, a...))
+	var errs []error
+	bad := func(field string, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("jetstream.%s: %s", field, fmt.Sprintf(format, a...)))
 	}
-	var sc api.StreamConfig
-	if strings.ContainsAny(c.Stream, ">*. /\\\x00\t\r\n") || len(c.Stream) > 255 {
-		return sc, bad("stream", "%q is not a stream name (1-255 characters, none of . * > / \\ or spaces)", c.Stream)
+	if strings.ContainsAny(c.Stream, ">*. /\\") || strings.IndexFunc(c.Stream, unicode.IsControl) >= 0 || len(c.Stream) > 255 {
+		bad("stream", "%q is not a stream name (1-255 characters, none of . * > / \\, spaces or control characters)", c.Stream)
 	}
 	for i, s := range c.Subjects {
 		if err := wire.ValidatePattern(s); err != nil {
-			return sc, bad(fmt.Sprintf("subjects[%d]", i), "%v", err)
+			bad(fmt.Sprintf("subjects[%d]", i), "%v", err)
+		} else if r, ok := wire.Reserved(s); ok {
+			// The server takes a stream on $JS.API.> for its own API,
+			// and one on $KV.> or _INBOX.> would store other clients'
+			// writes and replies.
+			bad(fmt.Sprintf("subjects[%d]", i), "%q captures subjects in the reserved subject space %s: a stream stores tag updates only (give it subjects under the tags' own root, e.g. plant.>)", s, r)
 		}
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
-		return sc, bad("replicas", "%d is out of range (valid 1-5)", c.Replicas)
+		bad("replicas", "%d is out of range (valid 1-5)", c.Replicas)
 	}
 	storage := map[string]api.StorageType{"file": api.FileStorage, "memory": api.MemoryStorage}
 	st, ok := storage[c.Storage]
 	if !ok {
-		return sc, bad("storage", "%q is not a storage type (valid: file, memory)", c.Storage)
+		bad("storage", "%q is not a storage type (valid: file, memory)", c.Storage)
 	}
 	retention := map[string]api.RetentionPolicy{"limits": api.LimitsPolicy, "interest": api.InterestPolicy, "workqueue": api.WorkQueuePolicy}
 	rt, ok := retention[c.Retention]
 	if !ok {
-		return sc, bad("retention", "%q is not a retention policy (valid: limits, interest, workqueue)", c.Retention)
+		bad("retention", "%q is not a retention policy (valid: limits, interest, workqueue)", c.Retention)
 	}
 	discard := map[string]api.DiscardPolicy{"old": api.DiscardOld, "new": api.DiscardNew}
 	dp, ok := discard[c.Discard]
 	if !ok {
-		return sc, bad("discard", "%q is not a discard policy (valid: old, new)", c.Discard)
+		bad("discard", "%q is not a discard policy (valid: old, new)", c.Discard)
 	}
-	if c.DuplicateWindow < 100*time.Millisecond || c.DuplicateWindow > 24*time.Hour {
-		return sc, bad("duplicateWindow", "%v is out of range (valid 100ms-24h)", c.DuplicateWindow)
+	windowOK := c.DuplicateWindow >= 100*time.Millisecond && c.DuplicateWindow <= 24*time.Hour
+	if !windowOK {
+		bad("duplicateWindow", "%v is out of range (valid 100ms-24h)", c.DuplicateWindow)
 	}
-	if c.MaxAge < 0 {
-		return sc, bad("maxAge", "%v is negative (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge)
-	}
-	if c.MaxAge > 0 && c.MaxAge < c.DuplicateWindow {
-		return sc, bad("maxAge", "%v is shorter than duplicateWindow %v (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge, c.DuplicateWindow)
+	switch {
+	case c.MaxAge < 0:
+		bad("maxAge", "%v is negative (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge)
+	case c.MaxAge > 0 && windowOK && c.MaxAge < c.DuplicateWindow:
+		bad("maxAge", "%v is shorter than duplicateWindow %v (valid: 0 for no limit, or at least the duplicate window)", c.MaxAge, c.DuplicateWindow)
 	}
 	for _, l := range []struct {
 		name string
 		v    int64
 	}{{"maxBytes", c.MaxBytes}, {"maxMsgs", c.MaxMsgs}, {"maxMsgsPerSubject", c.MaxMsgsPerSubject}, {"maxMsgSize", int64(c.MaxMsgSize)}} {
 		if l.v < 0 {
-			return sc, bad(l.name, "%d is negative (valid: 0 for no limit, or positive)", l.v)
+			bad(l.name, "%d is negative (valid: 0 for no limit, or positive)", l.v)
 		}
 	}
 	if c.MaxPending < 1 || c.MaxPending > 1000000 {
-		return sc, bad("maxPending", "%d is out of range (valid 1-1000000)", c.MaxPending)
+		bad("maxPending", "%d is out of range (valid 1-1000000)", c.MaxPending)
 	}
 	if c.MaxPendingBytes < 1024 || c.MaxPendingBytes > 1<<30 {
-		return sc, bad("maxPendingBytes", "%d is out of range (valid 1024-1073741824)", c.MaxPendingBytes)
+		bad("maxPendingBytes", "%d is out of range (valid 1024-1073741824)", c.MaxPendingBytes)
 	}
 	if c.AckTimeout < 100*time.Millisecond || c.AckTimeout > time.Minute {
-		return sc, bad("ackTimeout", "%v is out of range (valid 100ms-1m)", c.AckTimeout)
+		bad("ackTimeout", "%v is out of range (valid 100ms-1m)", c.AckTimeout)
 	}
 	if c.HealthInterval < 100*time.Millisecond || c.HealthInterval > 10*time.Minute {
-		return sc, bad("healthInterval", "%v is out of range (valid 100ms-10m)", c.HealthInterval)
+		bad("healthInterval", "%v is out of range (valid 100ms-10m)", c.HealthInterval)
 	}
-	if c.RTTCritical <= 0 || c.RTTCritical > time.Minute {
-		return sc, bad("rttCritical", "%v is out of range (valid above 0 up to 1m)", c.RTTCritical)
+	criticalOK := c.RTTCritical > 0 && c.RTTCritical <= time.Minute
+	if !criticalOK {
+		bad("rttCritical", "%v is out of range (valid above 0 up to 1m)", c.RTTCritical)
 	}
-	if c.RTTWarning <= 0 || c.RTTWarning > c.RTTCritical {
-		return sc, bad("rttWarning", "%v is out of range (valid above 0 up to rttCritical %v)", c.RTTWarning, c.RTTCritical)
+	if c.RTTWarning <= 0 || criticalOK && c.RTTWarning > c.RTTCritical {
+		bad("rttWarning", "%v is out of range (valid above 0 up to rttCritical %v)", c.RTTWarning, c.RTTCritical)
 	}
 	if c.ReplicaSeenCritical < time.Second || c.ReplicaSeenCritical > time.Hour {
-		return sc, bad("replicaSeenCritical", "%v is out of range (valid 1s-1h)", c.ReplicaSeenCritical)
+		bad("replicaSeenCritical", "%v is out of range (valid 1s-1h)", c.ReplicaSeenCritical)
+	}
+	if len(errs) > 0 {
+		return api.StreamConfig{}, errors.Join(errs...)
 	}
 	limit := func(v int64) int64 {
 		if v == 0 {
@@ -211,7 +225,7 @@ func (c Config) validated() (api.StreamConfig, error) {
 		}
 		return v
 	}
-	sc = api.StreamConfig{
+	sc := api.StreamConfig{
 		Name:         c.Stream,
 		Description:  "tag updates stored by apbridge",
 		Subjects:     append([]string(nil), c.Subjects...),

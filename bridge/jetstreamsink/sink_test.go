@@ -493,8 +493,9 @@ func TestJetStreamSubjectChecks(t *testing.T) {
 		{"ALL", []string{"apbridge.>"}, "", `service subject "apbridge.status"`},
 		{"OTHER", []string{"other.>"}, "", `tag subject "apbridge.s.Line1.T00" is not captured`},
 		// It captures every tag, and the ping, info and stats requests
-		// of every micro service.
-		{"SRV", []string{"srv.>", "$SRV.>"}, "srv.{source}.{tag}", `stream subject "$SRV.>" would also capture the bridge's service subject "$SRV.>"`},
+		// of every micro service: refused with the config, as a
+		// reserved subject space.
+		{"SRV", []string{"srv.>", "$SRV.>"}, "srv.{source}.{tag}", `jetstream.subjects[1]: "$SRV.>" captures subjects in the reserved subject space "$SRV.>"`},
 	} {
 		sink, err := jetstreamsink.New(ctx, conn, jetstreamsink.Config{Stream: c.stream, Subjects: c.subjects, Replicas: 1})
 		if err != nil && !strings.Contains(err.Error(), c.want) {
@@ -542,6 +543,12 @@ func TestJetStreamConfigValidate(t *testing.T) {
 		{func(c *jetstreamsink.Config) { c.HealthInterval = time.Hour }, "jetstream.healthInterval"},
 		{func(c *jetstreamsink.Config) { c.RTTWarning = 2 * time.Second }, "jetstream.rttWarning"},
 		{func(c *jetstreamsink.Config) { c.ReplicaSeenCritical = time.Millisecond }, "jetstream.replicaSeenCritical"},
+		{func(c *jetstreamsink.Config) { c.Stream = "PLANT\x1b[2J" }, "jetstream.stream"},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{"plant.>", "$JS.API.>"} },
+			`jetstream.subjects[1]: "$JS.API.>" captures subjects in the reserved subject space "$JS.API.>" (the JetStream API`},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{">"} }, `jetstream.subjects[0]: ">" captures subjects in the reserved subject space "$JS.API.>"`},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{"_INBOX.>"} }, `reserved subject space "_INBOX.>"`},
+		{func(c *jetstreamsink.Config) { c.Subjects = []string{"$KV.fleet.>"} }, `reserved subject space "$KV.>"`},
 	}
 	for _, c := range cases {
 		cfg := jetstreamsink.Config{}
@@ -549,5 +556,26 @@ func TestJetStreamConfigValidate(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", cfg, err, c.want)
 		}
+	}
+}
+
+// TestJetStreamConfigEveryProblem: Validate reports every problem at
+// once, each on its own, as the relay's validation promises.
+func TestJetStreamConfigEveryProblem(t *testing.T) {
+	cfg := jetstreamsink.Config{Stream: "a.b", Subjects: []string{"$SYS.>"}, Replicas: 7, Storage: "disk",
+		DuplicateWindow: time.Millisecond, MaxPending: -1, AckTimeout: time.Hour}
+	err := cfg.Validate()
+	var n int
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		n = len(j.Unwrap())
+	}
+	for _, want := range []string{"jetstream.stream", "jetstream.subjects[0]", "jetstream.replicas", "jetstream.storage",
+		"jetstream.duplicateWindow", "jetstream.maxPending", "jetstream.ackTimeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	if n != 7 {
+		t.Errorf("%d problems reported apart, want 7: %v", n, err)
 	}
 }

@@ -243,7 +243,7 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	subjects := s.cfg.Subjects
 	if len(subjects) == 0 {
 		var err error
-		if subjects, err = deriveSubjects(tags, bs.Later); err != nil {
+		if subjects, err = DeriveSubjects(tags, bs.Later); err != nil {
 			return err
 		}
 	}
@@ -286,12 +286,14 @@ func (s *Sink) Bind(ctx context.Context, bs bridge.Subjects) error {
 	return nil
 }
 
-// deriveSubjects works out one stream subject per source from its tag
-// subjects: their common leading tokens (at least one, and fewer than the
-// shortest subject has) followed by ">". A source that gets tags later
-// (later, by source) adds the pattern its later tags fall under, and only
-// its tags outside that pattern are worked out as above.
-func deriveSubjects(tags map[string][]string, later map[string]string) ([]string, error) {
+// DeriveSubjects works out one stream subject per source from its tag
+// subjects (tags, by source): their common leading tokens (at least one,
+// and fewer than the shortest subject has) followed by ">". A source that
+// gets tags later (later, by source) adds the pattern its later tags fall
+// under, and only its tags outside that pattern are worked out as above.
+// It is what Bind does when Config.Subjects is empty; the relay's config
+// validation calls it too, so that a config it accepts can start.
+func DeriveSubjects(tags map[string][]string, later map[string]string) ([]string, error) {
 	var out []string
 	sources := make([]string, 0, len(tags)+len(later))
 	for src := range tags {
