@@ -23,7 +23,14 @@ func (e *writeError) Error() string { return e.err.Error() }
 
 func (b *Bridge) handleWrite(req micro.Request) {
 	subject := strings.TrimPrefix(req.Subject(), wire.WriteSubject(b.cfg.Prefix, ""))
-	rep, werr := b.write(subject, req.Data(), requestUser(req.Headers()))
+	who := requesterOf(nats.Header(req.Headers()), b.cfg.TrustRequestInfo)
+	if b.cfg.TrustRequestInfo && who.identity == identityNone {
+		// Through an import the server always writes the header: this
+		// request came another way, and the setting is not true.
+		b.log.Warn().Str("subject", req.Subject()).
+			Msg("write request without Nats-Request-Info although the service trusts it: the write subjects are reachable without the service import (see docs/security.md)")
+	}
+	rep, werr := b.write(subject, req.Data(), who)
 	data, _ := marshalJSON(rep)
 	var err error
 	if werr != nil {
@@ -36,44 +43,19 @@ func (b *Bridge) handleWrite(req micro.Request) {
 	}
 }
 
-// requestUser is who sent a request, as the NATS server tells it in the
-// Nats-Request-Info header (on requests that cross accounts through a
-// service import); "" when it does not.
-func requestUser(h micro.Headers) string {
-	info := nats.Header(h).Get("Nats-Request-Info")
-	if info == "" {
-		return ""
-	}
-	var ci struct {
-		Account string `json:"acc"`
-		User    string `json:"user"`
-		Name    string `json:"name"`
-	}
-	if json.Unmarshal([]byte(info), &ci) != nil {
-		return ""
-	}
-	who := ci.User
-	if who == "" {
-		who = ci.Name
-	}
-	if ci.Account != "" {
-		who = ci.Account + "/" + who
-	}
-	return who
-}
-
 // Write writes data (a wire.WriteRequest, or a bare JSON value) to the tag
-// published on subject, as a write-back request would.
+// published on subject, as a write-back request would. The log names no
+// user: the caller is the program itself.
 func (b *Bridge) Write(subject string, data []byte) (wire.WriteReply, error) {
-	rep, err := b.write(subject, data, "")
+	rep, err := b.write(subject, data, requester{identity: identityNone})
 	if err != nil {
 		return rep, err
 	}
 	return rep, nil
 }
 
-// write writes; user is who asked, for the log ("" when unknown).
-func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteReply, *writeError) {
+// write writes; who asked is for the log.
+func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteReply, *writeError) {
 	fail := func(code string, tag string, err error) (wire.WriteReply, *writeError) {
 		return wire.WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
 	}
@@ -127,14 +109,11 @@ func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteRepl
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.WriteTimeout)
 	defer cancel()
 	code, err := r.src.Write(ctx, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle}, v)
-	if user == "" {
-		user = "unknown"
-	}
 	// The value is logged at debug level only: it may be a recipe or a
 	// setpoint an operator would not want in a central log.
-	b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).RawJSON("value", wr.Value).Msg("write-back value")
+	who.logTo(b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).RawJSON("value", wr.Value).Msg("write-back value")
 	if err != nil {
-		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Err(err).Msg("write-back failed")
+		who.logTo(b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).Str("status", code.String()).Err(err).Msg("write-back failed")
 		r.counters.writeErrors.Add(1)
 		c := "502"
 		if errors.Is(err, ErrNotWritableNow) {
@@ -150,9 +129,9 @@ func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteRepl
 	if !rep.OK {
 		r.counters.writeErrors.Add(1)
 		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)
-		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back refused by the server")
+		who.logTo(b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).Str("status", code.String()).Msg("write-back refused by the server")
 		return rep, &writeError{code: "502", err: errors.New(rep.Error)}
 	}
-	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back")
+	who.logTo(b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).Str("status", code.String()).Msg("write-back")
 	return rep, nil
 }
