@@ -180,20 +180,6 @@ func (b *Bridge) replyError(req micro.Request, code string, err error) {
 	}
 }
 
-// decodeStrict decodes one JSON object into v: unknown fields and
-// trailing data are errors, not ignored.
-func decodeStrict(d []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(d))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the JSON object")
-	}
-	return nil
-}
-
 // oneLine keeps an error description fit for a header.
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
 

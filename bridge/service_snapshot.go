@@ -57,7 +57,7 @@ func (b *Bridge) Snapshot(r wire.SnapshotRequest) wire.SnapshotReply {
 func (b *Bridge) handleSnapshot(req micro.Request) {
 	var r wire.SnapshotRequest
 	if d := bytes.TrimSpace(req.Data()); len(d) > 0 {
-		if err := decodeStrict(d, &r); err != nil {
+		if err := decodeRequest(d, &r); err != nil {
 			b.replyError(req, "400", fmt.Errorf("snapshot request: %v", err))
 			return
 		}

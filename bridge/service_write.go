@@ -74,7 +74,7 @@ func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteRe
 	var wr wire.WriteRequest
 	d := bytes.TrimSpace(data)
 	if len(d) > 0 && d[0] == '{' {
-		if err := decodeStrict(d, &wr); err != nil {
+		if err := decodeRequest(d, &wr); err != nil {
 			r.counters.writeErrors.Add(1)
 			return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: malformed write request: %v", ts.cfg.Name, err))
 		}

@@ -1,0 +1,84 @@
+package bridge_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/wire"
+)
+
+// The service requests that are wrong in a way encoding/json lets pass,
+// each refused with a 400 that names the problem, and nothing written.
+
+// refusal is a request and the error reply it must get.
+type refusal struct {
+	name, body, code, want string
+}
+
+// expectRefused sends each request to subject and checks the micro error
+// code, the JSON error body and that the error names the problem.
+func expectRefused(t *testing.T, e *env, subject string, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		m := testutil.Request(t, e.nc, subject, c.body)
+		var body struct {
+			Error string `json:"error"`
+		}
+		code := m.Header.Get("Nats-Service-Error-Code")
+		if code != c.code || json.Unmarshal(m.Data, &body) != nil || !strings.Contains(body.Error, c.want) ||
+			!strings.Contains(m.Header.Get("Nats-Service-Error"), c.want) {
+			t.Errorf("%s: %s answered %s %s (%s); want %s naming %q", c.name, c.body, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.want)
+		}
+	}
+}
+
+// writableEnv is a bridge of one writable tag, SP1, whose last value is
+// an Int64, and the tag's write subject.
+func writableEnv(t *testing.T) (*env, string) {
+	t.Helper()
+	e := setup(t, bridge.Config{}, []bridge.TagConfig{{Name: "SP1", Address: "ns=1;s=SP1", Writable: true}})
+	testutil.WaitFor(t, "tag subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 1 })
+	e.src.EmitAll()
+	testutil.WaitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 1 })
+	ws, _ := e.b.WriteSubject("sim1", "SP1")
+	return e, ws
+}
+
+// TestWriteRefusesDuplicateKeys: encoding/json keeps the last of two keys,
+// so {"value":"x","value":5} wrote 5. A key twice, in any case, is a 400
+// that names it, and the source receives nothing.
+func TestWriteRefusesDuplicateKeys(t *testing.T) {
+	e, ws := writableEnv(t)
+	expectRefused(t, e, ws, []refusal{
+		{"value twice", `{"value":"x","value":5}`, "400", `duplicate key "value"`},
+		{"value in two cases", `{"value":5,"Value":6}`, "400", `duplicate key "Value": the same as "value"`},
+		{"type twice", `{"type":"Int64","value":5,"type":"String"}`, "400", `duplicate key "type"`},
+		{"inside the value", `{"value":[{"a":1,"a":2}],"type":"Int64[]"}`, "400", `duplicate key "a" in "value[0]"`},
+	})
+	if w := e.src.Writes(); len(w) != 0 {
+		t.Fatalf("refused requests wrote %+v", w)
+	}
+	// Positive control: the same request with the key once is written.
+	m := testutil.Request(t, e.nc, ws, `{"value":5}`)
+	if w := e.src.Writes(); m.Header.Get("Nats-Service-Error-Code") != "" || len(w) != 1 || w[0].Value != int64(5) {
+		t.Fatalf("write of 5 answered %s; the source has %+v", m.Data, w)
+	}
+}
+
+// TestSnapshotRefusesDuplicateKeys: {"limit":1,"limit":600} was a page of
+// 500; a key twice is a 400 that names it.
+func TestSnapshotRefusesDuplicateKeys(t *testing.T) {
+	e, _ := writableEnv(t)
+	expectRefused(t, e, wire.SnapshotSubject(wire.DefaultPrefix), []refusal{
+		{"limit twice", `{"limit":1,"limit":600}`, "400", `snapshot request: duplicate key "limit"`},
+		{"source in two cases", `{"source":"sim1","Source":"other"}`, "400", `duplicate key "Source": the same as "source"`},
+	})
+	m := testutil.Request(t, e.nc, wire.SnapshotSubject(wire.DefaultPrefix), `{"limit":1}`)
+	if m.Header.Get("Nats-Service-Error-Code") != "" || !strings.Contains(string(m.Data), `"tag":"SP1"`) {
+		t.Fatalf("positive control: snapshot answered %v %s", m.Header, m.Data)
+	}
+}
