@@ -82,3 +82,45 @@ func TestSnapshotRefusesDuplicateKeys(t *testing.T) {
 		t.Fatalf("positive control: snapshot answered %v %s", m.Header, m.Data)
 	}
 }
+
+// TestWriteRefusesContradictingType: a request's "type" overrode the type
+// the tag was known to have, and only a strict server stopped the write; a
+// lenient one (the simulated source takes anything) converted or stored
+// it. A type other than the last value's is a 400 naming both, and the
+// source receives nothing.
+func TestWriteRefusesContradictingType(t *testing.T) {
+	e, ws := writableEnv(t) // SP1's last value is an Int64
+	expectRefused(t, e, ws, []refusal{
+		{"String for Int64", `{"value":"abc","type":"String"}`, "400", `"type" "String" contradicts the tag's type Int64 (the type of its last value): leave "type" out, or give Int64`},
+		{"Double for Int64", `{"value":5,"type":"Double"}`, "400", `"type" "Double" contradicts the tag's type Int64`},
+		{"array for scalar", `{"value":["5"],"type":"Int64[]"}`, "400", `"type" "Int64[]" contradicts the tag's type Int64`},
+		{"no such type", `{"value":5,"type":"Int65"}`, "400", `"type" "Int65" contradicts the tag's type Int64`},
+	})
+	if w := e.src.Writes(); len(w) != 0 {
+		t.Fatalf("refused requests wrote %+v", w)
+	}
+	// Positive controls: the tag's own type, given or not.
+	for _, body := range []string{`{"value":"6","type":"Int64"}`, `{"value":7}`} {
+		if m := testutil.Request(t, e.nc, ws, body); m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("write %s answered %v %s", body, m.Header, m.Data)
+		}
+	}
+	if w := e.src.Writes(); len(w) != 2 || w[0].Value != int64(6) || w[1].Value != int64(7) {
+		t.Fatalf("writes at the source: %+v", w)
+	}
+}
+
+// TestWriteTypeOfATagWithoutValue: before a tag has a value its type is
+// not known, and the request's "type" is what the relay has to go by.
+func TestWriteTypeOfATagWithoutValue(t *testing.T) {
+	e := setup(t, bridge.Config{}, []bridge.TagConfig{{Name: "SP1", Address: "ns=1;s=SP1", Writable: true}})
+	testutil.WaitFor(t, "tag subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 1 })
+	ws, _ := e.b.WriteSubject("sim1", "SP1")
+	expectRefused(t, e, ws, []refusal{{"no type", `{"value":"abc"}`, "400", `its type is not known yet: give "type" in the request`}})
+	if m := testutil.Request(t, e.nc, ws, `{"value":"abc","type":"String"}`); m.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("typed write answered %v %s", m.Header, m.Data)
+	}
+	if w := e.src.Writes(); len(w) != 1 || w[0].Value != "abc" {
+		t.Fatalf("writes at the source: %+v", w)
+	}
+}

@@ -71,47 +71,23 @@ func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteRe
 		r.counters.writeErrors.Add(1)
 		return fail("403", ts.cfg.Name, fmt.Errorf("tag %q: %w (set writable: true in its configuration)", ts.cfg.Name, ErrReadOnly))
 	}
-	var wr wire.WriteRequest
-	d := bytes.TrimSpace(data)
-	if len(d) > 0 && d[0] == '{' {
-		if err := decodeRequest(d, &wr); err != nil {
-			r.counters.writeErrors.Add(1)
-			return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: malformed write request: %v", ts.cfg.Name, err))
-		}
-		if len(wr.Value) == 0 {
-			r.counters.writeErrors.Add(1)
-			return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: malformed write request: no "value"`, ts.cfg.Name))
-		}
-	} else {
-		wr.Value = d
+	r.mu.Lock()
+	var known wire.Type
+	if ts.have {
+		known, _ = wire.TypeOf(ts.last.Value)
 	}
-	if !json.Valid(wr.Value) {
-		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, ts.cfg.Name, len(wr.Value)))
-	}
-	typ := wr.Type
-	if typ == "" {
-		r.mu.Lock()
-		if ts.have {
-			typ, _ = wire.TypeOf(ts.last.Value)
-		}
-		r.mu.Unlock()
-	}
-	if typ == "" || typ == wire.TypeNull {
-		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: its type is not known yet: give "type" in the request`, ts.cfg.Name))
-	}
-	v, err := wire.DecodeValue(typ, wr.Value)
+	r.mu.Unlock()
+	raw, v, err := decodeWrite(data, known)
 	if err != nil {
 		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %v", ts.cfg.Name, err))
+		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %w", ts.cfg.Name, err))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.WriteTimeout)
 	defer cancel()
 	code, err := r.src.Write(ctx, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle}, v)
 	// The value is logged at debug level only: it may be a recipe or a
 	// setpoint an operator would not want in a central log.
-	who.logTo(b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).RawJSON("value", wr.Value).Msg("write-back value")
+	who.logTo(b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).RawJSON("value", raw).Msg("write-back value")
 	if err != nil {
 		who.logTo(b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).Str("status", code.String()).Err(err).Msg("write-back failed")
 		r.counters.writeErrors.Add(1)
@@ -134,4 +110,48 @@ func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteRe
 	}
 	who.logTo(b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name)).Str("status", code.String()).Msg("write-back")
 	return rep, nil
+}
+
+// decodeWrite reads the body of a write request, a JSON object
+// {"value": ..., "type": ...} or a bare JSON value, for a tag whose last
+// value has the type known ("" or Null when it has none yet). It returns
+// the value as JSON and in the Go type of its wire type. An error is a
+// 400; it never repeats the value, which may be a secret.
+func decodeWrite(data []byte, known wire.Type) (json.RawMessage, any, error) {
+	var wr wire.WriteRequest
+	d := bytes.TrimSpace(data)
+	if len(d) > 0 && d[0] == '{' {
+		if err := decodeRequest(d, &wr); err != nil {
+			return nil, nil, fmt.Errorf("malformed write request: %v", err)
+		}
+		if len(wr.Value) == 0 {
+			return nil, nil, errors.New(`malformed write request: no "value"`)
+		}
+	} else {
+		wr.Value = d
+	}
+	if !json.Valid(wr.Value) {
+		return nil, nil, fmt.Errorf(`malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, len(wr.Value))
+	}
+	if known == wire.TypeNull {
+		known = ""
+	}
+	typ := wr.Type
+	switch {
+	case typ == "":
+		typ = known
+	case known != "" && typ != known:
+		// The server would refuse it (BadTypeMismatch), or worse, a
+		// lenient one convert it: the relay knows better and says so.
+		return nil, nil, fmt.Errorf(`"type" %q contradicts the tag's type %s (the type of its last value): leave "type" out, or give %s`,
+			truncate(string(typ), maxKeyInError), known, known)
+	}
+	if typ == "" || typ == wire.TypeNull {
+		return nil, nil, errors.New(`its type is not known yet: give "type" in the request`)
+	}
+	v, err := wire.DecodeValue(typ, wr.Value)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wr.Value, v, nil
 }
