@@ -31,7 +31,7 @@ func expectRefused(t *testing.T, e *env, subject string, cases []refusal) {
 		code := m.Header.Get("Nats-Service-Error-Code")
 		if code != c.code || json.Unmarshal(m.Data, &body) != nil || !strings.Contains(body.Error, c.want) ||
 			!strings.Contains(m.Header.Get("Nats-Service-Error"), c.want) {
-			t.Errorf("%s: %s answered %s %s (%s); want %s naming %q", c.name, c.body, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.want)
+			t.Errorf("%s: %.200s answered %s %.300s (%.300s); want %s naming %.200q", c.name, c.body, code, m.Data, m.Header.Get("Nats-Service-Error"), c.code, c.want)
 		}
 	}
 }
@@ -122,5 +122,51 @@ func TestWriteTypeOfATagWithoutValue(t *testing.T) {
 	}
 	if w := e.src.Writes(); len(w) != 1 || w[0].Value != "abc" {
 		t.Fatalf("writes at the source: %+v", w)
+	}
+}
+
+// TestSnapshotRefusesWhatReadsAsNoTags: a garbage cursor and a wildcard
+// prefix answered {"updates":[]}, which reads as "no tags", and a limit
+// above the page size was capped quietly although the error text gives
+// the range. Each is a 400 that names the problem.
+func TestSnapshotRefusesWhatReadsAsNoTags(t *testing.T) {
+	e := setup(t, bridge.Config{}, tagsN(3, false))
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	e.src.EmitAll()
+	testutil.WaitFor(t, "published", 5*time.Second, func() bool { return e.b.Stats()[0].Published == 3 })
+	first, _ := e.b.Subject("sim1", "Line1.TA")
+	snap := wire.SnapshotSubject(wire.DefaultPrefix)
+	expectRefused(t, e, snap, []refusal{
+		{"limit above the page", `{"limit":501}`, "400", "limit: 501 is out of range (valid 0-500; 0 means 500)"},
+		{"negative limit", `{"limit":-1}`, "400", "limit: -1 is out of range (valid 0-500; 0 means 500)"},
+		{"garbage cursor", `{"after":"garbage"}`, "400", `after: "garbage" is not the subject of a tag of this relay: give the "next" of the previous reply`},
+		{"cursor of a tag without its prefix", `{"after":"` + first + `","prefix":"apbridge.sim1.Line1.TB"}`, "400", `after: "` + first + `" does not start with the prefix "apbridge.sim1.Line1.TB"`},
+		{"star", `{"prefix":"apbridge.sim1.*"}`, "400", `prefix: "apbridge.sim1.*" has the wildcard '*' at byte 14: a prefix is matched literally`},
+		{"full wildcard", `{"prefix":"apbridge.>"}`, "400", `prefix: "apbridge.>" has the wildcard '>' at byte 9`},
+		{"star inside a token", `{"prefix":"apbridge.sim*"}`, "400", `has the wildcard '*'`},
+		{"space", `{"prefix":"apbridge. sim1"}`, "400", `has whitespace or a control character at byte 9`},
+		{"empty token", `{"prefix":"apbridge..sim1"}`, "400", `prefix: "apbridge..sim1" has an empty token`},
+		// The error quotes the client's string cut short, so that it fits
+		// in a reply whatever the request's size.
+		{"huge prefix", `{"prefix":"` + strings.Repeat("x", 900<<10) + `*"}`, "400", `prefix: "` + strings.Repeat("x", 64) + `…" has the wildcard '*' at byte 921600`},
+		{"huge source", `{"source":"` + strings.Repeat("s", 900<<10) + `"}`, "404", `source: "` + strings.Repeat("s", 64) + `…" is not a source of this relay (valid: sim1)`},
+	})
+	// Positive controls: the page size, a real cursor, a real prefix, and
+	// a prefix that selects nothing, which is an honest empty page.
+	for _, c := range []struct {
+		body  string
+		count int
+	}{
+		{`{"limit":500}`, 3},
+		{`{"after":"` + first + `"}`, 2},
+		{`{"prefix":"apbridge.sim1.Line1.T","after":"` + first + `"}`, 2},
+		{`{"prefix":"apbridge.sim1.Line1.TB"}`, 1},
+		{`{"prefix":"nothing."}`, 0},
+	} {
+		m := testutil.Request(t, e.nc, snap, c.body)
+		var rep wire.SnapshotReply
+		if m.Header.Get("Nats-Service-Error-Code") != "" || json.Unmarshal(m.Data, &rep) != nil || len(rep.Updates) != c.count {
+			t.Errorf("snapshot %s answered %v %s; want %d updates", c.body, m.Header, m.Data, c.count)
+		}
 	}
 }
