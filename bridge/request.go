@@ -22,13 +22,18 @@ func decodeRequest(d []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(d))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return err
+		// encoding/json quotes an unknown field whole: a key of 900 KiB
+		// made an error too large to reply with.
+		return errors.New(truncate(err.Error(), maxDecodeError))
 	}
 	if dec.More() {
 		return errors.New("data after the JSON object")
 	}
 	return nil
 }
+
+// maxDecodeError bounds encoding/json's error in a reply.
+const maxDecodeError = 256
 
 // maxKeyInError bounds a key quoted in an error: the client chose it.
 const maxKeyInError = 64

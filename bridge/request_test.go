@@ -170,3 +170,24 @@ func TestSnapshotRefusesWhatReadsAsNoTags(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestErrorsFitInAReply: an error quotes what the client sent cut
+// short. encoding/json quotes an unknown field whole, and the error reply
+// to a 900 KiB key was too large to send: the client waited for its
+// timeout instead of a 400.
+func TestRequestErrorsFitInAReply(t *testing.T) {
+	e, ws := writableEnv(t)
+	key := strings.Repeat("k", 900<<10)
+	expectRefused(t, e, ws, []refusal{
+		{"huge unknown field", `{"value":1,"` + key + `":2}`, "400", `malformed write request: json: unknown field "kkkk`},
+		{"huge key twice", `{"` + key[:450<<10] + `":1,"` + key[:450<<10] + `":2}`, "400", `duplicate key "` + strings.Repeat("k", 64) + `…"`},
+		{"huge type", `{"value":1,"type":"` + key + `"}`, "400", `"type" "` + strings.Repeat("k", 64) + `…" contradicts the tag's type Int64`},
+	})
+	expectRefused(t, e, wire.SnapshotSubject(wire.DefaultPrefix), []refusal{
+		{"huge unknown field", `{"` + key + `":1}`, "400", `snapshot request: json: unknown field "kkkk`},
+		{"huge cursor", `{"after":"` + key + `"}`, "400", `after: "` + strings.Repeat("k", 64) + `…" is not the subject of a tag`},
+	})
+	if w := e.src.Writes(); len(w) != 0 {
+		t.Fatalf("refused requests wrote %+v", w)
+	}
+}
