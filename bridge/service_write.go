@@ -77,7 +77,7 @@ func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteRe
 		known, _ = wire.TypeOf(ts.last.Value)
 	}
 	r.mu.Unlock()
-	raw, v, err := decodeWrite(data, known)
+	_, raw, v, err := decodeWrite(data, known)
 	if err != nil {
 		r.counters.writeErrors.Add(1)
 		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %w", ts.cfg.Name, err))
@@ -115,23 +115,23 @@ func (b *Bridge) write(subject string, data []byte, who requester) (wire.WriteRe
 // decodeWrite reads the body of a write request, a JSON object
 // {"value": ..., "type": ...} or a bare JSON value, for a tag whose last
 // value has the type known ("" or Null when it has none yet). It returns
-// the value as JSON and in the Go type of its wire type. An error is a
-// 400; it never repeats the value, which may be a secret.
-func decodeWrite(data []byte, known wire.Type) (json.RawMessage, any, error) {
+// the value's type, and the value as JSON and in the Go type of that type.
+// An error is a 400; it never repeats the value, which may be a secret.
+func decodeWrite(data []byte, known wire.Type) (wire.Type, json.RawMessage, any, error) {
 	var wr wire.WriteRequest
 	d := bytes.TrimSpace(data)
 	if len(d) > 0 && d[0] == '{' {
 		if err := decodeRequest(d, &wr); err != nil {
-			return nil, nil, fmt.Errorf("malformed write request: %v", err)
+			return "", nil, nil, fmt.Errorf("malformed write request: %v", err)
 		}
 		if len(wr.Value) == 0 {
-			return nil, nil, errors.New(`malformed write request: no "value"`)
+			return "", nil, nil, errors.New(`malformed write request: no "value"`)
 		}
 	} else {
 		wr.Value = d
 	}
 	if !json.Valid(wr.Value) {
-		return nil, nil, fmt.Errorf(`malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, len(wr.Value))
+		return "", nil, nil, fmt.Errorf(`malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, len(wr.Value))
 	}
 	if known == wire.TypeNull {
 		known = ""
@@ -143,15 +143,15 @@ func decodeWrite(data []byte, known wire.Type) (json.RawMessage, any, error) {
 	case known != "" && typ != known:
 		// The server would refuse it (BadTypeMismatch), or worse, a
 		// lenient one convert it: the relay knows better and says so.
-		return nil, nil, fmt.Errorf(`"type" %q contradicts the tag's type %s (the type of its last value): leave "type" out, or give %s`,
+		return "", nil, nil, fmt.Errorf(`"type" %q contradicts the tag's type %s (the type of its last value): leave "type" out, or give %s`,
 			truncate(string(typ), maxKeyInError), known, known)
 	}
 	if typ == "" || typ == wire.TypeNull {
-		return nil, nil, errors.New(`its type is not known yet: give "type" in the request`)
+		return "", nil, nil, errors.New(`its type is not known yet: give "type" in the request`)
 	}
 	v, err := wire.DecodeValue(typ, wr.Value)
 	if err != nil {
-		return nil, nil, err
+		return "", nil, nil, err
 	}
-	return wr.Value, v, nil
+	return typ, wr.Value, v, nil
 }
