@@ -92,19 +92,23 @@ func TestAccountsRequestInfo(t *testing.T) {
 	}
 }
 
+// TestWithAccountsRejectsBadConf: a conf the server refuses, no probe
+// user, or WithUser beside it fails Start before it starts anything.
 func TestWithAccountsRejectsBadConf(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, o := range []Option{
-		WithAccounts(`accounts { A: { users: [ {user: a, password: x} ] }`, "a", "x"),
-		WithAccounts(accountsConf, "", ""),
+	for _, opts := range [][]Option{
+		{WithAccounts(`accounts { A: { users: [ {user: a, password: x} ] }`, "a", "x")},
+		{WithAccounts(accountsConf, "", "")},
+		{WithUser("u", "p"), WithAccounts(accountsConf, "svc", "s")},
+		{WithAccounts(accountsConf, "svc", "s"), WithUser("u", "p")},
 	} {
-		c, err := Start(ctx, o)
+		c, err := Start(ctx, opts...)
 		if c != nil {
 			c.Close()
 		}
-		if err == nil || !strings.HasPrefix(err.Error(), "natstest: WithAccounts(") {
-			t.Errorf("Start: %v, want a WithAccounts error", err)
+		if err == nil || !strings.HasPrefix(err.Error(), "natstest: With") {
+			t.Errorf("Start: %v, want an error of the option", err)
 		}
 	}
 }

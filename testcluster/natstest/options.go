@@ -108,6 +108,9 @@ func WithUser(user, password string) Option {
 		if user == "" || password == "" {
 			return fmt.Errorf("natstest: WithUser: user and password must not be empty")
 		}
+		if c.accounts != "" {
+			return fmt.Errorf("natstest: WithUser: WithAccounts was given too; its users replace it")
+		}
 		c.user, c.password = user, password
 		return nil
 	}
@@ -143,6 +146,9 @@ func WithAccounts(conf, user, password string) Option {
 	return func(c *config) error {
 		if user == "" || password == "" {
 			return errors.New("natstest: WithAccounts(...): the probes' user and password must not be empty")
+		}
+		if c.user != "" && c.accounts == "" {
+			return errors.New("natstest: WithAccounts(...): WithUser was given too; the accounts' users replace it")
 		}
 		if err := parseAccounts(&server.Options{}, conf); err != nil {
 			return fmt.Errorf("natstest: WithAccounts(...): %w", err)
