@@ -24,7 +24,8 @@ test: vet interop-deps
 ## from then on.
 FUZZTIME ?= 1m
 FUZZ_TARGETS := wire:FuzzCodecRoundTrip wire:FuzzDecodeJSON wire:FuzzEscapeToken \
-	wire:FuzzMapperSubject bridge/opcuasource:FuzzValidateNodeID relay:FuzzExpandValue relay:FuzzParse
+	wire:FuzzMapperSubject bridge/opcuasource:FuzzValidateNodeID relay:FuzzExpandValue relay:FuzzParse \
+	bridge:FuzzDecodeWrite bridge:FuzzSnapshotRequest
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \

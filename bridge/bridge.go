@@ -48,6 +48,16 @@ type Config struct {
 	// SnapshotPage is the most updates one snapshot reply carries.
 	// Default 500 (about 100 KiB).
 	SnapshotPage int
+	// TrustRequestInfo declares that write requests can reach the bridge
+	// only through a NATS service import: no client of the bridge's own
+	// account may publish to <prefix>.write.> (a subject permission). The
+	// NATS server then writes the Nats-Request-Info header of every write
+	// request, and the write log names its account and user as the user.
+	// Without it the header is a claim any client of the account can
+	// make, logged as claimed_user with identity "unverified"
+	// (docs/security.md). The bridge cannot check this itself: a request
+	// looks the same either way.
+	TrustRequestInfo bool
 }
 
 func (c *Config) setDefaults() {

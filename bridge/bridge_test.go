@@ -581,7 +581,7 @@ func TestWriteLogged(t *testing.T) {
 			t.Fatalf("write answered %v %s", m.Header, m.Data)
 		}
 		out := logs.String()
-		if !strings.Contains(out, `"tag":"SP1","user":"unknown","status":"0x00000000","message":"write-back"`) {
+		if !strings.Contains(out, `"tag":"SP1","user":"unknown","identity":"none","status":"0x00000000","message":"write-back"`) {
 			t.Errorf("no write-back line with tag, user and status:\n%s", out)
 		}
 		// Positive control at debug: the value is there.

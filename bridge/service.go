@@ -2,11 +2,9 @@ package bridge
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -175,111 +173,11 @@ func (b *Bridge) handleStatus(req micro.Request) {
 	}
 }
 
-// Snapshot returns one page of the last values.
-func (b *Bridge) Snapshot(r wire.SnapshotRequest) wire.SnapshotReply {
-	limit := b.cfg.SnapshotPage
-	if r.Limit > 0 && r.Limit < limit {
-		limit = r.Limit
-	}
-	type item struct {
-		subject string
-		u       wire.Update
-	}
-	var items []item
-	b.mu.Lock()
-	sources := append([]*runner(nil), b.sources...)
-	b.mu.Unlock()
-	for _, rn := range sources {
-		if r.Source != "" && rn.src.Name() != r.Source {
-			continue
-		}
-		rn.mu.Lock()
-		for _, ts := range rn.tags {
-			if !ts.have || !strings.HasPrefix(ts.subject, r.Prefix) || ts.subject <= r.After {
-				continue
-			}
-			items = append(items, item{ts.subject, ts.last})
-		}
-		rn.mu.Unlock()
-	}
-	sort.Slice(items, func(i, j int) bool { return items[i].subject < items[j].subject })
-	out := wire.SnapshotReply{Updates: []json.RawMessage{}}
-	for i, it := range items {
-		if i == limit {
-			out.Next = items[i-1].subject
-			break
-		}
-		data, err := wire.AppendJSON(nil, &it.u)
-		if err != nil {
-			continue
-		}
-		out.Updates = append(out.Updates, data)
-	}
-	return out
-}
-
-func (b *Bridge) handleSnapshot(req micro.Request) {
-	var r wire.SnapshotRequest
-	if d := bytes.TrimSpace(req.Data()); len(d) > 0 {
-		if err := decodeStrict(d, &r); err != nil {
-			b.replyError(req, "400", fmt.Errorf("snapshot request: %v", err))
-			return
-		}
-	}
-	if code, err := b.checkSnapshot(r); err != nil {
-		b.replyError(req, code, fmt.Errorf("snapshot request: %w", err))
-		return
-	}
-	data, err := marshalJSON(b.Snapshot(r))
-	if err != nil {
-		b.replyError(req, "500", err)
-		return
-	}
-	if err := req.Respond(data); err != nil {
-		b.log.Warn().Err(err).Str("endpoint", "snapshot").Int("bytes", len(data)).Msg("reply not sent")
-	}
-}
-
-// checkSnapshot refuses what would otherwise be an empty answer that looks
-// like a right one: a negative limit, a source the bridge does not have.
-func (b *Bridge) checkSnapshot(r wire.SnapshotRequest) (string, error) {
-	if r.Limit < 0 {
-		return "400", fmt.Errorf("limit: %d is out of range (valid 0-%d; 0 means %d)", r.Limit, b.cfg.SnapshotPage, b.cfg.SnapshotPage)
-	}
-	if r.Source == "" {
-		return "", nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var names []string
-	for _, rn := range b.sources {
-		if rn.src.Name() == r.Source {
-			return "", nil
-		}
-		names = append(names, rn.src.Name())
-	}
-	return "404", fmt.Errorf("source: %q is not a source of this relay (valid: %s)", r.Source, strings.Join(names, ", "))
-}
-
 func (b *Bridge) replyError(req micro.Request, code string, err error) {
 	data, _ := marshalJSON(wire.ErrorReply{Error: err.Error(), Code: code})
 	if rerr := req.Error(code, oneLine(err.Error()), data); rerr != nil {
 		b.log.Warn().Err(rerr).Str("endpoint", endpointOf(req.Subject(), b.cfg.Prefix)).Msg("error reply not sent")
 	}
-}
-
-// decodeStrict decodes one JSON object into v: unknown fields and
-// trailing data are errors, not ignored.
-func decodeStrict(d []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(d))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the JSON object")
-	}
-	return nil
 }
 
 // oneLine keeps an error description fit for a header.
@@ -289,150 +187,6 @@ func endpointOf(subject, prefix string) string {
 	rest := strings.TrimPrefix(subject, prefix+".")
 	name, _, _ := strings.Cut(rest, ".")
 	return name
-}
-
-// writeError is a failed write with the micro error code to answer.
-type writeError struct {
-	code string
-	err  error
-}
-
-func (e *writeError) Error() string { return e.err.Error() }
-
-func (b *Bridge) handleWrite(req micro.Request) {
-	subject := strings.TrimPrefix(req.Subject(), wire.WriteSubject(b.cfg.Prefix, ""))
-	rep, werr := b.write(subject, req.Data(), requestUser(req.Headers()))
-	data, _ := marshalJSON(rep)
-	var err error
-	if werr != nil {
-		err = req.Error(werr.code, oneLine(werr.err.Error()), data)
-	} else {
-		err = req.Respond(data)
-	}
-	if err != nil {
-		b.log.Warn().Err(err).Str("endpoint", "write").Str("tag", rep.Tag).Msg("reply not sent")
-	}
-}
-
-// requestUser is who sent a request, as the NATS server tells it in the
-// Nats-Request-Info header (on requests that cross accounts through a
-// service import); "" when it does not.
-func requestUser(h micro.Headers) string {
-	info := nats.Header(h).Get("Nats-Request-Info")
-	if info == "" {
-		return ""
-	}
-	var ci struct {
-		Account string `json:"acc"`
-		User    string `json:"user"`
-		Name    string `json:"name"`
-	}
-	if json.Unmarshal([]byte(info), &ci) != nil {
-		return ""
-	}
-	who := ci.User
-	if who == "" {
-		who = ci.Name
-	}
-	if ci.Account != "" {
-		who = ci.Account + "/" + who
-	}
-	return who
-}
-
-// Write writes data (a wire.WriteRequest, or a bare JSON value) to the tag
-// published on subject, as a write-back request would.
-func (b *Bridge) Write(subject string, data []byte) (wire.WriteReply, error) {
-	rep, err := b.write(subject, data, "")
-	if err != nil {
-		return rep, err
-	}
-	return rep, nil
-}
-
-// write writes; user is who asked, for the log ("" when unknown).
-func (b *Bridge) write(subject string, data []byte, user string) (wire.WriteReply, *writeError) {
-	fail := func(code string, tag string, err error) (wire.WriteReply, *writeError) {
-		return wire.WriteReply{OK: false, Tag: tag, Error: err.Error()}, &writeError{code: code, err: err}
-	}
-	b.mu.Lock()
-	ts := b.bySubject[subject]
-	b.mu.Unlock()
-	if ts == nil {
-		return fail("404", "", fmt.Errorf("no tag is published on %q", subject))
-	}
-	r := ts.src
-	r.counters.writes.Add(1)
-	if !ts.cfg.Writable {
-		r.counters.writeErrors.Add(1)
-		return fail("403", ts.cfg.Name, fmt.Errorf("tag %q: %w (set writable: true in its configuration)", ts.cfg.Name, ErrReadOnly))
-	}
-	var wr wire.WriteRequest
-	d := bytes.TrimSpace(data)
-	if len(d) > 0 && d[0] == '{' {
-		if err := decodeStrict(d, &wr); err != nil {
-			r.counters.writeErrors.Add(1)
-			return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: malformed write request: %v", ts.cfg.Name, err))
-		}
-		if len(wr.Value) == 0 {
-			r.counters.writeErrors.Add(1)
-			return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: malformed write request: no "value"`, ts.cfg.Name))
-		}
-	} else {
-		wr.Value = d
-	}
-	if !json.Valid(wr.Value) {
-		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: malformed write request: the value (%d bytes) is not JSON; send a JSON value or {"value": ..., "type": ...}`, ts.cfg.Name, len(wr.Value)))
-	}
-	typ := wr.Type
-	if typ == "" {
-		r.mu.Lock()
-		if ts.have {
-			typ, _ = wire.TypeOf(ts.last.Value)
-		}
-		r.mu.Unlock()
-	}
-	if typ == "" || typ == wire.TypeNull {
-		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf(`tag %q: its type is not known yet: give "type" in the request`, ts.cfg.Name))
-	}
-	v, err := wire.DecodeValue(typ, wr.Value)
-	if err != nil {
-		r.counters.writeErrors.Add(1)
-		return fail("400", ts.cfg.Name, fmt.Errorf("tag %q: %v", ts.cfg.Name, err))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.WriteTimeout)
-	defer cancel()
-	code, err := r.src.Write(ctx, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle}, v)
-	if user == "" {
-		user = "unknown"
-	}
-	// The value is logged at debug level only: it may be a recipe or a
-	// setpoint an operator would not want in a central log.
-	b.log.Debug().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).RawJSON("value", wr.Value).Msg("write-back value")
-	if err != nil {
-		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Err(err).Msg("write-back failed")
-		r.counters.writeErrors.Add(1)
-		c := "502"
-		if errors.Is(err, ErrNotWritableNow) {
-			c = "503"
-		}
-		rep, werr := fail(c, ts.cfg.Name, fmt.Errorf("tag %q: %w", ts.cfg.Name, err))
-		if code != 0 {
-			rep.Status, rep.Quality = code.String(), code.Quality().String()
-		}
-		return rep, werr
-	}
-	rep := wire.WriteReply{OK: code.Quality() == wire.QualityGood, Tag: ts.cfg.Name, Status: code.String(), Quality: code.Quality().String()}
-	if !rep.OK {
-		r.counters.writeErrors.Add(1)
-		rep.Error = fmt.Sprintf("tag %q: the source answered %s", ts.cfg.Name, code)
-		b.log.Warn().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back refused by the server")
-		return rep, &writeError{code: "502", err: errors.New(rep.Error)}
-	}
-	b.log.Info().Str("source", r.src.Name()).Str("tag", ts.cfg.Name).Str("user", user).Str("status", code.String()).Msg("write-back")
-	return rep, nil
 }
 
 // ValidateServiceName checks a micro service name: 1-64 letters, digits,

@@ -9,12 +9,14 @@ import "encoding/json"
 type SnapshotRequest struct {
 	// Source limits the snapshot to one source.
 	Source string `json:"source,omitempty"`
-	// Prefix limits it to tags whose subject starts with this.
+	// Prefix limits it to tags whose subject starts with this, matched
+	// literally: a relay refuses a wildcard in it.
 	Prefix string `json:"prefix,omitempty"`
-	// After continues a paged snapshot: the Next of the previous reply.
+	// After continues a paged snapshot: the Next of the previous reply,
+	// sent with the same Source and Prefix. A relay refuses anything else.
 	After string `json:"after,omitempty"`
 	// Limit caps the updates in the reply (default and maximum: the
-	// relay's page size, 500 by default).
+	// relay's page size, 500 by default; a relay refuses more).
 	Limit int `json:"limit,omitempty"`
 }
 
@@ -31,7 +33,8 @@ type SnapshotReply struct {
 type WriteRequest struct {
 	Value json.RawMessage `json:"value"`
 	// Type is the value's type; by default the type of the tag's last
-	// value.
+	// value. A relay refuses a type other than that one: it is needed
+	// only while the tag has no value yet.
 	Type Type `json:"type,omitempty"`
 }
 

@@ -214,3 +214,31 @@ func TestOPCUAWriteGate(t *testing.T) {
 		t.Fatal("a write reached a standby")
 	}
 }
+
+// TestOPCUAWriteTypeContradiction: a request whose "type" is not the
+// setpoint's (a Double) is refused by the relay, and no Write request
+// reaches either server; before, the relay sent it and only the server's
+// BadTypeMismatch stopped it.
+func TestOPCUAWriteTypeContradiction(t *testing.T) {
+	e := startOPCUAEnv(t, uaserver.WithTags(2), uaserver.WithSetpoints(1))
+	sp := e.pair.Setpoints()[0]
+	testutil.WaitFor(t, "setpoint value", 10*time.Second, func() bool { return e.count(sp.Name) > 0 })
+	ws, _ := e.b.WriteSubject("opc1", sp.Name)
+	written := func() uint64 { return e.pair.A().Stats().NodesWritten + e.pair.B().Stats().NodesWritten }
+	for _, body := range []string{`{"value":"12.5","type":"String"}`, `{"value":3,"type":"Int32"}`} {
+		m := testutil.Request(t, e.nc, ws, body)
+		if m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(string(m.Data), `contradicts the tag's type Double`) {
+			t.Errorf("write %s answered %v %s", body, m.Header, m.Data)
+		}
+	}
+	if n := written(); n != 0 {
+		t.Fatalf("%d values reached the servers", n)
+	}
+	// Positive control: the setpoint's own type reaches the server.
+	if m := testutil.Request(t, e.nc, ws, `{"value":12.5,"type":"Double"}`); m.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("write of a Double answered %v %s", m.Header, m.Data)
+	}
+	if v, ok := e.pair.Setpoint(sp.Name); !ok || v != 12.5 || written() != 1 {
+		t.Fatalf("setpoint at the server = %v after %d values written", v, written())
+	}
+}

@@ -157,7 +157,14 @@ func (n *Node) options() (*server.Options, error) {
 			o.Cluster = server.ClusterOpts{}
 		}
 	}
-	if cfg.user != "" {
+	switch {
+	case cfg.accounts != "":
+		// Parsed for each node: the server takes the accounts it is
+		// given as its own, so nodes must not share them.
+		if err := parseAccounts(o, cfg.accounts); err != nil {
+			return nil, fmt.Errorf("natstest: node %s: accounts: %w", n.name, err)
+		}
+	case cfg.user != "":
 		o.Username, o.Password = cfg.user, cfg.password
 	}
 	if n.c.ca != nil {
@@ -263,7 +270,8 @@ func hostPort(u string) string {
 }
 
 // ClientOptions returns nats.go options that a client of this cluster
-// needs: the CA when the cluster serves TLS, the user (WithUser).
+// needs: the CA when the cluster serves TLS, the user (WithUser, or the
+// probes' user of WithAccounts).
 func (c *Cluster) ClientOptions() []nats.Option {
 	var opts []nats.Option
 	if c.ca != nil {

@@ -1,10 +1,12 @@
 package natstest
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/apbridge/apbridge/testcluster/internal/option"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 )
 
@@ -26,6 +28,8 @@ type config struct {
 	dir       string
 	user      string
 	password  string
+	// accounts is WithAccounts' server configuration text.
+	accounts string
 }
 
 // newConfig applies opts to the defaults (see option.Apply).
@@ -104,6 +108,9 @@ func WithUser(user, password string) Option {
 		if user == "" || password == "" {
 			return fmt.Errorf("natstest: WithUser: user and password must not be empty")
 		}
+		if c.accounts != "" {
+			return fmt.Errorf("natstest: WithUser: WithAccounts was given too; its users replace it")
+		}
 		c.user, c.password = user, password
 		return nil
 	}
@@ -120,4 +127,44 @@ func WithProxies() Option {
 // a temporary directory. The directory is not removed by Close.
 func WithDir(dir string) Option {
 	return func(c *config) error { c.dir = dir; return nil }
+}
+
+// WithAccounts gives every node the accounts, users and their permissions
+// of conf, nats-server configuration text such as
+//
+//	accounts {
+//	  RELAY: { users: [{user: relay, password: r}], exports: [{service: "apbridge.write.>"}] }
+//	  PLANT: { users: [{user: alice, password: a}], imports: [{service: {account: RELAY, subject: "apbridge.write.>"}, share: true}] }
+//	}
+//
+// for tests of what crosses accounts (a service import, and the
+// Nats-Request-Info header the server sets on it). The cluster's own
+// probes and ClientOptions log in as user and password, one of conf's
+// users; other clients give their own. A conf the server would refuse
+// fails Start before it starts anything.
+func WithAccounts(conf, user, password string) Option {
+	return func(c *config) error {
+		if user == "" || password == "" {
+			return errors.New("natstest: WithAccounts(...): the probes' user and password must not be empty")
+		}
+		if c.user != "" && c.accounts == "" {
+			return errors.New("natstest: WithAccounts(...): WithUser was given too; the accounts' users replace it")
+		}
+		if err := parseAccounts(&server.Options{}, conf); err != nil {
+			return fmt.Errorf("natstest: WithAccounts(...): %w", err)
+		}
+		c.accounts, c.user, c.password = conf, user, password
+		return nil
+	}
+}
+
+// parseAccounts applies conf to o. The server reports warnings (such as
+// an unused setting) as an error that holds no errors: those pass.
+func parseAccounts(o *server.Options, conf string) error {
+	err := o.ProcessConfigString(conf)
+	var list interface{ Errors() []error }
+	if errors.As(err, &list) && len(list.Errors()) == 0 {
+		return nil
+	}
+	return err
 }

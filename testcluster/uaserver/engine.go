@@ -77,6 +77,7 @@ type uaEngine struct {
 	notifications atomic.Uint64
 	itemsCreated  atomic.Uint64
 	nodesRead     atomic.Uint64
+	nodesWritten  atomic.Uint64
 	publishes     atomic.Uint64
 	keepAlives    atomic.Uint64
 	sendErrors    atomic.Uint64
@@ -132,6 +133,7 @@ type Stats struct {
 	SendErrors      uint64 // PublishResponses that failed to send
 	ItemsCreated    uint64 // monitored items created since the start, deleted ones included
 	NodesRead       uint64 // attributes asked for by Read requests since the start
+	NodesWritten    uint64 // values sent in Write requests since the start, refused ones included
 }
 
 func (e *uaEngine) stats() Stats {
@@ -156,6 +158,7 @@ func (e *uaEngine) stats() Stats {
 	st.SendErrors = e.sendErrors.Load()
 	st.ItemsCreated = e.itemsCreated.Load()
 	st.NodesRead = e.nodesRead.Load()
+	st.NodesWritten = e.nodesWritten.Load()
 	return st
 }
 

@@ -284,6 +284,10 @@ func TestOPCUAWritesLandOnBothServers(t *testing.T) {
 	if n := len(p.Writes()); n != 1 {
 		t.Fatalf("%d writes recorded, want 1", n)
 	}
+	// NodesWritten counts what arrived, the refused writes too.
+	if wa, wb := p.A().Stats().NodesWritten, p.B().Stats().NodesWritten; wa != 5 || wb != 1 {
+		t.Fatalf("NodesWritten: A %d, B %d; want 5 and 1", wa, wb)
+	}
 	if got := a.level(); got != LevelPrimary {
 		t.Fatalf("A after refused writes: level %d", got)
 	}
