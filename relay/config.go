@@ -135,6 +135,11 @@ type ServiceConfig struct {
 	// give relays with different prefixes different names to tell them
 	// apart in `nats micro ls`.
 	Name string `yaml:"name"`
+	// TrustRequestInfo declares that write requests reach the relay only
+	// through a NATS service import, so the Nats-Request-Info header of a
+	// write was set by the server and the write log may name its user as
+	// verified (bridge.Config.TrustRequestInfo, docs/security.md).
+	TrustRequestInfo bool `yaml:"trustRequestInfo"`
 }
 
 // SubscribeConfig tunes the guard; zero fields take the defaults.

@@ -111,13 +111,14 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		bopts = append(bopts, bridge.WithSink(&fencedSink{inner: inner, f: r.fl, noHeaders: c.NoHeaders}))
 	}
 	r.b, err = bridge.New(conn, bridge.Config{
-		Instance:    c.Instance,
-		Prefix:      c.Service.Prefix,
-		ServiceName: c.Service.Name,
-		Version:     o.version,
-		Subject:     c.Subject,
-		NoHeaders:   c.NoHeaders,
-		Guard:       c.guard(),
+		Instance:         c.Instance,
+		Prefix:           c.Service.Prefix,
+		ServiceName:      c.Service.Name,
+		TrustRequestInfo: c.Service.TrustRequestInfo,
+		Version:          o.version,
+		Subject:          c.Subject,
+		NoHeaders:        c.NoHeaders,
+		Guard:            c.guard(),
 	}, bopts...)
 	if err != nil {
 		r.closeSink()
