@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/sourcetest"
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
@@ -17,17 +18,6 @@ import (
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 )
-
-// countedSource counts the Starts of the instances a factory builds.
-type countedSource struct {
-	bridge.Source
-	starts *atomic.Int32
-}
-
-func (s *countedSource) Start(ctx context.Context, h bridge.Handler) error {
-	s.starts.Add(1)
-	return s.Source.Start(ctx, h)
-}
 
 // A second relay given a live relay's relayId is refused before it starts
 // anything: within a renewal period of the live relay (not after a TTL and
@@ -89,7 +79,7 @@ func TestDuplicateRelayIDRefusedBeforeStart(t *testing.T) {
 	start := time.Now()
 	b, err := relay.Start(ctx, config("dup", "fleet.dup"),
 		relay.WithSourceFactory("line1", tags, func() (bridge.Source, error) {
-			return &countedSource{Source: src.Relay(), starts: &starts}, nil
+			return sourcetest.CountStarts(src.Relay(), &starts), nil
 		}),
 		relay.WithLogger(testutil.Logger(t)))
 	took := time.Since(start)

@@ -14,17 +14,6 @@ import (
 	"github.com/apbridge/apbridge/testcluster/simsource"
 )
 
-// startCounted counts the Starts of an instance.
-type startCounted struct {
-	bridge.Source
-	starts *atomic.Int32
-}
-
-func (s *startCounted) Start(ctx context.Context, h bridge.Handler) error {
-	s.starts.Add(1)
-	return s.Source.Start(ctx, h)
-}
-
 // healthRecorder is a Handler that keeps the health reports.
 type healthRecorder struct {
 	sourcetest.Discard
@@ -49,7 +38,7 @@ func TestLeaseLostBeforeStart(t *testing.T) {
 	sim := simsource.New("early")
 	defer sim.Close()
 	ls := h.leased(t, "early", func() (bridge.Source, error) {
-		return &startCounted{Source: sim, starts: &starts}, nil
+		return sourcetest.CountStarts(sim, &starts), nil
 	}).(*leasedSource)
 	ls.lose(fleet.CauseExpired) // before Start: no handler yet
 	rec := &healthRecorder{}

@@ -3,6 +3,7 @@ package sourcetest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -119,4 +120,20 @@ func (p *probe) Close() error {
 		<-done
 	}
 	return nil
+}
+
+// CountStarts wraps src so that every call of its Start adds one to
+// starts: for a test that a source was, or was not yet, started.
+func CountStarts(src bridge.Source, starts *atomic.Int32) bridge.Source {
+	return &startCounted{Source: src, starts: starts}
+}
+
+type startCounted struct {
+	bridge.Source
+	starts *atomic.Int32
+}
+
+func (s *startCounted) Start(ctx context.Context, h bridge.Handler) error {
+	s.starts.Add(1)
+	return s.Source.Start(ctx, h)
 }
