@@ -51,6 +51,9 @@ type releasing struct {
 type holder struct {
 	relay, epoch string
 	rev          uint64
+	// guessed is when a lost create marked the key held by a relay the
+	// watcher has not shown yet; zero for a holder the watcher showed.
+	guessed time.Time
 }
 
 // Option configures a Member.
@@ -88,6 +91,7 @@ type Member struct {
 	cfg     Config
 	log     zerolog.Logger
 	handler func(Event)
+	nc      *nats.Conn
 	kv      jetstream.KeyValue
 	epoch   string
 	value   []byte
@@ -153,7 +157,7 @@ func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member
 	rand.Read(nonce[:])
 	m := &Member{
 		cfg: c, log: o.log.With().Str("component", "fleet").Str("relay", c.RelayID).Logger(),
-		handler: o.handler, kv: kv, epoch: hex.EncodeToString(nonce[:]),
+		handler: o.handler, nc: nc, kv: kv, epoch: hex.EncodeToString(nonce[:]),
 		owned: map[string]*lease{}, releasing: map[string]releasing{}, relays: map[string]bool{}, holders: map[string]holder{},
 		freeSince: map[string]time.Time{}, lastOwner: map[string]string{}, behind: map[string]time.Time{},
 		done: make(chan struct{}),
@@ -285,6 +289,9 @@ func (m *Member) run() {
 	defer t.Stop()
 	rt := time.NewTimer(time.Hour)
 	defer rt.Stop()
+	// Join read the bucket: free pairs are taken now, not a renewal
+	// period later.
+	m.reconcile()
 	for {
 		if next, ok := m.nextRelease(); ok {
 			rt.Reset(time.Until(next))
@@ -420,8 +427,14 @@ func (m *Member) reconcile() {
 			delete(m.behind, pair)
 			continue
 		}
-		if _, held := m.holders[pair]; held {
-			continue
+		if h, held := m.holders[pair]; held {
+			// A holder guessed from a lost create that the watcher has
+			// not shown within a renewal period is no one's: a winner's
+			// lease is a put the watcher shows at once.
+			if h.guessed.IsZero() || now.Sub(h.guessed) < m.cfg.renewEvery() {
+				continue
+			}
+			delete(m.holders, pair)
 		}
 		// The relay whose lease just ended ranks last: it handed the
 		// pair over, or it could not renew (it is dead, or cut off and
@@ -447,32 +460,6 @@ func (m *Member) reconcile() {
 		}
 		m.acquire(pair)
 	}
-}
-
-// acquire tries to win a free pair's lease.
-func (m *Member) acquire(pair string) {
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.renewEvery())
-	defer cancel()
-	sent := time.Now()
-	rev, err := m.kv.Create(ctx, leasePrefix+pair, m.value)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// Someone else won; the watcher will say who.
-			m.holders[pair] = holder{relay: "?"}
-		} else {
-			m.log.Debug().Err(err).Str("pair", pair).Msg("lease create failed")
-		}
-		return
-	}
-	m.holders[pair] = holder{relay: m.cfg.RelayID, epoch: m.epoch, rev: rev}
-	delete(m.behind, pair)
-	m.mu.Lock()
-	delete(m.releasing, pair) // won back inside its overlap: never stopped
-	m.owned[pair] = &lease{rev: rev, token: rev, lastOK: sent}
-	m.stats.Gained++
-	m.mu.Unlock()
-	m.log.Info().Str("pair", pair).Uint64("token", rev).Msg("pair owned")
-	m.handler(Event{Pair: pair, Owned: true, Token: rev, Cause: CauseFree, At: time.Now()})
 }
 
 // drop forgets an owned pair and tells the handler; the lease itself is

@@ -108,11 +108,13 @@ func (m *Member) release(ctx context.Context, key string, rev uint64) error {
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}
-	e, gerr := m.kv.Get(ctx, key)
-	if gerr != nil || string(e.Value()) != string(m.value) {
+	// From the leader: a replica that lags may still show the value this
+	// member wrote, and the delete would then miss again.
+	last, gerr := m.leaderLast(ctx, key)
+	if gerr != nil || !last.held || string(last.data) != string(m.value) {
 		return nil // gone, or another's: nothing of ours to release
 	}
-	return m.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	return m.kv.Delete(ctx, key, jetstream.LastRevision(last.seq))
 }
 
 // releaseID deletes the membership key after a failed Join.
