@@ -19,14 +19,14 @@ import (
 
 // discoverRig starts a Pair on A alone with DiscoverPartner; the servers
 // answer FindServers as opts make them. It does not wait for a standby.
-func discoverRig(t *testing.T, logs *testutil.SyncBuffer, servers []uaserver.Option, opts ...uaclient.PairOption) *rig {
+func discoverRig(t *testing.T, logs *testutil.SyncBuffer, servers []uaserver.Option, mode uaclient.Mode, opts ...uaclient.PairOption) *rig {
 	t.Helper()
 	if logs != nil {
 		opts = append(opts, uaclient.WithLogger(zerolog.New(logs)))
 	}
 	r := newRig(t, rigOption{levels: [2]byte{250, 240}, noStart: true, servers: servers, opts: opts,
 		endpoints: func(_ *testing.T, s *uaserver.Pair) []string { return []string{s.A().Endpoint()} },
-		cfg:       func(c *uaclient.PairConfig) { c.DiscoverPartner = true },
+		cfg:       func(c *uaclient.PairConfig) { c.DiscoverPartner, c.Mode = true, mode },
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
@@ -53,10 +53,17 @@ func logLines(logs *testutil.SyncBuffer, ev string) []string {
 // TestPairDiscoversPartner: A names B and knows B's endpoint. The Pair
 // finds B, logs it once, shows it in its status, keeps a standby session
 // on it, and fails over to it when A is killed: the data then come from
-// B.
+// B. In prepared mode the items wait on the standby found, as on a
+// configured one.
 func TestPairDiscoversPartner(t *testing.T) {
+	for _, mode := range []uaclient.Mode{uaclient.ModeWarm, uaclient.ModePrepared} {
+		t.Run(string(mode), func(t *testing.T) { testPairDiscoversPartner(t, mode) })
+	}
+}
+
+func testPairDiscoversPartner(t *testing.T, mode uaclient.Mode) {
 	logs := &testutil.SyncBuffer{}
-	r := discoverRig(t, logs, []uaserver.Option{uaserver.WithPartnerDiscovery()})
+	r := discoverRig(t, logs, []uaserver.Option{uaserver.WithPartnerDiscovery()}, mode)
 	a, b := r.servers.A(), r.servers.B()
 	found := r.waitEvent(mark{}, "the partner found", kind(uaclient.EventPartnerFound))
 	if found.URL != b.Endpoint() || found.ApplicationURI != b.ApplicationURI() || found.Endpoint != servicelevel.Backup {
@@ -79,6 +86,20 @@ func TestPairDiscoversPartner(t *testing.T) {
 		t.Fatalf("%d partner-not-found events", n)
 	}
 
+	// The standby's items: none in warm mode (the health subscription's
+	// two only), all of them in prepared mode.
+	want := 2
+	if mode == uaclient.ModePrepared {
+		want += testTags
+	}
+	testutil.WaitFor(t, "the standby's items on B", waitLong, func() bool {
+		n := 0
+		for _, sub := range b.Subscriptions() {
+			n += sub.Items
+		}
+		return n == want
+	})
+
 	m := r.mark()
 	a.Kill()
 	r.waitEvent(m, "a failover to the discovered backup", failoverTo(servicelevel.Backup))
@@ -98,7 +119,7 @@ func TestPairDiscoversPartner(t *testing.T) {
 // endpoint (the positive control) the next discovery finds it.
 func TestPairPartnerNotFound(t *testing.T) {
 	logs := &testutil.SyncBuffer{}
-	r := discoverRig(t, logs, nil, uaclient.WithPartnerRetry(100*time.Millisecond))
+	r := discoverRig(t, logs, nil, uaclient.ModeWarm, uaclient.WithPartnerRetry(100*time.Millisecond))
 	a, b := r.servers.A(), r.servers.B()
 	nf := r.waitEvent(mark{}, "the partner not found", kind(uaclient.EventPartnerNotFound))
 	want := "FindServers on " + a.Endpoint() + " does not know partner " + b.ApplicationURI()
