@@ -61,6 +61,9 @@ func TestValidateAndRunAgree(t *testing.T) {
 		{"jetstream, a tag subject of its own under the source's root", jsSink, [][2]string{tagSubject("apbridge.line1.setpoints.SP")}},
 		{"jetstream, browse roots", jsSink, [][2]string{browse}},
 		{"jetstream, in a fleet", jsSink + "fleet: {relayId: agree, replicas: 1, leaseTTL: 1s}\n", nil},
+		{"one endpoint that discovers its partner", "", [][2]string{{"[opc.tcp://127.0.0.1:1, opc.tcp://127.0.0.1:2]",
+			"[opc.tcp://127.0.0.1:1]\n    discoverPartner: true\n    mode: hot"}}},
+		{"two endpoints and discoverPartner", "", [][2]string{{"opc.tcp://127.0.0.1:2]", "opc.tcp://127.0.0.1:2]\n    discoverPartner: true"}}},
 		// Refused by validate; they used to be accepted, and run failed
 		// at the start (or, for the first, published on the JetStream
 		// API).

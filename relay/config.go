@@ -276,7 +276,7 @@ func (c *Config) validate(withSources bool) error {
 				add("%s.%v", f, e)
 			}
 		}
-		if err := s.Security.Validate(f+".security", len(s.Endpoints)); err != nil {
+		if err := s.Security.ValidateFor(f+".security", len(s.Endpoints), s.DiscoverPartner); err != nil {
 			for _, e := range Errors(err) {
 				add("%v", e)
 			}

@@ -146,6 +146,14 @@ func NewSinglePolicy(cfg FailoverConfig, opts ...PolicyOption) (*Policy, error) 
 	return p, err
 }
 
+// AddPeer turns a Policy made by NewSinglePolicy into one for a pair:
+// the supervisor has found the server's partner (OPC UA partner
+// discovery), whose standby level it reports from now on. The Policy
+// keeps its state: the active server stays the active, and the peer's
+// level is Unknown until reported. It does nothing to a Policy that has a
+// peer.
+func (p *Policy) AddPeer() { p.single = false }
+
 // Settings returns the resolved settings the Policy runs on.
 func (p *Policy) Settings() Settings { return p.set }
 

@@ -98,3 +98,36 @@ func hasAction(ds []Decision, a Action) bool {
 	}
 	return false
 }
+
+// TestPolicyAddPeer: a single-server Policy given a peer (a partner found
+// by discovery) switches to it as a pair's Policy does, from the state it
+// is in: a connected primary whose link is refused moves to the Healthy
+// peer. Without AddPeer the same events only retry the primary (the
+// control).
+func TestPolicyAddPeer(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	run := func(addPeer bool) []Decision {
+		p, err := NewSinglePolicy(FailoverConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Start(t0)
+		p.SessionUp(t0)
+		p.ActiveLevel(t0, LevelOf(250))
+		p.ActiveLevel(t0.Add(20*time.Second), LevelOf(250))
+		if addPeer {
+			p.AddPeer()
+			p.AddPeer() // twice is once
+		}
+		p.StandbyLevel(t0.Add(21*time.Second), LevelOf(240))
+		now := t0.Add(30 * time.Second)
+		return []Decision{p.LinkLost(now), p.ConnectRefused(now)}
+	}
+	if hasAction(run(false), ActionSwitch) {
+		t.Fatal("control: a single-server Policy switched")
+	}
+	ds := run(true)
+	if !hasAction(ds, ActionSwitch) || ds[len(ds)-1].To != Backup {
+		t.Fatalf("with the peer added: decisions %v, want a switch to the backup", ds)
+	}
+}

@@ -93,6 +93,17 @@ type PairConfig struct {
 	// and reconnects to it).
 	Endpoints []string `json:"endpoints" yaml:"endpoints"`
 
+	// DiscoverPartner asks the one server of Endpoints for its partner in
+	// a redundant set, and takes the partner's endpoint as the backup: the
+	// server's ServerUriArray (or, without one, its ServerArray) names the
+	// partner, FindServers on the server gives the partner's discovery
+	// URLs, GetEndpoints there the endpoint that matches the security
+	// settings. Until a partner is found the Pair runs as a single server;
+	// it asks at every new session on the server and, while that session
+	// lasts, every PartnerRetryInterval. Only with one endpoint: two give
+	// the backup. Default false.
+	DiscoverPartner bool `json:"discoverPartner,omitempty" yaml:"discoverPartner,omitempty"`
+
 	// FailoverConfig holds serviceLevelFailover and the connectivity
 	// retry knobs.
 	servicelevel.FailoverConfig `yaml:",inline"`
@@ -150,7 +161,8 @@ type PairConfig struct {
 // PairSettings are a validated PairConfig with defaults applied.
 type PairSettings struct {
 	Endpoints          [2]string             // endpoints: primary, backup (the same URL twice for one server)
-	Single             bool                  // one endpoint given: no standby, no failover
+	Single             bool                  // one endpoint given: no standby, no failover (until a partner is found)
+	DiscoverPartner    bool                  // discoverPartner: find the backup through the one server
 	Failover           servicelevel.Settings // the embedded FailoverConfig
 	Mode               Mode                  // mode
 	HeartbeatInterval  time.Duration         // heartbeatIntervalMilliseconds
@@ -219,6 +231,15 @@ func (c PairConfig) Settings() (PairSettings, error) {
 			Reason: fmt.Sprintf("%d given, want 1 (one server) or 2 (primary, backup)", len(c.Endpoints))})
 	}
 
+	if c.DiscoverPartner {
+		s.DiscoverPartner = true
+		if len(c.Endpoints) == 2 {
+			errs = append(errs, &ValueError{Field: "discoverPartner", Value: "true",
+				Reason: "finds the backup of a source with one endpoint, and endpoints gives two: " +
+					"remove discoverPartner (the backup is endpoints[1]) or endpoints[1] (to find the backup)"})
+		}
+	}
+
 	fs, err := c.FailoverConfig.Settings()
 	if err != nil {
 		errs = append(errs, err)
@@ -230,9 +251,9 @@ func (c PairConfig) Settings() (PairSettings, error) {
 		s.Mode = ModeWarm
 	case ModeHot, ModePrepared:
 		s.Mode = c.Mode
-		if s.Single {
+		if s.Single && !c.DiscoverPartner {
 			errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),
-				Reason: fmt.Sprintf("%s keeps the data items on a standby server: it needs two endpoints", c.Mode)})
+				Reason: fmt.Sprintf("%s keeps the data items on a standby server: it needs two endpoints, or discoverPartner", c.Mode)})
 		}
 	default:
 		errs = append(errs, &ValueError{Field: "mode", Value: string(c.Mode),

@@ -55,7 +55,10 @@ func TestPairConfigValidation(t *testing.T) {
 		{"three endpoints", PairConfig{Endpoints: append(ok, "opc.tcp://c:4840")},
 			[]string{"endpoints: 3 given, want 1 (one server) or 2 (primary, backup)"}},
 		{"one endpoint, hot", PairConfig{Endpoints: ok[:1], Mode: ModeHot},
-			[]string{"mode: hot keeps the data items on a standby server: it needs two endpoints"}},
+			[]string{"mode: hot keeps the data items on a standby server: it needs two endpoints, or discoverPartner"}},
+		{"discoverPartner with two endpoints", PairConfig{Endpoints: ok, DiscoverPartner: true},
+			[]string{"discoverPartner: finds the backup of a source with one endpoint, and endpoints gives two: " +
+				"remove discoverPartner (the backup is endpoints[1]) or endpoints[1] (to find the backup)"}},
 		{"one bad endpoint", PairConfig{Endpoints: []string{"http://a"}}, []string{`endpoints[0]: "http://a" is not an opc.tcp:// URL`}},
 		{"same URL", PairConfig{Endpoints: []string{"opc.tcp://a:4840", "OPC.TCP://A/"}},
 			[]string{"endpoints[1]: reaches the same server as endpoints[0]: same host and port (the same URL, opc.tcp://a:4840); the backup must be another server"}},

@@ -23,12 +23,19 @@ import (
 // 9.7 s). The dialer's sockets are shut down when the session's context
 // ends, which ends that read at once.
 func (c *conn) dialer() (d *uacp.Dialer, release func()) {
+	return abortingDialer(c.ctx, c.dialTimeout)
+}
+
+// abortingDialer is a UACP dialer whose sockets are shut down when ctx
+// ends (see conn.dialer), each dial bounded by timeout; release ends the
+// watch once the sockets are closed.
+func abortingDialer(ctx context.Context, timeout time.Duration) (d *uacp.Dialer, release func()) {
 	var mu sync.Mutex
 	var stops []func() bool
 	nd := &net.Dialer{
-		Timeout: c.dialTimeout,
+		Timeout: timeout,
 		ControlContext: func(_ context.Context, _, _ string, rc syscall.RawConn) error {
-			stop := context.AfterFunc(c.ctx, func() { abortConn(rc) })
+			stop := context.AfterFunc(ctx, func() { abortConn(rc) })
 			mu.Lock()
 			stops = append(stops, stop)
 			mu.Unlock()
@@ -59,6 +66,7 @@ type conn struct {
 	s           *session // the session it does the I/O of
 	ep          servicelevel.Endpoint
 	url         string
+	readInfo    bool // read the server's ServerInfo at connect
 	ctx         context.Context
 	cancel      context.CancelFunc
 	dialTimeout time.Duration
@@ -248,10 +256,10 @@ func (c *conn) connect() error {
 		}
 	}
 	nodes := []*ua.NodeID{nodeServiceLevel(), nodeNamespaceArray()}
-	if !c.p.set.Single {
-		// What the server says of itself, for the check of the pair: in
-		// this Read, so that it costs no round trip (redundancy.go). A
-		// single server is no pair to check.
+	if c.readInfo {
+		// What the server says of itself, for the check of the pair and
+		// for partner discovery: in this Read, so that it costs no round
+		// trip (redundancy.go). A single server is no pair to check.
 		nodes = append(nodes, serverInfoNodes()...)
 	}
 	rctx, rcancel := context.WithTimeout(c.ctx, c.p.set.ReadTimeout)

@@ -221,7 +221,7 @@ func (p *Pair) holdOrDeliver(s *session, notes []dataNote, now time.Time) {
 		h.add(notes)
 		return
 	}
-	if o := p.sess[s.ep.Other()]; p.set.Single || o == nil || !o.up() {
+	if o := p.sess[s.ep.Other()]; p.single || o == nil || !o.up() {
 		p.deliver(s, notes)
 		return
 	}

@@ -110,6 +110,16 @@ const (
 	// Logged as a warning, once while it holds
 	// (PairStatus.Redundancy.Warnings).
 	EventRedundancyWarning
+	// EventPartnerFound: partner discovery found the backup endpoint
+	// (Endpoint is the backup, URL the endpoint found, ApplicationURI the
+	// partner's). The Pair runs as a pair from then on. Logged at Info,
+	// once.
+	EventPartnerFound
+	// EventPartnerNotFound: partner discovery found no backup (Reason says
+	// at which step; Endpoint is the primary, whose server was asked). The
+	// Pair runs on as a single server and asks again later. Logged as a
+	// warning, once while the reason holds (PairStatus.Partner.Problem).
+	EventPartnerNotFound
 )
 
 var eventKindNames = [...]string{
@@ -132,6 +142,8 @@ var eventKindNames = [...]string{
 	EventLinkRecovered:     "link recovered",
 	EventSameServer:        "same server",
 	EventRedundancyWarning: "redundancy warning",
+	EventPartnerFound:      "partner found",
+	EventPartnerNotFound:   "partner not found",
 }
 
 // String returns the kind's name, for example "failover".
@@ -175,11 +187,12 @@ type Event struct {
 	Duration time.Duration
 	// Handle is the item of an EventItemFailed.
 	Handle uint32
-	// Reason says why a level is unreadable, or what an EventSameServer
-	// or EventRedundancyWarning found.
+	// Reason says why a level is unreadable, or what an EventSameServer,
+	// EventRedundancyWarning or EventPartnerNotFound found.
 	Reason string
 	// ApplicationURI is the ApplicationUri both endpoints' servers
-	// report, for an EventSameServer.
+	// report, for an EventSameServer; the partner's, for an
+	// EventPartnerFound.
 	ApplicationURI string
 	// Subscription is the server's ID of the subscription of an
 	// EventNotificationsLost.

@@ -1,6 +1,17 @@
 package uaclient
 
+import "time"
+
 // Test-only options, for the real-server tests of package uaclient_test.
+
+// WithPartnerRetry sets how long after a partner discovery that found
+// nothing the next one starts (default PartnerRetryInterval).
+func WithPartnerRetry(d time.Duration) PairOption {
+	return func(o *options) error {
+		o.partnerRetry = d
+		return nil
+	}
+}
 
 // WithPublishers sets how many Publish requests each session keeps
 // outstanding (default defaultPublishers).

@@ -187,8 +187,11 @@ func (p *Pair) nextWake() (time.Time, bool) {
 	if p.hold != nil {
 		consider(p.hold.until)
 	}
-	if !p.set.Single && p.sess[p.pol.Active().Other()] == nil {
+	if !p.single && p.sess[p.pol.Active().Other()] == nil {
 		consider(p.standbyAt)
+	}
+	if at, due := p.discoveryDue(); due {
+		consider(at)
 	}
 	return at, ok
 }
@@ -218,6 +221,8 @@ func (p *Pair) handle(ev event) {
 		p.onRemoveItems(ev)
 	case evWrite:
 		p.onWrite(ev)
+	case evPartner:
+		p.onPartner(ev, now)
 	}
 }
 
@@ -284,6 +289,9 @@ func (p *Pair) onTimer(now time.Time) {
 	if w := p.probeWait; w.id != 0 && !now.Before(w.deadline) {
 		p.probeWait = probeWait{}
 		p.feed(p.pol.ProbeResult(now, w.id, servicelevel.Unknown()))
+	}
+	if at, due := p.discoveryDue(); due && !now.Before(at) {
+		p.startDiscovery(p.sess[servicelevel.Primary], now)
 	}
 }
 

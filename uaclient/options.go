@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
 
 	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
 	"github.com/rs/zerolog"
 )
 
@@ -29,6 +31,11 @@ type options struct {
 	dialOpts   DialOptionsFunc   // per connection, after endpOpts
 	backlog    int
 	publishers int // Publish requests outstanding per session
+	// selectEndpoint picks the partner's endpoint among those its server
+	// offers (partner discovery); partnerRetry is how long after a
+	// discovery that found nothing the next one starts.
+	selectEndpoint EndpointSelector
+	partnerRetry   time.Duration
 
 	// dropMessage, if set, drops the data messages of the sessions' data
 	// subscriptions for which it returns true, as if they never arrived:
@@ -41,10 +48,12 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		name:       "apbridge",
-		logger:     zerolog.Nop(),
-		backlog:    1 << 16,
-		publishers: defaultPublishers,
+		name:           "apbridge",
+		logger:         zerolog.Nop(),
+		backlog:        1 << 16,
+		publishers:     defaultPublishers,
+		selectEndpoint: SelectNoneEndpoint,
+		partnerRetry:   PartnerRetryInterval,
 	}
 }
 
@@ -160,6 +169,27 @@ func WithEndpointClientOptions(e servicelevel.Endpoint, opts ...opcua.Option) Pa
 			return fmt.Errorf("endpoint client options: %v is not an endpoint (valid: primary, backup)", e)
 		}
 		o.endpOpts[e] = append(o.endpOpts[e], opts...)
+		return nil
+	}
+}
+
+// EndpointSelector picks, among the endpoints a server offers (OPC UA
+// GetEndpoints), the one the Pair's clients connect to, or says why none
+// fits. Partner discovery uses it for the endpoint of the partner found.
+type EndpointSelector func(eps []*ua.EndpointDescription) (*ua.EndpointDescription, error)
+
+// WithEndpointSelector has partner discovery (PairConfig.DiscoverPartner)
+// take the partner's endpoint that f picks: the one that matches the
+// client's security policy and mode. Default SelectNoneEndpoint, which
+// matches the Pair's own default (security None). A source with security
+// settings of its own passes its selection here (opcuasource's
+// Security.PairOptions does).
+func WithEndpointSelector(f EndpointSelector) PairOption {
+	return func(o *options) error {
+		if f == nil {
+			return errors.New("endpoint selector: nil function")
+		}
+		o.selectEndpoint = f
 		return nil
 	}
 }

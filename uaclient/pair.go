@@ -99,6 +99,11 @@ type Pair struct {
 	servers      [2]ServerInfo
 	serversKnown [2]bool
 	redundancy   RedundancyCheck
+	// The endpoints' URLs: set.Endpoints, with a discovered partner's as
+	// the backup's; single while there is no backup (partner.go).
+	urls    [2]string
+	single  bool
+	partner partnerState
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does
@@ -138,12 +143,21 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 		ready:    make(chan struct{}),
+		urls:     set.Endpoints,
+		single:   set.Single,
 	}
-	p.status = PairStatus{Active: servicelevel.Primary, ActiveURL: set.Endpoints[servicelevel.Primary], Policy: pol.Status()}
+	if set.DiscoverPartner {
+		// No backup until one is found.
+		p.urls[servicelevel.Backup] = ""
+		p.partner.status.Enabled = true
+	}
+	p.status = PairStatus{Active: servicelevel.Primary, ActiveURL: set.Endpoints[servicelevel.Primary], Policy: pol.Status(),
+		Partner: p.partner.status}
 	return p, nil
 }
 
-// Settings returns the resolved settings the Pair runs on.
+// Settings returns the resolved settings the Pair runs on, as configured:
+// a backup found by partner discovery is in Status().Partner.
 func (p *Pair) Settings() PairSettings { return p.set }
 
 // Start starts the Pair: it connects the primary endpoint as the active
@@ -397,10 +411,11 @@ func (p *Pair) observe(o servicelevel.Observation) {
 
 // emit logs e and hands it to the event handler.
 func (p *Pair) emit(e Event) {
-	e.URL = p.set.Endpoints[e.Endpoint]
+	e.URL = p.urls[e.Endpoint]
 	var le *zerolog.Event
 	switch e.Kind {
-	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost, EventRedundancyWarning:
+	case EventConnectFailed, EventSessionLost, EventLevelUnreadable, EventItemFailed, EventNotificationsLost, EventRedundancyWarning,
+		EventPartnerNotFound:
 		le = p.log.Warn()
 	case EventSameServer:
 		le = p.log.Error() // a pair without a standby: someone has to act
@@ -456,7 +471,7 @@ func (p *Pair) publishStatus() {
 	ps := p.pol.Status()
 	st := PairStatus{
 		Active:      ps.Active,
-		ActiveURL:   p.set.Endpoints[ps.Active],
+		ActiveURL:   p.urls[ps.Active],
 		Connected:   ps.Connected && p.serving != nil && p.serving.ep == ps.Active && p.activating == nil,
 		Switching:   p.activating != nil || p.sess[ps.Active] != nil && p.sess[ps.Active].phase == phaseConnecting,
 		Items:       len(p.items),
@@ -481,6 +496,7 @@ func (p *Pair) publishStatus() {
 		}
 	}
 	st.Redundancy = p.redundancy
+	st.Partner = p.partner.status
 	for i, s := range p.sess {
 		if s != nil {
 			st.Sessions[i] = s.sessionState()

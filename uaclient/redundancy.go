@@ -27,6 +27,11 @@ type ServerInfo struct {
 	// read. (The CreateSession response carries it too, but gopcua does
 	// not hand that response out.)
 	ApplicationURI string
+	// ServerArray is the whole ServerArray: the server's own ApplicationUri
+	// first, then those of the servers it knows (a redundant set's
+	// partners, where the server lists them there rather than in
+	// ServerURIs). nil when it could not be read. Do not modify it.
+	ServerArray []string
 	// Redundancy is the server's RedundancySupport (i=3709), read only
 	// when RedundancyKnown.
 	Redundancy      ua.RedundancySupport
@@ -78,6 +83,7 @@ func serverInfoOf(dvs []*ua.DataValue) ServerInfo {
 	}
 	if uris, _ := value(0).([]string); len(uris) > 0 {
 		info.ApplicationURI = uris[0]
+		info.ServerArray = uris
 	}
 	// An enumeration is an Int32 on the wire; take any integer.
 	switch v := value(1).(type) {
@@ -150,7 +156,7 @@ func (p *Pair) checkServers(s *session, now time.Time) {
 	}
 	p.servers[s.ep], p.serversKnown[s.ep] = *s.conn.info, true
 	was := p.redundancy
-	rc, about := judgeServers(p.servers, p.serversKnown, p.set.Endpoints)
+	rc, about := judgeServers(p.servers, p.serversKnown, p.urls)
 	p.redundancy = rc
 	role := p.roleOf(s)
 	switch {

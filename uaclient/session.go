@@ -51,7 +51,7 @@ func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.D
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &session{p: p, ep: ep, id: id}
 	s.conn = &conn{
-		p: p, s: s, ep: ep, url: p.set.Endpoints[ep],
+		p: p, s: s, ep: ep, url: p.urls[ep], readInfo: !p.single || p.set.DiscoverPartner,
 		ctx: ctx, cancel: cancel, dialTimeout: dialTimeout,
 		kick:   make(chan struct{}, 1),
 		exited: make(chan struct{}),

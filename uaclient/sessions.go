@@ -29,7 +29,7 @@ func (p *Pair) connectActive(d servicelevel.Decision, now time.Time) {
 // with a backoff between failed attempts.
 func (p *Pair) ensureStandby(now time.Time) {
 	e := p.pol.Active().Other()
-	if p.set.Single || p.sess[e] != nil || now.Before(p.standbyAt) {
+	if p.single || p.sess[e] != nil || now.Before(p.standbyAt) {
 		return
 	}
 	p.startSession(e, p.set.Failover.ConnectTimeout, 0, RoleStandby, now)
@@ -137,6 +137,9 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			p.feed(p.pol.ProbeResult(now, w.id, servicelevel.Unknown()))
 		}
 	}
+	// A new session on the configured server: the first chance to find
+	// its partner, or a new one after a discovery that found nothing.
+	p.startDiscovery(s, now)
 }
 
 func (p *Pair) backoffStandby(now time.Time) {

@@ -70,15 +70,40 @@ type PairStatus struct {
 	Policy servicelevel.Status
 	// Servers are what each endpoint's server said of itself at its
 	// latest session, indexed by Endpoint; zero before its first session,
-	// and always for a single server, which is not checked.
+	// and always for a single server, which is not checked (one with
+	// DiscoverPartner is: its server names the partner).
 	Servers [2]ServerInfo
 	// Redundancy is the check of the pair against what its servers say:
 	// both endpoints on one server (an error: no standby), or servers
 	// that do not describe themselves as one redundant set (warnings).
 	Redundancy RedundancyCheck
+	// Partner is the partner discovery of a Pair configured with one
+	// endpoint and DiscoverPartner: the backup found, or why none was.
+	Partner PartnerStatus
 	// LastErr is the last connect or session error, nil before any: what
 	// a pair that carries no data is up against.
 	LastErr error
+}
+
+// PartnerStatus is where partner discovery stands (PairConfig.DiscoverPartner).
+type PartnerStatus struct {
+	// Enabled reports DiscoverPartner: the rest is zero without it.
+	Enabled bool
+	// URL is the backup endpoint found, "" while none is; ApplicationURI
+	// the partner's ApplicationUri. A partner found is the backup for the
+	// Pair's life.
+	URL            string
+	ApplicationURI string
+	// Problem says which step of the last discovery found nothing, while
+	// no partner is known: no partner named, FindServers does not know
+	// it, no endpoint matches the security settings, the endpoint reaches
+	// the configured server itself. "" before the first discovery ends
+	// and once a partner is found.
+	Problem string
+	// Attempts counts the discoveries started; At is when the last one
+	// ended.
+	Attempts int
+	At       time.Time
 }
 
 func levelText(l servicelevel.Level, why string) string {

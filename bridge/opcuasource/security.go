@@ -62,6 +62,14 @@ var (
 // "sources[0].security", and endpoints the number of the source's
 // endpoints. Files are read: a pinned certificate must be a certificate.
 func (c Security) Validate(field string, endpoints int) error {
+	return c.ValidateFor(field, endpoints, false)
+}
+
+// ValidateFor is Validate for a source that may discover its partner
+// (uaclient.PairConfig.DiscoverPartner): its one endpoint's server and the
+// partner found make two servers, so serverCerts pins two, the partner's
+// second. A pin the discovered backup could bypass would be no pin.
+func (c Security) ValidateFor(field string, endpoints int, discoverPartner bool) error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	if c.Policy != "" && !slices.Contains(validPolicies, c.Policy) {
@@ -80,8 +88,13 @@ func (c Security) Validate(field string, endpoints int) error {
 	if c.secure() && (c.CertFile == "" || c.KeyFile == "") {
 		add("%s: certFile and keyFile are required with policy %s", field, c.Policy)
 	}
-	if len(c.ServerCerts) > 0 && len(c.ServerCerts) != endpoints {
-		add("%s.serverCerts: %d given, want one per endpoint (%d)", field, len(c.ServerCerts), endpoints)
+	switch n := len(c.ServerCerts); {
+	case n == 0:
+	case discoverPartner && endpoints == 1 && n != 2:
+		add("%s.serverCerts: %d given, want 2 with discoverPartner: the endpoint's server's certificate, then its partner's, "+
+			"which the backup found must present", field, n)
+	case !(discoverPartner && endpoints == 1) && n != endpoints:
+		add("%s.serverCerts: %d given, want one per endpoint (%d)", field, n, endpoints)
 	}
 	for i, f := range c.ServerCerts {
 		if _, err := readCertificate(f); err != nil {
@@ -130,7 +143,8 @@ func (c Security) discovers() bool {
 // PairOptions returns the Pair options that apply c to both endpoints:
 // before every connection the Pair asks the server for its endpoints,
 // selects the one that matches the policy and mode, checks the server's
-// certificate and sets the channel and the login from it. log gets the
+// certificate and sets the channel and the login from it; partner
+// discovery selects the partner's endpoint the same way. log gets the
 // server certificate's thumbprint and subject at the first connection to
 // each endpoint.
 func (c Security) PairOptions(log zerolog.Logger) ([]uaclient.PairOption, error) {
@@ -138,7 +152,9 @@ func (c Security) PairOptions(log zerolog.Logger) ([]uaclient.PairOption, error)
 	if err != nil {
 		return nil, err
 	}
-	return []uaclient.PairOption{uaclient.WithDialOptions(d.pairOptions)}, nil
+	// Partner discovery takes the partner's endpoint that these settings
+	// connect to.
+	return []uaclient.PairOption{uaclient.WithDialOptions(d.pairOptions), uaclient.WithEndpointSelector(c.selectEndpoint)}, nil
 }
 
 // clientAuth returns the options every client of c has, whatever the

@@ -52,4 +52,16 @@ func TestSecurityValidate(t *testing.T) {
 	if err := secure.Validate("security", 1); err != nil {
 		t.Fatalf("a good setting refused: %v", err)
 	}
+	// With partner discovery one endpoint has two servers: the pins are
+	// the endpoint's server's and the partner's.
+	pinned := secure
+	pinned.ServerCerts = []string{cert}
+	if err := pinned.ValidateFor("security", 1, true); err == nil ||
+		!strings.Contains(err.Error(), "security.serverCerts: 1 given, want 2 with discoverPartner") {
+		t.Fatalf("one pin with discoverPartner: %v", err)
+	}
+	pinned.ServerCerts = []string{cert, cert}
+	if err := pinned.ValidateFor("security", 1, true); err != nil {
+		t.Fatalf("two pins with discoverPartner refused: %v", err)
+	}
 }

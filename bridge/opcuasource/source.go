@@ -205,6 +205,12 @@ func (s *Source) healthOf(st uaclient.PairStatus) bridge.Health {
 		h.Writable = true
 		// The warnings first: they are what an operator has to act on.
 		parts := slices.Clone(st.Redundancy.Warnings)
+		if pt := st.Partner; pt.Enabled && pt.URL == "" && pt.Problem != "" {
+			parts = append([]string{"no backup: partner discovery found none: " + pt.Problem}, parts...)
+		}
+		if pt := st.Partner; pt.URL != "" {
+			parts = append(parts, fmt.Sprintf("backup %s found by partner discovery (%s)", pt.URL, pt.ApplicationURI))
+		}
 		if d := linkDetail(st.Link); d != "" {
 			parts = append(parts, d)
 		}
@@ -248,6 +254,9 @@ type Stats struct {
 	// uaclient.PairStatus); the health shows what the check found.
 	Redundancy uaclient.RedundancyCheck
 	Servers    [2]uaclient.ServerInfo
+	// Partner is the partner discovery of a source with discoverPartner:
+	// the backup found, or why none was.
+	Partner uaclient.PartnerStatus
 }
 
 // Stats returns the counters; zero before Start.
@@ -260,7 +269,7 @@ func (s *Source) Stats() Stats {
 	}
 	st := p.Status()
 	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link,
-		Redundancy: st.Redundancy, Servers: st.Servers}
+		Redundancy: st.Redundancy, Servers: st.Servers, Partner: st.Partner}
 }
 
 var _ bridge.LinkReporter = (*Source)(nil)

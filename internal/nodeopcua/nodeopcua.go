@@ -62,6 +62,17 @@ type Config struct {
 	// ServerURIs is the server's ServerUriArray (i=11314), the
 	// ApplicationUris of its redundant set; default empty.
 	ServerURIs []string `json:"serverUris,omitempty"`
+	// Partners are servers its FindServers answers with besides itself,
+	// as a server of a redundant set that knows its partner may: a client
+	// given this server finds them (partner discovery). node-opcua's own
+	// answers with itself alone.
+	Partners []Partner `json:"partners,omitempty"`
+}
+
+// Partner is another server, as FindServers describes it.
+type Partner struct {
+	ApplicationURI string   `json:"applicationUri"`
+	DiscoveryURLs  []string `json:"discoveryUrls"`
 }
 
 // Server is a running node-opcua server.

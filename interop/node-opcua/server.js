@@ -5,7 +5,8 @@
 //                    "modes":["None","Sign","SignAndEncrypt"],"users":{"relay":"secret"},
 //                    "anonymous":true,"counterMs":100,"pki":"/tmp/pki","namespaces":["urn:a","urn:b"],
 //                    "applicationUri":"urn:a:server","redundancySupport":"Warm",
-//                    "serverUris":["urn:a:server","urn:b:server"]}'
+//                    "serverUris":["urn:a:server","urn:b:server"],
+//                    "partners":[{"applicationUri":"urn:b:server","discoveryUrls":["opc.tcp://127.0.0.1:4841"]}]}'
 //
 // It prints one line "READY <endpoint> <server certificate file>" once it
 // listens. Commands on stdin, one per line:
@@ -23,7 +24,10 @@
 // so that two servers can number it differently. "applicationUri" names
 // the server (node-opcua's default is one URI per host); "redundancySupport"
 // (a Part 5 name) and "serverUris" are what it reports of its redundant set
-// (i=3709, i=11314).
+// (i=3709, i=11314). "partners" are other servers its FindServers answers
+// with besides itself (node-opcua's own answers with itself alone; its
+// discovery server, the LDS, with the servers registered there), so that
+// a client given this server can find its partner.
 "use strict";
 
 const path = require("path");
@@ -31,6 +35,8 @@ const readline = require("readline");
 const {
   OPCUAServer,
   OPCUACertificateManager,
+  ApplicationDescription,
+  ApplicationType,
   Variant,
   VariantArrayType,
   DataValue,
@@ -57,6 +63,7 @@ const cfg = Object.assign(
     applicationUri: "",
     redundancySupport: "",
     serverUris: null,
+    partners: [],
   },
   JSON.parse(process.argv[2] || "{}"),
 );
@@ -195,6 +202,26 @@ async function main() {
     addressSpace.findNode("i=11314").setValueFromSource(
       new Variant({ dataType: DataType.String, arrayType: VariantArrayType.Array, value: cfg.serverUris }),
     );
+  }
+
+  // FindServers chooses from getServers (and filters by the request's
+  // serverUris): the partners are added there, as node-opcua's LDS adds
+  // the servers registered with it.
+  if (cfg.partners.length > 0) {
+    const own = server.getServers.bind(server);
+    server.getServers = (channel) =>
+      own(channel).concat(
+        cfg.partners.map(
+          (p) =>
+            new ApplicationDescription({
+              applicationUri: p.applicationUri,
+              productUri: "urn:apbridge:interop",
+              applicationName: { text: "partner " + p.applicationUri },
+              applicationType: ApplicationType.Server,
+              discoveryUrls: p.discoveryUrls,
+            }),
+        ),
+      );
   }
 
   const sl = addressSpace.findNode("i=2267");

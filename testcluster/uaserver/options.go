@@ -27,6 +27,7 @@ type config struct {
 	uris        [2]string
 	minPublish  time.Duration
 	retransmit  int
+	partners    bool
 }
 
 // newConfig applies opts to the defaults (see option.Apply).
@@ -165,4 +166,12 @@ func WithMinPublishingInterval(d time.Duration) Option {
 // full.
 func WithRetransmitQueue(n int) Option {
 	return countOption("WithRetransmitQueue", "messages", n, func(c *config) { c.retransmit = n })
+}
+
+// WithPartnerDiscovery makes each server answer FindServers with the
+// other's description too (its ApplicationUri and endpoint), as servers
+// of a redundant set may: a client given one server finds the other
+// (see Server.SetPartner). By default a server knows only itself.
+func WithPartnerDiscovery() Option {
+	return func(c *config) error { c.partners = true; return nil }
 }

@@ -80,6 +80,12 @@ func StartPair(ctx context.Context, opts ...Option) (*Pair, error) {
 		}
 		p.servers[i] = s
 	}
+	if cfg.partners {
+		for i, s := range p.servers {
+			o := p.servers[1-i]
+			s.SetPartner(o.uri, o.endpoint)
+		}
+	}
 	p.wg.Add(1)
 	go p.run()
 	wctx, cancel := context.WithTimeout(ctx, cfg.ReadyWait)

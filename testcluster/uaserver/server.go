@@ -57,7 +57,8 @@ type Server struct {
 	script  *Script
 	levelFn LevelFunc
 	health  Health
-	aliases []*faultproxy.Proxy // see Alias
+	aliases []*faultproxy.Proxy        // see Alias
+	partner *ua.ApplicationDescription // see SetPartner
 
 	wg      sync.WaitGroup // accept loop and connection goroutines
 	scripts sync.WaitGroup

@@ -52,18 +52,6 @@ func (s *Server) getEndpoints(r *ua.GetEndpointsRequest) ua.Response {
 	}
 }
 
-func (s *Server) findServers(r *ua.FindServersRequest) ua.Response {
-	servers := []*ua.ApplicationDescription{}
-	match := len(r.ServerURIs) == 0
-	for _, u := range r.ServerURIs {
-		match = match || u == s.uri
-	}
-	if match {
-		servers = append(servers, s.appDescription())
-	}
-	return &ua.FindServersResponse{ResponseHeader: respHeader(r, ua.StatusOK), Servers: servers}
-}
-
 func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	rand.Read(b)
