@@ -10,6 +10,7 @@ import (
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Edge is a hub cluster and a site cluster joined by leaf node connections
@@ -200,4 +201,44 @@ func (e *Edge) linked() error {
 // the hub stream back.
 func (e *Edge) HubConn() (*nats.Conn, error) {
 	return nats.Connect(strings.Join(e.Hub.URLs(), ","), append(e.Hub.ClientOptions(), nats.MaxReconnects(-1))...)
+}
+
+// SourceFromSite creates the hub stream name (replicas replicas, file
+// storage, no subjects of its own) that sources the site stream
+// siteStream across the leaf connection, through the site domain's API:
+// the hub side of an edge site as docs/edge.md configures it. A stream of
+// the name that exists already is left as it is.
+func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, replicas int) error {
+	nc, err := e.Hub.connectAny()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     name,
+		Replicas: replicas,
+		Storage:  jetstream.FileStorage,
+		Sources: []*jetstream.StreamSource{{
+			Name:     siteStream,
+			External: &jetstream.ExternalStream{APIPrefix: "$JS." + e.SiteDomain + ".API"},
+		}},
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
+	}
+	return err
+}
+
+// StreamMsgs returns how many messages the stream holds in cl, asked of a
+// running node; 0 when it cannot tell.
+func StreamMsgs(ctx context.Context, cl *Cluster, stream string) uint64 {
+	st, err := cl.StreamState(ctx, stream)
+	if err != nil {
+		return 0
+	}
+	return st.Msgs
 }
