@@ -50,9 +50,13 @@ func edgeScenarios() []scenario {
 		{"wan-outage", "edge site: 1,000 tags at 10 Hz into the site stream, the WAN cut (--wan cut|freeze) for --outage, then healed; audited at the hub stream",
 			func(ctx context.Context, cfg benchConfig) (*result, error) { return benchWAN(ctx, cfg, wanPlan{}) }},
 		{"wan-outage-ldm", "wan-outage with the site node under the relay's active connection in lame-duck mode (and restarted) during the outage",
-			func(ctx context.Context, cfg benchConfig) (*result, error) { return benchWAN(ctx, cfg, wanPlan{ldm: true}) }},
+			func(ctx context.Context, cfg benchConfig) (*result, error) {
+				return benchWAN(ctx, cfg, wanPlan{ldm: true})
+			}},
 		{"wan-flap", "edge site: the WAN cut 5 s, up 5 s, for --flap; audited at the hub stream",
-			func(ctx context.Context, cfg benchConfig) (*result, error) { return benchWAN(ctx, cfg, wanPlan{flap: true}) }},
+			func(ctx context.Context, cfg benchConfig) (*result, error) {
+				return benchWAN(ctx, cfg, wanPlan{flap: true})
+			}},
 	}
 }
 
