@@ -91,8 +91,8 @@ type HubReport struct {
 	// reachable now).
 	Position   uint64    `json:"position"`
 	PositionAt time.Time `json:"positionAt,omitzero"`
-	// CaughtUp reports that the hub had every site message at its last
-	// contact; LastCaughtUp is when that was last seen (zero: never since
+	// CaughtUp reports that the hub was at most one second of the site's
+	// traffic behind at its last contact; LastCaughtUp is when that was last seen (zero: never since
 	// the relay started).
 	CaughtUp     bool      `json:"caughtUp"`
 	LastCaughtUp time.Time `json:"lastCaughtUp,omitzero"`
@@ -208,12 +208,17 @@ func (r *Report) checkHub(ctx context.Context, nc *nats.Conn, cfg Config, site S
 				h.SourceError = src.Error.Error()
 				r.Warnings = append(r.Warnings, fmt.Sprintf("the hub stream %q reports an error sourcing %q: %s", cfg.Hub.Stream, site.Stream, h.SourceError))
 			}
-			h.Position = si.State.LastSeq - min(src.Lag, si.State.LastSeq)
+			// The hub's position does not go back: a lag the hub has not
+			// updated yet (its source just restarted) is not news.
+			h.Position = max(h.Position, si.State.LastSeq-min(src.Lag, si.State.LastSeq))
 			h.PositionAt = r.CheckedAt
 			if src.Active >= 0 {
 				h.PositionAt = r.CheckedAt.Add(-src.Active)
 			}
-			h.CaughtUp = src.Lag == 0
+			// Under steady traffic the lag is rarely 0 at the moment it
+			// is read: within a second of the site's rate counts as
+			// caught up.
+			h.CaughtUp = float64(src.Lag) <= max(r.Site.RateMsgs, 1)
 			if h.CaughtUp {
 				h.LastCaughtUp = h.PositionAt
 			}
@@ -225,7 +230,7 @@ func (r *Report) checkHub(ctx context.Context, nc *nats.Conn, cfg Config, site S
 		}
 	}
 	switch {
-	case h.Position > 0 || h.Sourcing:
+	case h.Position > 0 || h.Sourcing || !h.PositionAt.IsZero():
 		r.Unsourced = si.State.LastSeq - min(h.Position, si.State.LastSeq)
 		r.UnsourcedKnown = true
 	default:

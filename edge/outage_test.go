@@ -3,6 +3,8 @@ package edge_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +20,9 @@ import (
 // site is a relay at an edge site: its connections on the site's leaf
 // nodes, storing into the site stream, on a simulated source.
 type site struct {
-	rl  *relay.Relay
-	src *simsource.Shared
+	rl   *relay.Relay
+	src  *simsource.Shared
+	view *simsource.Relay
 }
 
 const (
@@ -44,7 +47,7 @@ func edgeConfig(e *natstest.Edge) *relay.Config {
 	return &relay.Config{
 		NATS: relay.NATSConfig{Servers: e.Site.URLs()},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
-			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 64 << 20, AckTimeout: time.Second,
+			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 256 << 20, AckTimeout: time.Second,
 		}},
 		Edge: &edge.Config{Hub: edge.Hub{Domain: e.HubDomain, Stream: hubStream}, OutageFloor: time.Minute, CheckInterval: time.Second},
 	}
@@ -62,7 +65,8 @@ func startSite(t *testing.T, e *natstest.Edge, n int) *site {
 	for i := range tags {
 		tags[i] = bridge.TagConfig{Name: fmt.Sprintf("T%03d", i), Address: fmt.Sprintf("ns=1;s=T%03d", i)}
 	}
-	rl, err := relay.Start(ctx, edgeConfig(e), relay.WithLogger(testutil.Logger(t)), relay.WithSource(src.Relay(), tags))
+	view := src.Relay()
+	rl, err := relay.Start(ctx, edgeConfig(e), relay.WithLogger(testutil.Logger(t)), relay.WithSource(view, tags))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +79,19 @@ func startSite(t *testing.T, e *natstest.Edge, n int) *site {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the tags subscribed", 10*time.Second, func() bool { return src.Sim().Subscribed() == n })
-	return &site{rl: rl, src: src}
+	return &site{rl: rl, src: src, view: view}
+}
+
+// check runs the relay's edge monitor now.
+func (s *site) check(t *testing.T) edge.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := s.rl.Edge().Check(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func (s *site) stored() uint64 {
@@ -96,6 +112,7 @@ func hubMsgs(e *natstest.Edge) uint64 {
 func (s *site) auditHub(t *testing.T, e *natstest.Edge) natstest.StreamAudit {
 	t.Helper()
 	s.src.Close()
+	testutil.WaitFor(t, "the relay to take every update", 60*time.Second, s.view.Idle)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := s.rl.JetStream().Flush(ctx); err != nil {
@@ -118,18 +135,24 @@ func (s *site) auditHub(t *testing.T, e *natstest.Edge) natstest.StreamAudit {
 }
 
 // TestRelayRidesOutAWANOutage is the edge site's promise: while the WAN
-// is cut or frozen the relay at the site stores on without noticing (no
-// backpressure, every update acknowledged by the site stream), and when
-// the WAN is back the hub stream has every update once and in order. The
-// control is the hub itself: it gains nothing while the WAN is down, so
-// the outage was real.
+// is cut or frozen the relay at the site stores on (the site stream
+// acknowledges thousands of updates the hub cannot have), and when the WAN
+// is back the hub stream has every update once and in order. The control
+// is the hub itself: it gains nothing while the WAN is down, so the outage
+// was real. The relay's monitor sees the hub go and come back and keeps
+// count of what the hub lacks. That the site does not slow down during an
+// outage is a matter of speed, measured by the wan-outage benchmark.
 func TestRelayRidesOutAWANOutage(t *testing.T) {
 	for _, fault := range []string{"cut", "freeze"} {
 		t.Run(fault, func(t *testing.T) {
 			e := startEdge(t)
-			s := startSite(t, e, 50)
+			s := startSite(t, e, 20)
 			s.src.Sim().Run(20 * time.Millisecond)
 			testutil.WaitFor(t, "the hub to source updates", 30*time.Second, func() bool { return hubMsgs(e) > 1000 })
+			before := s.check(t)
+			if !before.Hub.Reachable || !before.Hub.Sourcing || !before.UnsourcedKnown {
+				t.Fatalf("edge check with the WAN up: %+v", before)
+			}
 
 			switch fault {
 			case "cut":
@@ -141,11 +164,22 @@ func TestRelayRidesOutAWANOutage(t *testing.T) {
 			// What was on its way when the WAN went down may still land;
 			// after that the hub must hold still.
 			atCut := s.stored()
-			testutil.WaitFor(t, "updates stored at the site during the outage", 30*time.Second, func() bool { return s.stored() > atCut+1000 })
+			testutil.WaitFor(t, "updates stored at the site during the outage", 30*time.Second, func() bool { return s.stored() > atCut+500 })
 			hubBefore := hubMsgs(e)
-			testutil.WaitFor(t, "more updates stored at the site during the outage", 30*time.Second, func() bool { return s.stored() > atCut+3000 })
+			testutil.WaitFor(t, "more updates stored at the site during the outage", 30*time.Second, func() bool { return s.stored() > atCut+1500 })
 			if got := hubMsgs(e); got != hubBefore {
 				t.Fatalf("the hub went from %d to %d messages while the WAN was down: the outage did not cut it off", hubBefore, got)
+			}
+			// The relay's monitor, during the outage: the hub cannot be
+			// asked, and what it lacks is counted from its last known
+			// position, not forgotten.
+			during := s.check(t)
+			if during.Hub.Reachable || !during.UnsourcedKnown || during.Unsourced < 1000 || during.Hub.LastCaughtUp.IsZero() {
+				t.Errorf("edge check during the WAN %s: reachable %v, unsourced %d (known %v), last caught up %v",
+					fault, during.Hub.Reachable, during.Unsourced, during.UnsourcedKnown, during.Hub.LastCaughtUp)
+			}
+			if !slices.ContainsFunc(during.Warnings, func(w string) bool { return strings.Contains(w, "cannot be asked") }) {
+				t.Errorf("no warning of the hub out of reach: %v", during.Warnings)
 			}
 			e.HealWAN()
 
@@ -153,10 +187,44 @@ func TestRelayRidesOutAWANOutage(t *testing.T) {
 			if !a.OK() || a.Stored != a.Expected {
 				t.Fatalf("hub stream after a WAN %s: %v", fault, a)
 			}
-			if st := s.rl.JetStream().Stats(); st.Blocked > 0 {
-				t.Errorf("the relay at the site was held %d times (%.0f ms) during a WAN %s: the site stream should take everything", st.Blocked, st.BlockedMs, fault)
+			after := s.check(t)
+			if !after.Hub.Reachable || !after.Hub.CaughtUp || after.Unsourced != 0 || !after.Hub.LastCaughtUp.After(during.Hub.LastCaughtUp) ||
+				after.AbsorbLimit != "maxBytes" || len(after.Warnings) > 0 {
+				t.Errorf("edge check after the catch-up: %+v", after)
 			}
 			t.Logf("WAN %s: %d updates, all at the hub once and in order", fault, a.Expected)
 		})
+	}
+}
+
+// TestAbsorbUnderTheFloorWarns: the check warns when the site stream, at
+// the current rate, absorbs a shorter outage than edge.outageFloor, and
+// not when it absorbs a longer one (the control, on the same stream).
+func TestAbsorbUnderTheFloorWarns(t *testing.T) {
+	e := startEdge(t)
+	s := startSite(t, e, 20)
+	s.src.Sim().Run(20 * time.Millisecond)
+	testutil.WaitFor(t, "the hub to source updates", 30*time.Second, func() bool { return hubMsgs(e) > 1000 })
+	nc := s.rl.Conn().Active()
+	site := edge.Site{Domain: e.SiteDomain, Stream: siteStream}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		floor time.Duration
+		warn  bool
+	}{{8760 * time.Hour, true}, {time.Minute, false}} {
+		cfg := *edgeConfig(e).Edge
+		cfg.OutageFloor = c.floor
+		r, err := edge.Check(ctx, nc, cfg, site)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Unbounded || r.Site.RateMsgs <= 0 || r.AbsorbLimit != "maxBytes" {
+			t.Fatalf("floor %v: rate %.0f/s, absorb %v (%s, unbounded %v)", c.floor, r.Site.RateMsgs, r.Absorb, r.AbsorbLimit, r.Unbounded)
+		}
+		warned := slices.ContainsFunc(r.Warnings, func(w string) bool { return strings.Contains(w, "less than edge.outageFloor") })
+		if warned != c.warn {
+			t.Errorf("floor %v, absorb %v: warned %v, want %v (%v)", c.floor, r.Absorb, warned, c.warn, r.Warnings)
+		}
 	}
 }

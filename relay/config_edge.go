@@ -1,7 +1,13 @@
 package relay
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
 	"github.com/apbridge/apbridge/edge"
+	"github.com/nats-io/nats.go"
 )
 
 // validateEdge checks the edge section and what it asks of the sink. An
@@ -51,4 +57,26 @@ func (c *Config) validateEdge(add func(string, ...any)) {
 func (c *Config) edgeSite() edge.Site {
 	js := c.JetStream.WithDefaults()
 	return edge.Site{Domain: js.Domain, Stream: js.Stream}
+}
+
+// EdgeStatus checks the edge site of c once, as `apbridge edge status`
+// does: it connects to c's servers (the site's), reads the site stream
+// and asks the hub about the hub stream across the leaf connection. The
+// hub's position is the hub's own answer; when the hub cannot be asked, a
+// one-shot check knows no earlier one and counts every message of the
+// site stream as unsourced (a running relay's monitor remembers).
+func EdgeStatus(ctx context.Context, c *Config, opts ...nats.Option) (edge.Report, error) {
+	if c.Edge == nil {
+		return edge.Report{}, errors.New("edge status: the config has no edge section")
+	}
+	nopts, err := c.natsOptions()
+	if err != nil {
+		return edge.Report{}, err
+	}
+	nc, err := nats.Connect(strings.Join(c.NATS.Servers, ","), append(append(nopts, nats.Name(c.connName()+"-edge-status")), opts...)...)
+	if err != nil {
+		return edge.Report{}, fmt.Errorf("nats: %w", err)
+	}
+	defer nc.Close()
+	return edge.Check(ctx, nc, *c.Edge, c.edgeSite())
 }
