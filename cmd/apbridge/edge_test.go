@@ -64,6 +64,7 @@ sources:
 	if code := run([]string{"edge", "status", "--config", path}, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
+	t.Logf("apbridge edge status:\n%s", out.String())
 	for _, want := range []string{"site stream SITE (domain site): 100 messages", "hub stream PLANT (domain hub): sources SITE", "absorbs: a WAN outage of",
 		"WARNING: the site stream can absorb a WAN outage of"} {
 		if !strings.Contains(out.String(), want) {
