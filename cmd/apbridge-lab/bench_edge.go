@@ -436,7 +436,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 		return w, err
 	}
 	src.Close()
-	if err := waitCond(ctx, "the relay to take everything", time.Minute, view.Idle); err != nil {
+	if err := waitCond(ctx, "the relay to take everything", 10*time.Minute, view.Idle); err != nil {
 		return w, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)
