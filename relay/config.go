@@ -8,6 +8,7 @@ import (
 	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/edge"
 	"github.com/apbridge/apbridge/ldm"
 	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
@@ -44,6 +45,11 @@ type Config struct {
 	// Fleet, when set, makes the relay one of a fleet that divides the
 	// sources between its relays (config_fleet.go).
 	Fleet *FleetConfig `yaml:"fleet"`
+	// Edge, when set, makes the relay the relay of an edge site: it
+	// stores into a stream of the site's JetStream domain (jetstream.domain)
+	// and watches the hub stream that sources it (config_edge.go,
+	// docs/edge.md).
+	Edge *edge.Config `yaml:"edge"`
 }
 
 // Sink kinds, the values of SinkConfig.Sink.
@@ -249,6 +255,7 @@ func (c *Config) validate(withSources bool) error {
 		}
 	}
 	c.validateFleet(add)
+	c.validateEdge(add)
 	c.checkNames(add)
 	if len(c.Sources) == 0 && !withSources {
 		add("sources: at least one source is required")

@@ -196,6 +196,22 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
+// TestEdgeExampleConfig keeps examples/edge-site.yaml true: it parses
+// without a complaint.
+func TestEdgeExampleConfig(t *testing.T) {
+	data, err := os.ReadFile("../examples/edge-site.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatalf("examples/edge-site.yaml: %v", err)
+	}
+	if c.Edge == nil || c.JetStream.Domain != "site1" {
+		t.Fatalf("examples/edge-site.yaml: edge %+v, domain %q", c.Edge, c.JetStream.Domain)
+	}
+}
+
 func TestSinkConfig(t *testing.T) {
 	if err := (SinkConfig{Sink: "kafka"}).Validate(); err == nil || !strings.Contains(err.Error(), "sink:") {
 		t.Errorf("bad sink kind: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/bridge/opcuasource"
+	"github.com/apbridge/apbridge/edge"
 	"github.com/apbridge/apbridge/internal/tlsconf"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,9 @@ type Relay struct {
 	js   *jetstreamsink.Sink // nil with the core sink
 	b    *bridge.Bridge
 	fl   *fleetPart // nil unless the relay is one of a fleet
+	// edge watches the site stream and the hub's sourcing of it; nil
+	// without an edge section.
+	edge *edge.Monitor
 	// browseJobs are the sources whose browse roots the browser expands
 	// once the bridge runs.
 	browseJobs []browseJob
@@ -163,6 +167,10 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		}
 		return fail(err)
 	}
+	if c.Edge != nil {
+		// After the bridge started: the site stream is set up by now.
+		r.edge = edge.Start(conn.Active, *c.Edge, c.edgeSite(), edge.WithLogger(o.log))
+	}
 	r.browser = newBrowser(o.log)
 	r.browser.start(r.b, r.browseJobs)
 	o.log.Info().Int("sources", len(c.Sources)+len(o.sources)).Str("nats", conn.Status().String()).Msg("relay running")
@@ -171,6 +179,10 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 
 // Conn returns the relay's ApConnection.
 func (r *Relay) Conn() *apconn.Conn { return r.conn }
+
+// Edge returns the monitor of the edge site, or nil without an edge
+// section.
+func (r *Relay) Edge() *edge.Monitor { return r.edge }
 
 // Bridge returns the relay's bridge: its status, stats and subjects.
 func (r *Relay) Bridge() *bridge.Bridge { return r.b }
@@ -267,6 +279,9 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 		var errs []error
 		if r.browser != nil {
 			r.browser.close()
+		}
+		if r.edge != nil {
+			r.edge.Close()
 		}
 		if r.fl != nil {
 			// The fleet hears first: every source is handed over (its

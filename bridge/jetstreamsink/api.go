@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
@@ -23,11 +24,28 @@ const (
 	errCodeStreamOffline       = 10118
 )
 
+// APISubject returns the subject of a JetStream API request, subject as
+// jsm.go's api templates spell it ("$JS.API.STREAM.INFO.X"), in the
+// JetStream domain domain: "$JS.<domain>.API.STREAM.INFO.X", which reaches
+// that domain's JetStream from any server joined to it by leaf node
+// connections. An empty domain leaves subject as it is: the JetStream of
+// the server the client is connected to.
+func APISubject(domain, subject string) string {
+	if domain == "" {
+		return subject
+	}
+	if rest, ok := strings.CutPrefix(subject, "$JS.API."); ok {
+		return "$JS." + domain + ".API." + rest
+	}
+	return subject
+}
+
 // streamInfo loads a stream's configuration, state and cluster
-// information. A JetStream error is returned as an *api.ApiError.
-func streamInfo(ctx context.Context, nc *nats.Conn, name string) (*api.StreamInfo, error) {
+// information from the JetStream of domain ("" for the connected
+// server's). A JetStream error is returned as an *api.ApiError.
+func streamInfo(ctx context.Context, nc *nats.Conn, domain, name string) (*api.StreamInfo, error) {
 	var resp api.JSApiStreamInfoResponse
-	if err := jsRequest(ctx, nc, fmt.Sprintf(api.JSApiStreamInfoT, name), nil, &resp, &resp.JSApiResponse); err != nil {
+	if err := jsRequest(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamInfoT, name)), nil, &resp, &resp.JSApiResponse); err != nil {
 		return nil, err
 	}
 	if resp.StreamInfo == nil {
@@ -37,14 +55,15 @@ func streamInfo(ctx context.Context, nc *nats.Conn, name string) (*api.StreamInf
 }
 
 // createStream creates a stream exactly as cfg says: the request is
-// pedantic, so the server refuses rather than adjusts a setting.
-func createStream(ctx context.Context, nc *nats.Conn, cfg api.StreamConfig) (*api.StreamInfo, error) {
+// pedantic, so the server refuses rather than adjusts a setting. domain
+// is as for streamInfo.
+func createStream(ctx context.Context, nc *nats.Conn, domain string, cfg api.StreamConfig) (*api.StreamInfo, error) {
 	req, err := json.Marshal(api.JSApiStreamCreateRequest{StreamConfig: cfg, Pedantic: true})
 	if err != nil {
 		return nil, err
 	}
 	var resp api.JSApiStreamCreateResponse
-	if err := jsRequest(ctx, nc, fmt.Sprintf(api.JSApiStreamCreateT, cfg.Name), req, &resp, &resp.JSApiResponse); err != nil {
+	if err := jsRequest(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamCreateT, cfg.Name)), req, &resp, &resp.JSApiResponse); err != nil {
 		return nil, err
 	}
 	if resp.StreamInfo == nil {

@@ -18,6 +18,15 @@ import (
 type Config struct {
 	// Stream is the stream's name. Default "APBRIDGE".
 	Stream string `yaml:"stream,omitempty" json:"stream,omitempty"`
+	// Domain is the JetStream domain the stream lives in: the sink sends
+	// its JetStream API requests (create, check, health) to
+	// $JS.<domain>.API, the API of that domain alone, whichever server of
+	// the domain or joined to it by leaf node connections the relay is
+	// connected to. At an edge site it is the site's domain
+	// (docs/edge.md). Default: none, the JetStream of the servers the
+	// relay is connected to. Letters, digits, '-' and '_', 1-64
+	// characters.
+	Domain string `yaml:"domain,omitempty" json:"domain,omitempty"`
 	// Subjects the stream captures. They must cover every tag subject of
 	// the bridge and none of its service subjects (<prefix>.status,
 	// .snapshot, .write.>, .events.>). Default: worked out at Start from
@@ -79,6 +88,12 @@ type Config struct {
 // DefaultConfig returns the defaults of every field.
 func DefaultConfig() Config {
 	var c Config
+	c.setDefaults()
+	return c
+}
+
+// WithDefaults returns c with the defaults applied to its zero fields.
+func (c Config) WithDefaults() Config {
 	c.setDefaults()
 	return c
 }
@@ -147,6 +162,9 @@ func (c Config) validated() (api.StreamConfig, error) {
 	}
 	if strings.ContainsAny(c.Stream, ">*. /\\") || strings.IndexFunc(c.Stream, unicode.IsControl) >= 0 || len(c.Stream) > 255 {
 		bad("stream", "%q is not a stream name (1-255 characters, none of . * > / \\, spaces or control characters)", c.Stream)
+	}
+	if c.Domain != "" && !ValidDomain(c.Domain) {
+		bad("domain", "%q is not a JetStream domain (valid: letters, digits, '-' and '_', 1-64 characters; leave it out for the connected servers' JetStream)", c.Domain)
 	}
 	for i, s := range c.Subjects {
 		if err := wire.ValidatePattern(s); err != nil {
@@ -242,4 +260,20 @@ func (c Config) validated() (api.StreamConfig, error) {
 		Duplicates:   c.DuplicateWindow,
 	}
 	return sc, nil
+}
+
+// ValidDomain reports whether d can name a JetStream domain in the
+// relay's configuration: 1-64 letters, digits, '-' and '_'. nats-server
+// takes any subject token; the relay keeps to names that read the same in
+// a subject, a file and a metric label.
+func ValidDomain(d string) bool {
+	if d == "" || len(d) > 64 {
+		return false
+	}
+	for _, r := range d {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -117,7 +117,7 @@ func (s *Sink) CheckHealth(ctx context.Context) Health {
 
 // checkStream loads the stream's information and grades its cluster.
 func (s *Sink) checkStream(ctx context.Context, nc *nats.Conn, h *Health, critical, block func(string)) {
-	nfo, err := streamInfo(ctx, nc, s.cfg.Stream)
+	nfo, err := streamInfo(ctx, nc, s.cfg.Domain, s.cfg.Stream)
 	if err != nil {
 		block(fmt.Sprintf("could not load info: %v", err))
 		return

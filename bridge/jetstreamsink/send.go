@@ -375,6 +375,9 @@ type jsLink struct {
 }
 
 func (s *Sink) newLink(nc *nats.Conn) (*jsLink, error) {
+	// Only publishes go through this context, to the tags' own subjects:
+	// the stream's domain does not enter (the API requests are the
+	// sink's own, APISubject).
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncAckHandler(s.onAck),
 		jetstream.WithPublishAsyncErrHandler(s.onErr),

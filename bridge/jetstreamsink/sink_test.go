@@ -549,6 +549,9 @@ func TestJetStreamConfigValidate(t *testing.T) {
 		{func(c *jetstreamsink.Config) { c.Subjects = []string{">"} }, `jetstream.subjects[0]: ">" captures subjects in the reserved subject space "$JS.API.>"`},
 		{func(c *jetstreamsink.Config) { c.Subjects = []string{"_INBOX.>"} }, `reserved subject space "_INBOX.>"`},
 		{func(c *jetstreamsink.Config) { c.Subjects = []string{"$KV.fleet.>"} }, `reserved subject space "$KV.>"`},
+		{func(c *jetstreamsink.Config) { c.Domain = "site.1" }, `jetstream.domain: "site.1" is not a JetStream domain`},
+		{func(c *jetstreamsink.Config) { c.Domain = "site>" }, `jetstream.domain`},
+		{func(c *jetstreamsink.Config) { c.Domain = strings.Repeat("s", 65) }, `jetstream.domain`},
 	}
 	for _, c := range cases {
 		cfg := jetstreamsink.Config{}

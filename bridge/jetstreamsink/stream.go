@@ -192,13 +192,13 @@ func (s *Sink) ensureOnce(ctx context.Context, want api.StreamConfig) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	nfo, err := streamInfo(rctx, nc, want.Name)
+	nfo, err := streamInfo(rctx, nc, s.cfg.Domain, want.Name)
 	switch {
 	case err == nil:
 	case isAPIError(err, errCodeStreamNotFound):
-		nfo, err = createStream(rctx, nc, want)
+		nfo, err = createStream(rctx, nc, s.cfg.Domain, want)
 		if isAPIError(err, errCodeStreamNameInUse) { // created meanwhile, by another relay
-			nfo, err = streamInfo(rctx, nc, want.Name)
+			nfo, err = streamInfo(rctx, nc, s.cfg.Domain, want.Name)
 		} else if err == nil {
 			s.log.Info().Strs("subjects", want.Subjects).Int("replicas", want.Replicas).
 				Dur("duplicateWindow", want.Duplicates).Msg("stream created")

@@ -58,7 +58,15 @@ type benchConfig struct {
 	sink   string
 	seed   int64
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
-	fleet    bool
+	fleet bool
+	// outage, wan, flap and wanRTT are the edge scenarios'
+	// (bench_edge.go): how long the WAN is down, how (cut or freeze),
+	// how long it flaps, and the latency it adds.
+	outage time.Duration
+	wan    string
+	flap   time.Duration
+	wanRTT time.Duration
+
 	verbose  bool
 	log      zerolog.Logger
 	progress io.Writer
@@ -167,6 +175,7 @@ func scenarios() []scenario {
 	all = append(all, jsScenarios()...)
 	all = append(all, mxScenarios()...)
 	all = append(all, fleetScenarios()...)
+	all = append(all, edgeScenarios()...)
 	all = append(all, soakScenarios()...)
 	return all
 }
@@ -196,6 +205,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
+	fs.DurationVar(&cfg.outage, "outage", 120*time.Second, "wan-outage, wan-outage-ldm: how long the WAN is down (1s-24h)")
+	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused) or freeze (nothing passes, sockets stay open)")
+	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
+	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file")
 	list := fs.Bool("list", false, "list the scenarios and exit")
@@ -258,6 +271,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// or a handover overlap) rest on the stream's message IDs; the
 		// check by identity reads the stream.
 		return fmt.Errorf("--fleet needs --sink %s: a fleet's relays hand sources over with an overlap that only the JetStream sink stores once, and the soak checks a fleet by auditing the stream", soakSinkJetStream)
+	}
+	if cfg.outage < time.Second || cfg.outage > 24*time.Hour {
+		return fmt.Errorf("--outage: %v is out of range (valid 1s-24h)", cfg.outage)
+	}
+	if cfg.wan != wanCut && cfg.wan != wanFreeze {
+		return fmt.Errorf("--wan: %q is not valid (valid: %s, %s)", cfg.wan, wanCut, wanFreeze)
+	}
+	if cfg.flap < 10*time.Second || cfg.flap > 24*time.Hour {
+		return fmt.Errorf("--flap: %v is out of range (valid 10s-24h)", cfg.flap)
+	}
+	if cfg.wanRTT < 0 || cfg.wanRTT > 10*time.Second {
+		return fmt.Errorf("--wan-rtt: %v is out of range (valid 0-10s)", cfg.wanRTT)
 	}
 	if cfg.seed < 0 {
 		return fmt.Errorf("--seed: %d is out of range (valid 0 or more)", cfg.seed)

@@ -25,6 +25,10 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--fleet", "soak"}, "--fleet needs --sink jetstream"},
 		{[]string{"--standby-level", "251"}, "--standby-level: 251 is out of range (valid 0-250)"},
 		{[]string{"--delay", "-1s"}, "--delay: -1s is out of range (valid 0-1m)"},
+		{[]string{"--outage", "0s"}, "--outage: 0s is out of range (valid 1s-24h)"},
+		{[]string{"--wan", "drop"}, `--wan: "drop" is not valid (valid: cut, freeze)`},
+		{[]string{"--flap", "1s"}, "--flap: 1s is out of range (valid 10s-24h)"},
+		{[]string{"--wan-rtt", "-1ms"}, "--wan-rtt: -1ms is out of range (valid 0-10s)"},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
@@ -34,7 +38,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}} {
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}} {
 		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatalf("valid flags %v refused: %v", args, err)
 		}

@@ -5,6 +5,7 @@
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
 //	apbridge fleet status --config FILE  which relay of a fleet owns which source
+//	apbridge edge status --config FILE   an edge site's stream, the hub's sourcing, the outage it absorbs
 //	apbridge version                   print the version and build
 //
 // Run `apbridge help <command>` for the flags of a command. Usage errors
@@ -28,6 +29,7 @@ func commands() []cli.Command {
 		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
+		{Name: "edge", Summary: "edge site status: the site stream, the hub's sourcing, the outage it absorbs (--config FILE [--json])", Run: runEdge},
 		{Name: "version", Summary: "print the version and build (also --version)", Run: runVersion},
 		// The process the lab's relay-throughput benchmark measures: this
 		// binary, so that its memory is the relay's, not the lab's.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"strings"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -85,7 +86,26 @@ var (
 		"Updates published and not yet acknowledged by the stream.", nil, nil)
 	mJSReady = prometheus.NewDesc("apbridge_jetstream_ready",
 		"1 when the stream stores (leader, quorum current, recent health check).", nil, nil)
+	mEdgeFill = prometheus.NewDesc("apbridge_edge_site_fill_ratio",
+		"The site stream's fill against its limit (maxBytes, maxMsgs), 0-1.", []string{"limit"}, nil)
+	mEdgeRate = prometheus.NewDesc("apbridge_edge_site_rate_bytes_per_second",
+		"What the site stream took per second over edge.rateWindow.", nil, nil)
+	mEdgeAbsorb = prometheus.NewDesc("apbridge_edge_absorb_seconds",
+		"How long a WAN outage, from now, the site stream absorbs at the current rate before a limit discards anything the hub lacks (+Inf: no limit is reached).", nil, nil)
+	mEdgeFloor = prometheus.NewDesc("apbridge_edge_outage_floor_seconds",
+		"edge.outageFloor: the outage the site must absorb.", nil, nil)
+	mEdgeWarning = prometheus.NewDesc("apbridge_edge_warning",
+		"1 while the last edge check has a warning (absorb time under the floor, hub unreachable or not sourcing).", nil, nil)
+	mEdgeUnsourced = prometheus.NewDesc("apbridge_edge_unsourced_messages",
+		"Site stream messages the hub does not have yet (as of its last answer).", nil, nil)
+	mEdgeHubReachable = prometheus.NewDesc("apbridge_edge_hub_reachable",
+		"1 when the hub's JetStream answered the last edge check across the WAN.", nil, nil)
+	mEdgeLastCaughtUp = prometheus.NewDesc("apbridge_edge_hub_last_caught_up_timestamp_seconds",
+		"When the hub stream last had every site message (Unix time; 0: not seen since the relay started).", nil, nil)
 )
+
+// edgeDescs are the metrics of an edge site.
+var edgeDescs = []*prometheus.Desc{mEdgeFill, mEdgeRate, mEdgeAbsorb, mEdgeFloor, mEdgeWarning, mEdgeUnsourced, mEdgeHubReachable, mEdgeLastCaughtUp}
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -95,6 +115,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	for _, d := range fleetDescs {
+		ch <- d
+	}
+	for _, d := range edgeDescs {
 		ch <- d
 	}
 }
@@ -158,6 +181,27 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(mJSReady, b2f(ready))
 	}
 	m.collectFleet(ch)
+	if mon := rl.Edge(); mon != nil {
+		if r, err := mon.Report(); !r.CheckedAt.IsZero() {
+			gauge(mEdgeFill, r.Site.FillBytes, "maxBytes")
+			gauge(mEdgeFill, r.Site.FillMsgs, "maxMsgs")
+			gauge(mEdgeRate, r.Site.RateBytes)
+			absorb := r.Absorb.Seconds()
+			if r.Unbounded {
+				absorb = math.Inf(1)
+			}
+			gauge(mEdgeAbsorb, absorb)
+			gauge(mEdgeFloor, r.OutageFloor.Seconds())
+			gauge(mEdgeWarning, b2f(len(r.Warnings) > 0 || err != nil))
+			gauge(mEdgeUnsourced, float64(r.Unsourced))
+			gauge(mEdgeHubReachable, b2f(r.Hub.Reachable))
+			var ts float64
+			if !r.Hub.LastCaughtUp.IsZero() {
+				ts = float64(r.Hub.LastCaughtUp.UnixMilli()) / 1000
+			}
+			gauge(mEdgeLastCaughtUp, ts)
+		}
+	}
 }
 
 func b2f(b bool) float64 {

@@ -42,6 +42,10 @@ type Node struct {
 	clientPort  int
 	clusterPort int
 	proxy       *faultproxy.Proxy
+	// leafPort and leafProxy are the leaf node port and the proxy in
+	// front of it (WithLeafListen), 0 and nil without.
+	leafPort  int
+	leafProxy *faultproxy.Proxy
 
 	mu      sync.Mutex
 	srv     *server.Server
@@ -85,6 +89,9 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 	}
 	for i := range cfg.nodes {
 		n := &Node{c: c, index: i, name: "n" + strconv.Itoa(i+1)}
+		if cfg.name != "" {
+			n.name = cfg.name + "-" + n.name
+		}
 		if n.clientPort, err = c.ports.Port(); err != nil {
 			c.Close()
 			return nil, err
@@ -101,6 +108,18 @@ func Start(ctx context.Context, opts ...Option) (*Cluster, error) {
 			}
 			p.SetDelay(cfg.Delay)
 			n.proxy = p
+		}
+		if cfg.leafListen {
+			if n.leafPort, err = c.ports.Port(); err != nil {
+				c.Close()
+				return nil, err
+			}
+			p, err := faultproxy.New(net.JoinHostPort("127.0.0.1", strconv.Itoa(n.leafPort)))
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			n.leafProxy = p
 		}
 		c.nodes = append(c.nodes, n)
 	}
@@ -136,6 +155,30 @@ func (n *Node) options() (*server.Options, error) {
 			Port: n.clusterPort,
 		},
 	}
+	if cfg.name != "" {
+		o.Cluster.Name = cfg.name
+	}
+	if n.leafPort != 0 {
+		o.LeafNode.Host, o.LeafNode.Port = "127.0.0.1", n.leafPort
+		// Servers that dial in learn the other nodes' leaf URLs from
+		// this one: they must be the proxies too, or a reconnect would
+		// bypass the WAN the test cuts.
+		o.LeafNode.Advertise = n.leafProxy.Addr()
+	}
+	if len(cfg.leafRemotes) > 0 {
+		r := &server.RemoteLeafOpts{}
+		for _, s := range cfg.leafRemotes {
+			u, err := url.Parse(s)
+			if err != nil {
+				return nil, fmt.Errorf("natstest: node %s: leaf remote %q: %w", n.name, s, err)
+			}
+			r.URLs = append(r.URLs, u)
+		}
+		// A leaf node retries its remote every second by default; a test
+		// of a healed WAN wants it back sooner.
+		o.LeafNode.ReconnectInterval = 250 * time.Millisecond
+		o.LeafNode.Remotes = []*server.RemoteLeafOpts{r}
+	}
 	if n.proxy != nil {
 		o.ClientAdvertise = n.proxy.Addr()
 	}
@@ -150,6 +193,7 @@ func (n *Node) options() (*server.Options, error) {
 	}
 	if cfg.jetStream {
 		o.JetStream = true
+		o.JetStreamDomain = cfg.domain
 		o.StoreDir = filepath.Join(n.c.dir, "js", n.name)
 		if len(n.c.nodes) == 1 {
 			// A lone node with a cluster block would wait for JetStream
@@ -427,6 +471,9 @@ func (c *Cluster) Close() {
 		if n.proxy != nil {
 			n.proxy.Close()
 		}
+		if n.leafProxy != nil {
+			n.leafProxy.Close()
+		}
 	}
 	c.ports.Release()
 	if c.ownDir {
@@ -455,6 +502,19 @@ func (n *Node) DirectURL() string {
 
 // Proxy returns the faultproxy.Proxy in front of the node, or nil.
 func (n *Node) Proxy() *faultproxy.Proxy { return n.proxy }
+
+// LeafURL returns the URL of the node's leaf node port, through its proxy
+// (WithLeafListen), or "" without one.
+func (n *Node) LeafURL() string {
+	if n.leafProxy == nil {
+		return ""
+	}
+	return "nats-leaf://" + n.leafProxy.Addr()
+}
+
+// LeafProxy returns the faultproxy.Proxy in front of the node's leaf node
+// port (WithLeafListen), or nil.
+func (n *Node) LeafProxy() *faultproxy.Proxy { return n.leafProxy }
 
 // Server returns the running server, or nil if the node is down.
 func (n *Node) Server() *server.Server {

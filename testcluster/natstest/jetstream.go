@@ -256,64 +256,167 @@ func (a StreamAudit) String() string {
 // produced, by subject in production order. IDs repeated in expected (an
 // update sent again with the same identity) count once.
 func Audit(expected map[string][]string, stored []StoredMsg) StreamAudit {
-	var a StreamAudit
-	example := func(format string, args ...any) {
-		if len(a.Examples) < 5 {
-			a.Examples = append(a.Examples, fmt.Sprintf(format, args...))
-		}
+	a := NewAuditor(expected)
+	for _, m := range stored {
+		a.Add(m.Subject, m.MsgID, m.Seq)
 	}
-	type pos struct {
-		subject string
-		index   int
-	}
-	want := map[string]pos{}
+	return a.Result()
+}
+
+// Auditor is Audit one stored message at a time, for a stream too large to
+// hold in memory (AuditStream).
+type Auditor struct {
+	a        StreamAudit
+	expected map[string][]string
+	want     map[string]auditPos
+	seen     map[string]bool
+	last     map[string]int
+}
+
+type auditPos struct {
+	subject string
+	index   int
+}
+
+// NewAuditor returns an Auditor of the updates in expected (message IDs by
+// subject, in production order).
+func NewAuditor(expected map[string][]string) *Auditor {
+	a := &Auditor{expected: expected, want: map[string]auditPos{}, seen: map[string]bool{}, last: map[string]int{}}
 	for subj, ids := range expected {
 		i := 0
 		for _, id := range ids {
-			if _, dup := want[id]; dup {
+			if _, dup := a.want[id]; dup {
 				continue
 			}
-			want[id] = pos{subj, i}
+			a.want[id] = auditPos{subj, i}
 			i++
 		}
-		a.Expected += uint64(i)
-	}
-	seen := map[string]bool{}
-	lastIndex := map[string]int{}
-	for _, m := range stored {
-		p, ok := want[m.MsgID]
-		if !ok {
-			if _, mine := expected[m.Subject]; mine {
-				a.Stored++
-				a.Unexpected++
-				example("unexpected %s seq %d id %q", m.Subject, m.Seq, m.MsgID)
-			}
-			continue
-		}
-		a.Stored++
-		if seen[m.MsgID] {
-			a.Duplicated++
-			example("duplicate %s seq %d id %s", m.Subject, m.Seq, m.MsgID)
-			continue
-		}
-		seen[m.MsgID] = true
-		if p.subject != m.Subject {
-			a.Unexpected++
-			example("id %s stored on %s, produced on %s", m.MsgID, m.Subject, p.subject)
-			continue
-		}
-		if li, ok := lastIndex[m.Subject]; ok && p.index < li {
-			a.OutOfOrder++
-			example("out of order %s seq %d: update %d after %d", m.Subject, m.Seq, p.index, li)
-		} else {
-			lastIndex[m.Subject] = p.index
-		}
-	}
-	for id, p := range want {
-		if !seen[id] {
-			a.Lost++
-			example("lost %s update %d id %s", p.subject, p.index, id)
-		}
+		a.a.Expected += uint64(i)
 	}
 	return a
+}
+
+func (a *Auditor) example(format string, args ...any) {
+	if len(a.a.Examples) < 5 {
+		a.a.Examples = append(a.a.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// Add audits the next stored message, in stream order: its subject,
+// message ID and stream sequence (for the examples).
+func (a *Auditor) Add(subject, msgID string, seq uint64) {
+	p, ok := a.want[msgID]
+	if !ok {
+		if _, mine := a.expected[subject]; mine {
+			a.a.Stored++
+			a.a.Unexpected++
+			a.example("unexpected %s seq %d id %q", subject, seq, msgID)
+		}
+		return
+	}
+	a.a.Stored++
+	if a.seen[msgID] {
+		a.a.Duplicated++
+		a.example("duplicate %s seq %d id %s", subject, seq, msgID)
+		return
+	}
+	a.seen[msgID] = true
+	if p.subject != subject {
+		a.a.Unexpected++
+		a.example("id %s stored on %s, produced on %s", msgID, subject, p.subject)
+		return
+	}
+	if li, ok := a.last[subject]; ok && p.index < li {
+		a.a.OutOfOrder++
+		a.example("out of order %s seq %d: update %d after %d", subject, seq, p.index, li)
+	} else {
+		a.last[subject] = p.index
+	}
+}
+
+// Result returns the audit of what was added so far: every expected
+// update not added counts as lost.
+func (a *Auditor) Result() StreamAudit {
+	r := a.a
+	r.Examples = append([]string(nil), a.a.Examples...)
+	for id, p := range a.want {
+		if !a.seen[id] {
+			r.Lost++
+			if len(r.Examples) < 5 {
+				r.Examples = append(r.Examples, fmt.Sprintf("lost %s update %d id %s", p.subject, p.index, id))
+			}
+		}
+	}
+	return r
+}
+
+// AuditStream audits every message of the stream against expected as
+// Audit does, reading the stream with an ordered consumer on nc without
+// keeping the messages: for streams of millions. A read that fails (a
+// busy cluster can drop a consumer under it) starts again from the
+// first message, up to five times.
+func AuditStream(ctx context.Context, nc *nats.Conn, stream string, expected map[string][]string) (StreamAudit, error) {
+	var err error
+	for range 5 {
+		var a StreamAudit
+		if a, err = auditStream(ctx, nc, stream, expected); err == nil || ctx.Err() != nil {
+			return a, err
+		}
+	}
+	return StreamAudit{}, err
+}
+
+func auditStream(ctx context.Context, nc *nats.Conn, stream string, expected map[string][]string) (StreamAudit, error) {
+	a := NewAuditor(expected)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return StreamAudit{}, err
+	}
+	// A busy cluster can answer "no responders" or time out for a
+	// moment: ask again until ctx ends.
+	var s jetstream.Stream
+	var info *jetstream.StreamInfo
+	for {
+		if s, err = js.Stream(ctx, stream); err == nil {
+			if info, err = s.Info(ctx); err == nil {
+				break
+			}
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return StreamAudit{}, err
+		}
+		select {
+		case <-ctx.Done():
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	total := info.State.Msgs
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return StreamAudit{}, fmt.Errorf("natstest: stream %q: ordered consumer: %w", stream, err)
+	}
+	for read := uint64(0); read < total; {
+		batch, err := cons.Fetch(int(min(total-read, 4096)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q: fetch after %d of %d: %w", stream, read, total, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return StreamAudit{}, err
+			}
+			a.Add(m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), md.Sequence.Stream)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q: batch after %d of %d: %w", stream, read, total, err)
+		}
+		if n == 0 {
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q: read %d of %d messages, then nothing more", stream, read, total)
+		}
+		read += uint64(n)
+	}
+	return a.Result(), nil
 }

@@ -3,6 +3,8 @@ package natstest
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/apbridge/apbridge/testcluster/internal/option"
@@ -30,6 +32,15 @@ type config struct {
 	password  string
 	// accounts is WithAccounts' server configuration text.
 	accounts string
+	// name is WithName's cluster name, "" for the default.
+	name string
+	// domain is WithDomain's JetStream domain.
+	domain string
+	// leafListen opens a leaf node port behind a proxy on every node
+	// (WithLeafListen); leafRemotes are the URLs every node connects to
+	// as a leaf node (WithLeafRemotes).
+	leafListen  bool
+	leafRemotes []string
 }
 
 // newConfig applies opts to the defaults (see option.Apply).
@@ -167,4 +178,58 @@ func parseAccounts(o *server.Options, conf string) error {
 		return nil
 	}
 	return err
+}
+
+// WithName names the cluster and prefixes its node names with it
+// ("site" gives nodes site-n1, site-n2, ...), so that the servers of
+// clusters joined by leaf node connections have distinct names. The
+// default is the cluster "apbridge" with nodes n1, n2, ...
+func WithName(name string) Option {
+	return func(c *config) error {
+		if name == "" || strings.ContainsAny(name, " .*>\t\n") {
+			return fmt.Errorf("natstest: WithName(%q): a cluster name is one token without spaces or wildcards", name)
+		}
+		c.name = name
+		return nil
+	}
+}
+
+// WithDomain puts the nodes' JetStream in the domain d: its API is also
+// reachable as $JS.<d>.API from servers joined by leaf node connections,
+// and JetStream API traffic does not cross a leaf node connection between
+// different domains. It implies WithJetStream.
+func WithDomain(d string) Option {
+	return func(c *config) error {
+		if d == "" || strings.ContainsAny(d, " .*>\t\n") {
+			return fmt.Errorf("natstest: WithDomain(%q): a domain is one token without spaces or wildcards", d)
+		}
+		c.domain, c.jetStream = d, true
+		return nil
+	}
+}
+
+// WithLeafListen opens a leaf node port on every node, each behind a
+// faultproxy.Proxy of its own (Node.LeafProxy): the link a leaf cluster
+// dials (Node.LeafURL), where a test cuts, freezes or slows the WAN.
+func WithLeafListen() Option {
+	return func(c *config) error { c.leafListen = true; return nil }
+}
+
+// WithLeafRemotes makes every node a leaf node of the servers at urls
+// (nats-leaf:// or nats:// URLs of leaf node ports, such as another
+// cluster's Node.LeafURL): each node keeps one leaf connection to one of
+// them and moves to another when it breaks.
+func WithLeafRemotes(urls ...string) Option {
+	return func(c *config) error {
+		if len(urls) == 0 {
+			return errors.New("natstest: WithLeafRemotes(): give at least one URL")
+		}
+		for _, u := range urls {
+			if _, err := url.Parse(u); err != nil {
+				return fmt.Errorf("natstest: WithLeafRemotes(%q): %w", u, err)
+			}
+		}
+		c.leafRemotes = append([]string(nil), urls...)
+		return nil
+	}
 }

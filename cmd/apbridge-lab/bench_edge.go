@@ -1,0 +1,523 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/edge"
+	"github.com/apbridge/apbridge/internal/ctxtime"
+	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/simsource"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The edge load: 1,000 tags at 10 Hz, the rate of a plant's historian
+// feed, stored at the site and sourced by the hub.
+const (
+	edgeTags   = 1000
+	edgePeriod = 100 * time.Millisecond
+	// edgeFlapCut and edgeFlapUp are the flapping link's rhythm.
+	edgeFlapCut = 5 * time.Second
+	edgeFlapUp  = 5 * time.Second
+)
+
+// WAN faults of --wan.
+const (
+	wanCut    = "cut"
+	wanFreeze = "freeze"
+)
+
+// wanPlan is what happens to the WAN (and the site) in one scenario.
+type wanPlan struct {
+	// ldm puts the site node under the relay's active connection in
+	// lame-duck mode a third into the outage, and restarts it.
+	ldm bool
+	// flap cuts the link edgeFlapCut, then heals it edgeFlapUp, for
+	// cfg.flap.
+	flap bool
+}
+
+func edgeScenarios() []scenario {
+	return []scenario{
+		{"wan-outage", "edge site: 1,000 tags at 10 Hz into the site stream, the WAN cut (--wan cut|freeze) for --outage, then healed; audited at the hub stream",
+			func(ctx context.Context, cfg benchConfig) (*result, error) { return benchWAN(ctx, cfg, wanPlan{}) }},
+		{"wan-outage-ldm", "wan-outage with the site node under the relay's active connection in lame-duck mode (and restarted) during the outage",
+			func(ctx context.Context, cfg benchConfig) (*result, error) {
+				return benchWAN(ctx, cfg, wanPlan{ldm: true})
+			}},
+		{"wan-flap", "edge site: the WAN cut 5 s, up 5 s, for --flap; audited at the hub stream",
+			func(ctx context.Context, cfg benchConfig) (*result, error) {
+				return benchWAN(ctx, cfg, wanPlan{flap: true})
+			}},
+	}
+}
+
+// wanRun is one run's figures.
+type wanRun struct {
+	audit natstest.StreamAudit
+	// backlog is what the hub lacked at the heal, catchup how long it
+	// took to have it.
+	backlog uint64
+	catchup time.Duration
+	// silence is the longest time the site stream acknowledged nothing
+	// from the relay; blocked how often the relay was held by a full
+	// window; timeouts its publishes not acknowledged in time.
+	silence  [phases]time.Duration
+	blocked  [phases]uint64
+	timeouts uint64
+	switches uint64
+	// hubGained is what the hub stream gained while the WAN was down,
+	// after the first second: 0 when the outage was real.
+	hubGained uint64
+	// report is the relay's edge check after the catch-up.
+	report edge.Report
+}
+
+// benchWAN runs an edge site (hub cluster of 3, site leaf cluster of 3,
+// R3 streams on both) cfg.runs times with plan.
+func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, error) {
+	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{
+		Site: []natstest.Option{natstest.WithLameDuck(cfg.grace+time.Second, cfg.grace)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	if cfg.wanRTT > 0 {
+		e.SlowWAN(cfg.wanRTT / 2)
+	}
+	var tot jsTotals
+	var catchups, rates []float64
+	var silences [phases][]float64
+	var blocked [phases]uint64
+	var timeouts, switches, gained, backlog uint64
+	for run := 1; run <= cfg.runs; run++ {
+		w, err := wanOnce(ctx, e, cfg, plan, run)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", run, err)
+		}
+		tot.add(w.audit)
+		rate := float64(w.backlog) / w.catchup.Seconds()
+		catchups = append(catchups, round3(w.catchup.Seconds()))
+		rates = append(rates, round0(rate))
+		for p := range phases {
+			silences[p] = append(silences[p], ms(w.silence[p]))
+			blocked[p] += w.blocked[p]
+		}
+		timeouts += w.timeouts
+		switches += w.switches
+		gained += w.hubGained
+		backlog += w.backlog
+		fmt.Fprintf(cfg.progress, "  run %d: %d updates, %d at the hub: lost %d, duplicated %d, out of order %d; backlog %d caught up in %.1f s (%.0f/s); site silence ms (steady/outage/catch-up/after) %v, held %v times, switches %d; edge check: absorb %v (%s), fill %.3f\n",
+			run, w.audit.Expected, w.audit.Stored, w.audit.Lost, w.audit.Duplicated, w.audit.OutOfOrder, w.backlog, w.catchup.Seconds(), rate,
+			silenceMs(w.silence), w.blocked, w.switches, w.report.Absorb.Round(time.Second), w.report.AbsorbLimit, w.report.Site.FillBytes)
+	}
+	r := tot.result(cfg.runs)
+	r.set("reordered", tot.reordered)
+	r.set("source", fmt.Sprintf("SimSource, %d tags every %v (%d updates/s)", edgeTags, edgePeriod, edgeTags*int(time.Second/edgePeriod)))
+	if plan.flap {
+		r.set("flap_s", cfg.flap.Seconds())
+	} else {
+		r.set("outage_s", cfg.outage.Seconds())
+		r.set("wan_fault", cfg.wan)
+	}
+	r.set("wan_rtt_ms", ms(cfg.wanRTT))
+	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
+	r.set("catchup_s", catchups)
+	r.set("catchup_per_s", rates)
+	r.set("catchup_per_s_min", minOf(rates))
+	// The site must not notice the outage: its silences and holds in the
+	// outage phase against the steady phase before it.
+	for p := range phases {
+		r.set("site_silence_ms_"+phaseNames[p], silences[p])
+		r.set("site_blocked_"+phaseNames[p], blocked[p])
+	}
+	r.set("site_silence_ms", maxOf(silences[phaseOutage]))
+	r.set("site_ack_timeouts", timeouts)
+	r.set("site_switches", switches)
+	r.set("hub_gained_during_outage", gained)
+	r.MaxGap = maxOf(silences[phaseOutage])
+	return r, nil
+}
+
+func silenceMs(d [phases]time.Duration) [phases]float64 {
+	var out [phases]float64
+	for i, x := range d {
+		out[i] = round0(ms(x))
+	}
+	return out
+}
+
+func minOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = min(m, x)
+	}
+	return m
+}
+
+func maxOf(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = max(m, x)
+	}
+	return m
+}
+
+// streamCounter reads a stream's message count and last sequence on a
+// connection of its own.
+type streamCounter struct {
+	nc     *nats.Conn
+	stream jetstream.Stream
+}
+
+func newStreamCounter(ctx context.Context, cl *natstest.Cluster, name string) (*streamCounter, error) {
+	nc, err := nats.Connect(cl.URLs()[0], append(cl.ClientOptions(), nats.MaxReconnects(-1))...)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	// A cluster busy placing a stream can answer "no responders" for a
+	// moment: ask again for a while.
+	var s jetstream.Stream
+	for try := 0; ; try++ {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err = js.Stream(rctx, name)
+		cancel()
+		if err == nil {
+			return &streamCounter{nc: nc, stream: s}, nil
+		}
+		if try == 50 {
+			nc.Close()
+			return nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		if cerr := ctxtime.Sleep(ctx, 200*time.Millisecond); cerr != nil {
+			nc.Close()
+			return nil, cerr
+		}
+	}
+}
+
+// state returns the message count and last sequence, retrying for a
+// while: a node restarted a moment ago may not answer yet.
+func (c *streamCounter) state(ctx context.Context) (msgs, last uint64, err error) {
+	for range 50 {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, ierr := c.stream.Info(rctx)
+		cancel()
+		if ierr == nil {
+			return info.State.Msgs, info.State.LastSeq, nil
+		}
+		err = ierr
+		if cerr := ctxtime.Sleep(ctx, 100*time.Millisecond); cerr != nil {
+			return 0, 0, cerr
+		}
+	}
+	return 0, 0, fmt.Errorf("state of stream %s: %w", c.stream.CachedInfo().Config.Name, err)
+}
+
+func (c *streamCounter) close() { c.nc.Close() }
+
+// Phases of a run, for the site's silence and backpressure.
+const (
+	phaseSteady  = iota // before the outage
+	phaseOutage         // the WAN down (or flapping)
+	phaseCatchup        // from the heal until the hub has the backlog
+	phaseAfter          // the rest of the run
+	phases
+)
+
+var phaseNames = [phases]string{"steady", "outage", "catchup", "after"}
+
+// silenceWatch measures, phase by phase, the longest time the sink
+// acknowledged nothing and how often it held the source (a full window),
+// polling its counters every 2 ms.
+type silenceWatch struct {
+	sink    *jetstreamsink.Sink
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	phase   int
+	longest [phases]time.Duration
+	blocked [phases]uint64
+	mark    uint64 // Blocked at the start of the phase
+}
+
+func watchSilence(s *jetstreamsink.Sink) *silenceWatch {
+	w := &silenceWatch{sink: s, stop: make(chan struct{}), done: make(chan struct{}), mark: s.Stats().Blocked}
+	go func() {
+		defer close(w.done)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		last, since := s.Stats().Acked, time.Now()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case now := <-t.C:
+				if a := s.Stats().Acked; a != last {
+					w.mu.Lock()
+					w.longest[w.phase] = max(w.longest[w.phase], now.Sub(since))
+					w.mu.Unlock()
+					last, since = a, now
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// next ends the current phase and starts p.
+func (w *silenceWatch) next(p int) {
+	b := w.sink.Stats().Blocked
+	w.mu.Lock()
+	w.blocked[w.phase] += b - w.mark
+	w.phase, w.mark = p, b
+	w.mu.Unlock()
+}
+
+// end stops the watch and returns the longest silence and the holds of
+// every phase.
+func (w *silenceWatch) end() ([phases]time.Duration, [phases]uint64) {
+	w.next(phaseAfter)
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.longest, w.blocked
+}
+
+func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPlan, run int) (wanRun, error) {
+	var w wanRun
+	siteStream, hubStream := "SITE"+strconv.Itoa(run), "PLANT"+strconv.Itoa(run)
+	src := simsource.NewShared("site" + strconv.Itoa(run))
+	defer src.Close()
+	tags := make([]bridge.TagConfig, edgeTags)
+	for i := range tags {
+		tags[i] = bridge.TagConfig{Name: fmt.Sprintf("T%04d", i), Address: fmt.Sprintf("ns=1;s=T%04d", i)}
+	}
+	floor := max(cfg.outage, time.Minute)
+	rcfg := &relay.Config{
+		NATS: relay.NATSConfig{Servers: e.Site.URLs()},
+		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
+			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 4 << 30,
+		}},
+		Edge: &edge.Config{Hub: edge.Hub{Domain: e.HubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
+	}
+	view := src.Relay()
+	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.Site.ClientOptions()...), relay.WithSource(view, tags))
+	if err != nil {
+		return w, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rl.Shutdown(sctx)
+	}()
+	sink := rl.JetStream()
+	if err := e.SourceFromSite(ctx, hubStream, siteStream, 3); err != nil {
+		return w, fmt.Errorf("hub stream: %w", err)
+	}
+	defer deleteStreams(e, siteStream, hubStream)
+	hub, err := newStreamCounter(ctx, e.Hub, hubStream)
+	if err != nil {
+		return w, err
+	}
+	defer hub.close()
+	site, err := newStreamCounter(ctx, e.Site, siteStream)
+	if err != nil {
+		return w, err
+	}
+	defer site.close()
+	if err := waitCond(ctx, "tags subscribed", 30*time.Second, func() bool { return src.Sim().Subscribed() == edgeTags }); err != nil {
+		return w, err
+	}
+	src.Sim().Run(edgePeriod)
+	if err := waitCond(ctx, "the hub to source 3 s of updates", time.Minute, func() bool {
+		n, _, _ := hub.state(ctx)
+		return n >= 3*edgeTags*uint64(time.Second/edgePeriod)
+	}); err != nil {
+		return w, err
+	}
+	before := sink.Stats()
+	watch := watchSilence(sink)
+	// A steady phase to compare the outage with.
+	if err := ctxtime.Sleep(ctx, 5*time.Second); err != nil {
+		return w, err
+	}
+	watch.next(phaseOutage)
+
+	// The outage.
+	var afterFirst uint64
+	switch {
+	case plan.flap:
+		for end := time.Now().Add(cfg.flap); time.Now().Before(end); {
+			e.CutWAN()
+			if err := ctxtime.Sleep(ctx, edgeFlapCut); err != nil {
+				return w, err
+			}
+			e.HealWAN()
+			if err := ctxtime.Sleep(ctx, edgeFlapUp); err != nil {
+				return w, err
+			}
+		}
+		// The last cut, measured as the others are not: the hub's
+		// catch-up after it.
+		e.CutWAN()
+		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
+			return w, err
+		}
+		afterFirst, _, _ = hub.state(ctx)
+		if err := ctxtime.Sleep(ctx, edgeFlapCut-time.Second); err != nil {
+			return w, err
+		}
+	default:
+		start := time.Now()
+		if cfg.wan == wanFreeze {
+			e.FreezeWAN()
+		} else {
+			e.CutWAN()
+		}
+		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
+			return w, err
+		}
+		afterFirst, _, _ = hub.state(ctx)
+		if plan.ldm {
+			if err := ctxtime.Sleep(ctx, cfg.outage/3); err != nil {
+				return w, err
+			}
+			if err := ldmActiveNode(ctx, e, rl, siteStream); err != nil {
+				return w, err
+			}
+		}
+		if err := ctxtime.Sleep(ctx, time.Until(start.Add(cfg.outage))); err != nil {
+			return w, err
+		}
+	}
+	hubAt, _, err := hub.state(ctx)
+	if err != nil {
+		return w, err
+	}
+	w.hubGained = hubAt - afterFirst
+	_, siteAt, err := site.state(ctx)
+	if err != nil {
+		return w, err
+	}
+	e.HealWAN()
+	watch.next(phaseCatchup)
+	healed := time.Now()
+	w.backlog = siteAt - hubAt
+	if err := waitCond(ctx, "the hub to catch up", 30*time.Minute, func() bool {
+		n, _, _ := hub.state(ctx)
+		return n >= siteAt
+	}); err != nil {
+		return w, err
+	}
+	w.catchup = time.Since(healed)
+	watch.next(phaseAfter)
+	if w.report, err = edge.Check(ctx, rl.Conn().Active(), rcfg.Edge.WithDefaults(), edge.Site{Domain: e.SiteDomain, Stream: siteStream}); err != nil {
+		return w, fmt.Errorf("edge check: %w", err)
+	}
+
+	// Two more seconds of steady traffic, then everything to the hub.
+	if err := ctxtime.Sleep(ctx, 2*time.Second); err != nil {
+		return w, err
+	}
+	src.Close()
+	if err := waitCond(ctx, "the relay to take everything", 10*time.Minute, view.Idle); err != nil {
+		return w, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := sink.Flush(fctx); err != nil {
+		return w, fmt.Errorf("flush: %w", err)
+	}
+	w.silence, w.blocked = watch.end()
+	after := sink.Stats()
+	w.timeouts = after.Timeouts - before.Timeouts
+	w.switches = after.Switches - before.Switches
+	_, siteEnd, err := site.state(ctx)
+	if err != nil {
+		return w, err
+	}
+	if err := waitCond(ctx, "the hub to have everything", 10*time.Minute, func() bool {
+		n, _, _ := hub.state(ctx)
+		return n >= siteEnd
+	}); err != nil {
+		return w, err
+	}
+	b := rl.Bridge()
+	expected := src.ExpectedIDs(func(tag string) string { s, _ := b.Subject(src.Name(), tag); return s })
+	actx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if w.audit, err = natstest.AuditStream(actx, hub.nc, hubStream, expected); err != nil {
+		return w, fmt.Errorf("audit: %w", err)
+	}
+	return w, nil
+}
+
+// ldmActiveNode puts the site node under the relay's active connection
+// into lame-duck mode, waits for it to shut down, restarts it and waits for
+// the site stream to be current again.
+func ldmActiveNode(ctx context.Context, e *natstest.Edge, rl *relay.Relay, stream string) error {
+	nc := rl.Conn().Active()
+	if nc == nil {
+		return errors.New("the relay has no active connection")
+	}
+	node := e.Site.NodeByURL(nc.ConnectedUrl())
+	if node == nil {
+		return fmt.Errorf("no site node at %s", nc.ConnectedUrl())
+	}
+	select {
+	case <-node.EnterLameDuck():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := node.Restart(ctx); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return e.Site.WaitStreamCurrent(wctx, stream)
+}
+
+// deleteStreams removes a run's streams, so that the next run's
+// reservations fit on the disk. The relay itself never deletes a stream.
+func deleteStreams(e *natstest.Edge, site, hub string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, x := range []struct {
+		cl   *natstest.Cluster
+		name string
+	}{{e.Hub, hub}, {e.Site, site}} {
+		nc, err := nats.Connect(x.cl.URLs()[0], x.cl.ClientOptions()...)
+		if err != nil {
+			continue
+		}
+		if js, err := jetstream.New(nc); err == nil {
+			js.DeleteStream(ctx, x.name)
+		}
+		nc.Close()
+	}
+}
+
+// startEdgeRelay is relay.Start with its error said to be the relay's.
+func startEdgeRelay(ctx context.Context, c *relay.Config, opts ...relay.Option) (*relay.Relay, error) {
+	rl, err := relay.Start(ctx, c, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	return rl, nil
+}

@@ -1,0 +1,244 @@
+package natstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Edge is a hub cluster and a site cluster joined by leaf node connections
+// across a WAN that a test can cut, freeze or slow down: the topology of a
+// plant whose relay publishes into a JetStream domain of its own, stored on
+// site, and whose hub stream sources from it.
+//
+// Every site node keeps one leaf node connection to one of the hub's nodes,
+// each hub leaf port behind a faultproxy.Proxy: the WAN is those proxies.
+type Edge struct {
+	// Hub is the hub cluster (JetStream domain HubDomain), Site the site's
+	// leaf cluster (domain SiteDomain).
+	Hub, Site *Cluster
+	// HubDomain and SiteDomain are the clusters' JetStream domains.
+	HubDomain, SiteDomain string
+}
+
+// EdgeOptions configures StartEdge. Zero fields take the defaults.
+type EdgeOptions struct {
+	// HubNodes and SiteNodes are the clusters' sizes (default 3 each).
+	HubNodes, SiteNodes int
+	// HubDomain and SiteDomain are the JetStream domains (default "hub"
+	// and "site").
+	HubDomain, SiteDomain string
+	// Hub and Site are more options for each cluster (a logger, lame-duck
+	// timing); the options that make the topology are StartEdge's.
+	Hub, Site []Option
+}
+
+// StartEdge starts the hub cluster with a leaf node port behind a proxy
+// on every node, then the site cluster whose nodes are leaf nodes of the
+// hub through those proxies, and returns once every site node has its
+// leaf connection and the hub reaches the site's JetStream API across it.
+func StartEdge(ctx context.Context, o EdgeOptions) (*Edge, error) {
+	if o.HubNodes == 0 {
+		o.HubNodes = 3
+	}
+	if o.SiteNodes == 0 {
+		o.SiteNodes = 3
+	}
+	if o.HubDomain == "" {
+		o.HubDomain = "hub"
+	}
+	if o.SiteDomain == "" {
+		o.SiteDomain = "site"
+	}
+	if o.HubDomain == o.SiteDomain {
+		return nil, fmt.Errorf("natstest: StartEdge: the hub and the site need different JetStream domains, both are %q", o.HubDomain)
+	}
+	hubOpts := append([]Option{WithNodes(o.HubNodes), WithName("hub"), WithDomain(o.HubDomain), WithLeafListen()}, o.Hub...)
+	hub, err := Start(ctx, hubOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("natstest: StartEdge: hub: %w", err)
+	}
+	var leafURLs []string
+	for _, n := range hub.Nodes() {
+		leafURLs = append(leafURLs, n.LeafURL())
+	}
+	siteOpts := append([]Option{WithNodes(o.SiteNodes), WithName("site"), WithDomain(o.SiteDomain), WithLeafRemotes(leafURLs...)}, o.Site...)
+	site, err := Start(ctx, siteOpts...)
+	if err != nil {
+		hub.Close()
+		return nil, fmt.Errorf("natstest: StartEdge: site: %w", err)
+	}
+	e := &Edge{Hub: hub, Site: site, HubDomain: o.HubDomain, SiteDomain: o.SiteDomain}
+	wctx, cancel := context.WithTimeout(ctx, site.cfg.ReadyWait)
+	defer cancel()
+	if err := e.WaitLinked(wctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close shuts both clusters down. It is idempotent.
+func (e *Edge) Close() {
+	e.Site.Close()
+	e.Hub.Close()
+}
+
+// wan is the proxies in front of the hub's leaf ports.
+func (e *Edge) wan() []*faultproxy.Proxy {
+	var out []*faultproxy.Proxy
+	for _, n := range e.Hub.Nodes() {
+		out = append(out, n.LeafProxy())
+	}
+	return out
+}
+
+// CutWAN breaks the WAN: every leaf connection is reset and new ones are
+// refused until HealWAN, as when the site's uplink goes down.
+func (e *Edge) CutWAN() {
+	for _, p := range e.wan() {
+		p.Refuse()
+	}
+	for _, p := range e.wan() {
+		p.ResetAll()
+	}
+}
+
+// FreezeWAN makes the WAN silent without closing anything, as a
+// blackholed route does: the leaf connections stay open and pass nothing
+// until HealWAN (or until a server gives up on its silent peer).
+func (e *Edge) FreezeWAN() {
+	for _, p := range e.wan() {
+		p.Freeze()
+	}
+}
+
+// SlowWAN adds oneWay of latency in each direction of every leaf
+// connection; 0 removes it.
+func (e *Edge) SlowWAN(oneWay time.Duration) {
+	for _, p := range e.wan() {
+		p.SetDelay(oneWay)
+	}
+}
+
+// HealWAN ends a cut or a freeze. The site nodes dial the hub again on
+// their own; WaitLinked waits for that.
+func (e *Edge) HealWAN() {
+	for _, p := range e.wan() {
+		p.Heal()
+	}
+}
+
+// LeafConns returns how many leaf node connections the hub's running
+// nodes have now.
+func (e *Edge) LeafConns() int {
+	n := 0
+	for _, node := range e.Hub.Nodes() {
+		srv := node.Server()
+		if srv == nil || !srv.Running() {
+			continue
+		}
+		lz, err := srv.Leafz(&server.LeafzOptions{})
+		if err == nil {
+			n += lz.NumLeafs
+		}
+	}
+	return n
+}
+
+// WaitLinked waits until every running site node has a leaf connection to
+// the hub and a hub node reaches the site's JetStream API across it
+// ($JS.<site domain>.API.INFO): what a hub stream that sources from the
+// site needs.
+func (e *Edge) WaitLinked(ctx context.Context) error {
+	var lastErr error
+	for {
+		lastErr = e.linked()
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("natstest: the site is not linked to the hub: %w (last: %v)", ctx.Err(), lastErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (e *Edge) linked() error {
+	running := 0
+	for _, n := range e.Site.Nodes() {
+		if n.Running() {
+			running++
+		}
+	}
+	if got := e.LeafConns(); got < running {
+		return fmt.Errorf("%d of %d site nodes have a leaf connection", got, running)
+	}
+	nc, err := e.Hub.connectAny()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	m, err := nc.Request("$JS."+e.SiteDomain+".API.INFO", nil, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("the site's JetStream API from the hub: %w", err)
+	}
+	if len(m.Data) == 0 {
+		return errors.New("the site's JetStream API from the hub: empty reply")
+	}
+	return nil
+}
+
+// HubConn connects a client to the hub (any running node), for reading
+// the hub stream back.
+func (e *Edge) HubConn() (*nats.Conn, error) {
+	return nats.Connect(strings.Join(e.Hub.URLs(), ","), append(e.Hub.ClientOptions(), nats.MaxReconnects(-1))...)
+}
+
+// SourceFromSite creates the hub stream name (replicas replicas, file
+// storage, no subjects of its own) that sources the site stream
+// siteStream across the leaf connection, through the site domain's API:
+// the hub side of an edge site as docs/edge.md configures it. A stream of
+// the name that exists already is left as it is.
+func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, replicas int) error {
+	nc, err := e.Hub.connectAny()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:     name,
+		Replicas: replicas,
+		Storage:  jetstream.FileStorage,
+		Sources: []*jetstream.StreamSource{{
+			Name:     siteStream,
+			External: &jetstream.ExternalStream{APIPrefix: "$JS." + e.SiteDomain + ".API"},
+		}},
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
+	}
+	return err
+}
+
+// StreamMsgs returns how many messages the stream holds in cl, asked of a
+// running node; 0 when it cannot tell.
+func StreamMsgs(ctx context.Context, cl *Cluster, stream string) uint64 {
+	st, err := cl.StreamState(ctx, stream)
+	if err != nil {
+		return 0
+	}
+	return st.Msgs
+}
