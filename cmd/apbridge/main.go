@@ -5,6 +5,8 @@
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
 //	apbridge fleet status --config FILE  which relay of a fleet owns which source
+//	apbridge health [--url URL]        ask a relay's /healthz (a container's HEALTHCHECK)
+//	apbridge service install|uninstall|start|stop   the relay as a Windows service
 //	apbridge version                   print the version and build
 //
 // Run `apbridge help <command>` for the flags of a command. Usage errors
@@ -28,6 +30,8 @@ func commands() []cli.Command {
 		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
+		{Name: "health", Summary: "ask a relay's health endpoint; exit 0 when it answers 2xx (--url URL)", Run: runHealth},
+		{Name: "service", Summary: "Windows: install, uninstall, start or stop the relay as a service", Run: runService},
 		{Name: "version", Summary: "print the version and build (also --version)", Run: runVersion},
 		// The process the lab's relay-throughput benchmark measures: this
 		// binary, so that its memory is the relay's, not the lab's.

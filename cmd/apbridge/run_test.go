@@ -80,7 +80,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	})
 	nc.Flush()
 	var logs testutil.SyncBuffer
-	r, err := startRelay(ctx, c, cli.NewLogger(&logs, false, zerolog.DebugLevel))
+	r, err := startRelay(ctx, c, cli.NewLogger(&logs, false, zerolog.DebugLevel), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRelayJetStreamSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := startRelay(ctx, c, zerolog.Nop())
+	r, err := startRelay(ctx, c, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
