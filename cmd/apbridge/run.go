@@ -200,7 +200,8 @@ func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger, onStep
 			return nil, err
 		}
 	}
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version),
+	build := readBuildInfo()
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(build.Version), relay.WithServiceMetadata(build.metadata()),
 		relay.WithStartProgress(r.setStep),
 		relay.WithSourceSwitchObserver(func(source, cause string, took time.Duration) {
 			r.hist.source.WithLabelValues(source, causeLabel(cause)).Observe(took.Seconds())
