@@ -66,7 +66,7 @@ func TestServiceOffWindows(t *testing.T) {
 		t.Skip("Windows has services")
 	}
 	var stderr bytes.Buffer
-	if code := run([]string{"service", "start"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "only on Windows") {
+	if code := run([]string{"service", "start"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "this is not Windows") {
 		t.Errorf("exit %d, %q", code, stderr.String())
 	}
 	stderr.Reset()

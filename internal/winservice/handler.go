@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNotWindows is returned off Windows by what only Windows has.
-var ErrNotWindows = errors.New("Windows services exist only on Windows (on Linux, run apbridge under systemd: deploy/systemd/apbridge.service)")
+var ErrNotWindows = errors.New("the service command manages a Windows service, and this is not Windows (on Linux, run apbridge under systemd: deploy/systemd/apbridge.service)")
 
 // Cmd is a control request of the service control manager (svc.Cmd).
 type Cmd int
