@@ -119,8 +119,8 @@ func TestSystemdNotify(t *testing.T) {
 	if w := sd.index("WATCHDOG=1", 0); w >= 0 && w < ready {
 		t.Errorf("WATCHDOG=1 at %d before READY=1 at %d", w, ready)
 	}
-	if s := msgs[ready+1]; !strings.HasPrefix(s, "STATUS=") {
-		t.Errorf("READY=1 without its status: %q", s)
+	if ready+1 >= len(msgs) || !strings.HasPrefix(msgs[ready+1], "STATUS=") {
+		t.Errorf("READY=1 without its status: %q", msgs[ready:])
 	}
 	testutil.WaitFor(t, "WATCHDOG=1 after READY=1", 10*time.Second, func() bool { return sd.index("WATCHDOG=1", ready) >= 0 })
 	testutil.WaitFor(t, "STATUS=ready", 30*time.Second, func() bool {

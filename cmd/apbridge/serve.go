@@ -27,7 +27,6 @@ type lifecycle struct {
 // service manager it is ready, runs the main loop, then drains for at
 // most drain. path is the config file, for the reload hook.
 func serve(ctx context.Context, c *relay.Config, path string, log zerolog.Logger, drain time.Duration, lc lifecycle) error {
-	lc.notify.status("starting: validating the config")
 	r, err := startRelay(ctx, c, log, func(step string) { lc.notify.status("starting: " + step) })
 	if err != nil {
 		if ctx.Err() != nil {
