@@ -35,6 +35,11 @@ type Config struct {
 	// Version is the micro service's version, a semantic version.
 	// Default Version.
 	Version string
+	// Metadata is added to the micro service's metadata (what `nats
+	// micro info` shows), such as the binary's VCS revision and build
+	// date. The bridge's own keys, instance and prefix, win over keys of
+	// the same name here.
+	Metadata map[string]string
 	// NoHeaders leaves the NATS headers out of every update message. By
 	// default each message carries the update's quality, status code,
 	// source and server timestamps and sequence number in headers too

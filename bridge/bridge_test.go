@@ -244,7 +244,7 @@ func TestWriteBack(t *testing.T) {
 }
 
 func TestStatusAndMicroSurviveSwitch(t *testing.T) {
-	e := setup(t, bridge.Config{Instance: "site1"}, tagsN(2, false))
+	e := setup(t, bridge.Config{Instance: "site1", Version: "1.2.3-rc.1", Metadata: map[string]string{"revision": "abc123", "instance": "not this"}}, tagsN(2, false))
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
 	check := func() bridge.Status {
 		m := testutil.Request(t, e.nc, "apbridge.status", "")
@@ -261,6 +261,15 @@ func TestStatusAndMicroSurviveSwitch(t *testing.T) {
 	info := testutil.Request(t, e.nc, "$SRV.INFO.apbridge", "")
 	if !strings.Contains(string(info.Data), `"write"`) || !strings.Contains(string(info.Data), `apbridge.write.\u003e`) {
 		t.Fatalf("micro info %s", info.Data)
+	}
+	// The build's version and metadata; the bridge's own keys win.
+	var mi struct {
+		Version  string
+		Metadata map[string]string
+	}
+	json.Unmarshal(info.Data, &mi)
+	if mi.Version != "1.2.3-rc.1" || mi.Metadata["revision"] != "abc123" || mi.Metadata["instance"] != "site1" || mi.Metadata["prefix"] != "apbridge" {
+		t.Errorf("micro info version %q, metadata %v", mi.Version, mi.Metadata)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

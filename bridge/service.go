@@ -48,7 +48,7 @@ func (b *Bridge) moveService() error {
 		Name:        b.cfg.ServiceName,
 		Version:     b.cfg.Version,
 		Description: "OPC UA to NATS tag relay " + b.cfg.Instance,
-		Metadata:    map[string]string{"instance": b.cfg.Instance, "prefix": b.cfg.Prefix},
+		Metadata:    b.serviceMetadata(),
 	})
 	if err != nil {
 		return fmt.Errorf("bridge: micro service: %w", err)
@@ -84,6 +84,16 @@ func (b *Bridge) moveService() error {
 		}()
 	}
 	return nil
+}
+
+// serviceMetadata is Config.Metadata with the bridge's own keys.
+func (b *Bridge) serviceMetadata() map[string]string {
+	md := make(map[string]string, len(b.cfg.Metadata)+2)
+	for k, v := range b.cfg.Metadata {
+		md[k] = v
+	}
+	md["instance"], md["prefix"] = b.cfg.Instance, b.cfg.Prefix
+	return md
 }
 
 // stopService stops the service for good and waits for the retiring ones.

@@ -23,6 +23,7 @@ type options struct {
 	// factories are WithSourceFactory's sources (fleet.go).
 	factories []extraFactory
 	version   string
+	metadata  map[string]string
 	onSwitch  func(source, cause string, took time.Duration)
 	// onProgress is WithStartProgress's f, or nil.
 	onProgress func(step string)
@@ -87,6 +88,13 @@ func WithSource(src bridge.Source, tags []bridge.TagConfig) Option {
 // own, from its build.
 func WithVersion(v string) Option {
 	return func(o *options) error { o.version = v; return nil }
+}
+
+// WithServiceMetadata adds md to the metadata of the relay's micro
+// service (bridge.Config.Metadata): the binary's revision and build date,
+// so that `nats micro info` names the build a relay runs.
+func WithServiceMetadata(md map[string]string) Option {
+	return func(o *options) error { o.metadata = md; return nil }
 }
 
 // WithSourceSwitchObserver calls f after each failover of a source with

@@ -120,6 +120,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		ServiceName:      c.Service.Name,
 		TrustRequestInfo: c.Service.TrustRequestInfo,
 		Version:          o.version,
+		Metadata:         o.metadata,
 		Subject:          c.Subject,
 		NoHeaders:        c.NoHeaders,
 		Guard:            c.guard(),

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -118,7 +117,6 @@ func runChild(ctx context.Context, exe string, cl *natstest.Cluster, c *counter,
 			last = n
 		}
 	}
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage) // CPU time only; see peakRSS
 	var summary struct {
 		PeakHeap float64 `json:"peak_heap_inuse_mib"`
 		PeakSys  float64 `json:"peak_go_sys_mib"`
@@ -132,7 +130,7 @@ func runChild(ctx context.Context, exe string, cl *natstest.Cluster, c *counter,
 		readyRSS: summary.ReadyRSS,
 		received: c.n.Load(),
 		elapsed:  elapsed,
-		cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		cpu:      cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), // CPU time only; see peakRSS
 		maxRSS:   int64(summary.PeakRSS * (1 << 20)),
 	}
 	c.mu.Lock()

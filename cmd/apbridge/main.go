@@ -6,6 +6,8 @@
 //	apbridge validate --config FILE    check a config without connecting
 //	apbridge fleet status --config FILE  which relay of a fleet owns which source
 //	apbridge edge status --config FILE   an edge site's stream, the hub's sourcing, the outage it absorbs
+//	apbridge health [--url URL]        ask a relay's /healthz (a container's HEALTHCHECK)
+//	apbridge service install|uninstall|start|stop   the relay as a Windows service
 //	apbridge version                   print the version and build
 //
 // Run `apbridge help <command>` for the flags of a command. Usage errors
@@ -30,6 +32,8 @@ func commands() []cli.Command {
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
 		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
 		{Name: "edge", Summary: "edge site status: the site stream, the hub's sourcing, the outage it absorbs (--config FILE [--json])", Run: runEdge},
+		{Name: "health", Summary: "ask a relay's health endpoint; exit 0 when it answers 2xx (--url URL)", Run: runHealth},
+		{Name: "service", Summary: "Windows: install, uninstall, start or stop the relay as a service", Run: runService},
 		{Name: "version", Summary: "print the version and build (also --version)", Run: runVersion},
 		// The process the lab's relay-throughput benchmark measures: this
 		// binary, so that its memory is the relay's, not the lab's.

@@ -18,15 +18,20 @@ type metrics struct{ r *running }
 // the Go runtime's, the process's and the build's (apbridge's version).
 func newRegistry(r *running) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(
+	reg.MustRegister(r.collectors()...)
+	return reg
+}
+
+// collectors are what /metrics serves.
+func (r *running) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
 		&metrics{r: r},
 		r.hist.nats, r.hist.source,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 		buildInfoGauge(readBuildInfo()),
-	)
-	return reg
+	}
 }
 
 var (
@@ -211,14 +216,14 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// buildInfoGauge is apbridge_build_info, 1 with the version, revision and
-// Go version as labels, in the convention of Prometheus's own
-// exporters: a join on it labels any series with the relay's version.
+// buildInfoGauge is apbridge_build_info, 1 with the version, revision,
+// build date and Go version as labels, in the convention of Prometheus's
+// own exporters: a join on it labels any series with the relay's version.
 func buildInfoGauge(b buildInfo) prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "apbridge_build_info",
-		Help:        "1, labelled with the relay's version, VCS revision and Go version.",
-		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.Go},
+		Help:        "1, labelled with the relay's version, VCS revision, build date and Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.metadata()["revision"], "build_date": b.Time, "goversion": b.Go},
 	})
 	g.Set(1)
 	return g

@@ -8,11 +8,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/internal/cli"
+	"github.com/apbridge/apbridge/internal/winservice"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -64,43 +69,104 @@ func countBrowse(c *relay.Config) int {
 	return n
 }
 
-// runRun is `apbridge run --config FILE`: the relay.
+// runRun is `apbridge run --config FILE`: the relay, in the foreground,
+// under systemd or as a Windows service (serve.go).
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// From here on SIGHUP asks for a reload: it must never end the relay
+	// (its default action would, with exit status 129 and no log line).
+	reloads := make(chan string, 1)
+	stopHUP := forwardSIGHUP(reloads)
+	defer stopHUP()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	path := fs.String("config", "", "the config file (YAML)")
 	pretty := fs.Bool("pretty", false, "console log output instead of JSON")
 	drain := fs.Duration("drain-timeout", relay.DefaultDrainTimeout, "how long SIGTERM waits for what was received to be confirmed by NATS")
+	logFile := fs.String("log-file", "", "append the log to this file instead of stderr")
+	eventLog := fs.String("event-log", "", "Windows: log to the Event Log under this source name instead of stderr (a service does by default, as "+winservice.DefaultName+")")
 	if err := cli.Parse(fs, args, stdout, stderr); err != nil {
 		return err
 	}
 	if *drain <= 0 {
 		return cli.Usagef("--drain-timeout: %v is out of range (valid: more than 0, e.g. 30s)", *drain)
 	}
-	c, err := loadConfigFlag(*path, stderr)
+	if *path == "" {
+		return cli.Usagef("--config is required")
+	}
+	asService, err := winservice.IsService()
+	if err != nil {
+		return fmt.Errorf("windows service: %w", err)
+	}
+	sink, err := openLogSink(*logFile, *eventLog, asService, stderr, openEventLog)
 	if err != nil {
 		return err
+	}
+	defer sink.Close()
+	c, err := relay.Load(*path)
+	if err != nil {
+		errs := relay.Errors(err)
+		lines := make([]string, len(errs))
+		for i, e := range errs {
+			lines[i] = e.Error()
+			fmt.Fprintln(stderr, e)
+		}
+		if sink.separate() {
+			l := cli.NewLogger(sink.w, false, zerolog.InfoLevel)
+			l.Error().Str("config", *path).Strs("errors", lines).Msg("config refused")
+		}
+		return cli.ExitError{Code: 1}
 	}
 	level, _ := zerolog.ParseLevel(c.LogLevel)
 	if c.LogLevel == "" {
 		level = zerolog.InfoLevel
 	}
-	log := cli.NewLogger(stderr, *pretty, level).With().Str("instance", c.Instance).Logger()
+	log := cli.NewLogger(sink.w, *pretty, level).With().Str("instance", c.Instance).Logger()
 	log.Info().Str("version", readBuildInfo().String()).Msg("starting")
-	r, err := startRelay(ctx, c, log)
-	if err != nil {
-		if ctx.Err() != nil {
-			// SIGTERM or SIGINT before the relay ran: a normal stop.
-			// Start closed what it had opened; nothing was received.
-			log.Info().Err(err).Msg("stopped while starting")
-			return nil
-		}
-		return err
+	lc := lifecycle{notify: newNotifier(log), reloads: reloads}
+	if !asService {
+		return serve(ctx, c, *path, log, *drain, lc)
 	}
-	<-ctx.Done()
-	log.Info().Msg("stopping: draining what was received")
-	sctx, cancel := context.WithTimeout(context.Background(), *drain)
-	defer cancel()
-	return r.stop(sctx)
+	return winservice.Run(ctx, winservice.DefaultName, winservice.Relay{
+		Run: func(ctx context.Context, ready func()) error {
+			lc.onReady = ready
+			return serve(ctx, c, *path, log, *drain, lc)
+		},
+		Reload: func() { requestReload(reloads, "service parameter change") },
+	}, winservice.Timing{Start: 2 * time.Minute, Stop: *drain + 10*time.Second, CheckPoint: 2 * time.Second})
+}
+
+// forwardSIGHUP turns each SIGHUP into a reload request on reloads until
+// the returned stop is called; stop waits for its goroutine.
+func forwardSIGHUP(reloads chan<- string) (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-sig:
+				requestReload(reloads, "SIGHUP")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+		wg.Wait()
+	}
+}
+
+// requestReload queues a reload request unless one is queued already:
+// requests that come while one waits are served by it.
+func requestReload(reloads chan<- string, trigger string) {
+	select {
+	case reloads <- trigger:
+	default:
+	}
 }
 
 // running is a relay with its health and metrics listener. The listener
@@ -109,26 +175,33 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 type running struct {
 	relay atomic.Pointer[relay.Relay] // nil until relay.Start returns
 	// step is what relay.Start is doing, for /readyz until it returns.
-	step    atomic.Pointer[string]
-	log     zerolog.Logger
-	hist    histograms
-	stopEv  func() // ends the NATS event subscription of hist
-	http    *http.Server
-	httpLn  net.Listener
-	httpErr chan error
+	step atomic.Pointer[string]
+	// onStep is told each step too (systemd's STATUS=), or nil.
+	onStep func(string)
+	// lastPass is when the main loop last passed (Unix ns), 0 before it
+	// runs and while the relay drains; stale is how old a pass may be
+	// before /healthz calls the relay stalled (serve.go).
+	lastPass, stale atomic.Int64
+	log             zerolog.Logger
+	hist            histograms
+	stopEv          func() // ends the NATS event subscription of hist
+	http            *http.Server
+	httpLn          net.Listener
+	httpErr         chan error
 }
 
 // startRelay starts, unless the config turns it off, the HTTP listener,
-// then the relay of c.
-func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger) (*running, error) {
-	r := &running{log: log, hist: newHistograms()}
+// then the relay of c. onStep, if not nil, is told each step of the start.
+func startRelay(ctx context.Context, c *relay.Config, log zerolog.Logger, onStep func(string)) (*running, error) {
+	r := &running{log: log, hist: newHistograms(), onStep: onStep}
 	r.setStep("validating the config")
 	if addr := c.HTTPListen(); addr != "" {
 		if err := r.serveHTTP(addr); err != nil {
 			return nil, err
 		}
 	}
-	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(readBuildInfo().Version),
+	build := readBuildInfo()
+	rl, err := relay.Start(ctx, c, relay.WithLogger(log), relay.WithVersion(build.Version), relay.WithServiceMetadata(build.metadata()),
 		relay.WithStartProgress(r.setStep),
 		relay.WithSourceSwitchObserver(func(source, cause string, took time.Duration) {
 			r.hist.source.WithLabelValues(source, causeLabel(cause)).Observe(took.Seconds())
@@ -167,7 +240,12 @@ func (r *running) stopHTTP() {
 	<-r.httpErr
 }
 
-func (r *running) setStep(step string) { r.step.Store(&step) }
+func (r *running) setStep(step string) {
+	r.step.Store(&step)
+	if r.onStep != nil {
+		r.onStep(step)
+	}
+}
 
 // ready is /readyz's answer: the relay's own while it runs; while it
 // starts, the step it is at.
@@ -186,6 +264,11 @@ func (r *running) serveHTTP(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if ago := r.stalled(); ago > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "stalled: the main loop last passed %v ago\n", ago.Round(time.Millisecond))
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

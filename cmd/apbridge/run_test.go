@@ -80,7 +80,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	})
 	nc.Flush()
 	var logs testutil.SyncBuffer
-	r, err := startRelay(ctx, c, cli.NewLogger(&logs, false, zerolog.DebugLevel))
+	r, err := startRelay(ctx, c, cli.NewLogger(&logs, false, zerolog.DebugLevel), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestRelayEndToEnd(t *testing.T) {
 	body := get(t, base+"/metrics")
 	for _, want := range []string{`apbridge_updates_out_total{source="opc1"}`, `apbridge_nats_status{status="connected"} 1`,
 		`apbridge_source_state{source="opc1",state="connected"} 1`, `apbridge_tags{quality="good",source="opc1"}`,
-		`apbridge_tags_failed{source="opc1"} 0`, `apbridge_tags_no_value{source="opc1"}`, "go_goroutines", "process_", `apbridge_build_info{goversion="go`} {
+		`apbridge_tags_failed{source="opc1"} 0`, `apbridge_tags_no_value{source="opc1"}`, "go_goroutines", "process_", `apbridge_build_info{build_date="`, `,goversion="go`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %s", want)
 		}
@@ -213,7 +213,7 @@ func TestRelayJetStreamSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := startRelay(ctx, c, zerolog.Nop())
+	r, err := startRelay(ctx, c, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

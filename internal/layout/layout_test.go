@@ -69,6 +69,10 @@ func rules() []rule {
 		// the test OPC UA server.
 		{"cmd/apbridge", []string{module + "/testcluster", module + "/internal/testutil", module + "/internal/nodeopcua",
 			"github.com/nats-io/nats-server/"}},
+		// The Windows service knows the service control manager, not the
+		// relay it runs.
+		{"internal/winservice", []string{module + "/relay", module + "/bridge", module + "/apconn", module + "/testcluster",
+			"github.com/nats-io/"}},
 		// Each test server is one product: none links another's, and the
 		// simulated sources link no server.
 		{"testcluster/faultproxy", []string{module + "/testcluster/natstest", module + "/testcluster/uaserver",

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"runtime"
-	"syscall"
 	"testing"
 	"time"
 
@@ -410,16 +409,6 @@ func TestOPCUAClientsVanishingMidPublish(t *testing.T) {
 		}
 		sub.next(h, 2*time.Second) // paces the poll; the data must keep flowing
 	}
-}
-
-// cpuTime is the process's user and system CPU time.
-func cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func TestOPCUAThousandTagsAtTenHertz(t *testing.T) {
