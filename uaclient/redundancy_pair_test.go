@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/servicelevel"
@@ -217,6 +218,10 @@ func TestPairRedundancyWarnings(t *testing.T) {
 					t.Errorf("warnings %q do not say %q", st.Redundancy.Warnings, w)
 				}
 			}
+			// The status is set before the events reach the handler.
+			testutil.WaitFor(t, "a warning event per warning", 10*time.Second, func() bool {
+				return len(r.eventsSince(mark{}, uaclient.EventRedundancyWarning)) >= len(st.Redundancy.Warnings)
+			})
 			var reasons []string
 			for _, e := range r.eventsSince(mark{}, uaclient.EventRedundancyWarning) {
 				reasons = append(reasons, e.Reason)
