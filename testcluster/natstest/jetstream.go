@@ -396,27 +396,27 @@ func auditStream(ctx context.Context, nc *nats.Conn, stream string, expected map
 	if err != nil {
 		return StreamAudit{}, fmt.Errorf("natstest: stream %q: ordered consumer: %w", stream, err)
 	}
-	for read := uint64(0); read < total; {
-		batch, err := cons.Fetch(int(min(total-read, 4096)), jetstream.FetchMaxWait(5*time.Second))
+	// Messages, not Fetch: the ordered consumer's iterator makes a new
+	// consumer where the old one stopped when the server drops it under
+	// load (a Fetch then fails with "no responders").
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return StreamAudit{}, fmt.Errorf("natstest: stream %q: read: %w", stream, err)
+	}
+	defer it.Stop()
+	for read := uint64(0); read < total; read++ {
+		if read%4096 == 0 && ctx.Err() != nil {
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q: read %d of %d messages: %w", stream, read, total, ctx.Err())
+		}
+		m, err := it.Next(jetstream.NextMaxWait(30 * time.Second))
 		if err != nil {
-			return StreamAudit{}, fmt.Errorf("natstest: stream %q: fetch after %d of %d: %w", stream, read, total, err)
+			return StreamAudit{}, fmt.Errorf("natstest: stream %q: read %d of %d messages, then: %w", stream, read, total, err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				return StreamAudit{}, err
-			}
-			a.Add(m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), md.Sequence.Stream)
+		md, err := m.Metadata()
+		if err != nil {
+			return StreamAudit{}, err
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return StreamAudit{}, fmt.Errorf("natstest: stream %q: batch after %d of %d: %w", stream, read, total, err)
-		}
-		if n == 0 {
-			return StreamAudit{}, fmt.Errorf("natstest: stream %q: read %d of %d messages, then nothing more", stream, read, total)
-		}
-		read += uint64(n)
+		a.Add(m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), md.Sequence.Stream)
 	}
 	return a.Result(), nil
 }
