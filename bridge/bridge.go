@@ -130,6 +130,8 @@ type Bridge struct {
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
 	onSwitch func(source, cause string, took time.Duration)
 
+	// applyMu makes changes (Apply) one at a time.
+	applyMu   sync.Mutex
 	mu        sync.Mutex
 	sources   []*runner
 	bySubject map[string]*tagState // publish subject -> tag, for write-back
@@ -230,11 +232,19 @@ func (b *Bridge) Start(ctx context.Context) error {
 		return fail(err)
 	}
 	for _, r := range sources {
-		b.wg.Add(1)
-		go r.run(b.ctx)
+		b.startRunner(r)
 	}
 	b.log.Info().Int("sources", len(sources)).Str("prefix", b.cfg.Prefix).Msg("bridge started")
 	return nil
+}
+
+// startRunner runs r on a context of its own, under the bridge's, so
+// that a source can be removed alone (Apply).
+func (b *Bridge) startRunner(r *runner) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	r.ctx, r.cancel = ctx, cancel
+	b.wg.Add(1)
+	go r.run(ctx)
 }
 
 func (b *Bridge) onConnEvent(e apconn.Event) {

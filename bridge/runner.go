@@ -22,6 +22,21 @@ type runner struct {
 
 	// tagsLater: the source gets tags by AddTags (WithTagsLater).
 	tagsLater bool
+	// nextHandle is the handle the next tag gets: handles are never used
+	// again, so that a late update for a removed or moved tag's old item
+	// cannot be taken for another tag's.
+	nextHandle uint32
+
+	// cancel ends the runner's context (its guard, its source's Start):
+	// the bridge's closing, or the source's removal (Apply). done is
+	// closed when run has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// subMu keeps a source's Subscribe and the Unsubscribe of a change
+	// apart: an item removed while a subscribe that listed it is on its
+	// way would be created after its removal, and stay.
+	subMu sync.Mutex
 
 	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
 	refreshing bool
@@ -67,9 +82,9 @@ type guardEvent struct {
 
 func newRunner(b *Bridge, src Source) *runner {
 	r := &runner{
-		b: b, src: src, byHandle: map[uint32]*tagState{},
+		b: b, src: src, byHandle: map[uint32]*tagState{}, nextHandle: 1,
 		events: make(chan guardEvent, 16), wants: make(chan struct{}, 1),
-		startDone: make(chan struct{}),
+		startDone: make(chan struct{}), done: make(chan struct{}),
 		health:    Health{State: StateConnecting, Level: -1},
 	}
 	gc := b.cfg.Guard
@@ -203,6 +218,7 @@ func (r *runner) want() {
 // running; a source that fails to start is reported down with the error.
 func (r *runner) run(ctx context.Context) {
 	defer r.b.wg.Done()
+	defer close(r.done)
 	err := r.src.Start(ctx, r)
 	close(r.startDone)
 	if err != nil {
@@ -228,7 +244,7 @@ func (r *runner) awaitStart(ctx context.Context) {
 func (r *runner) send(e guardEvent) {
 	select {
 	case r.events <- e:
-	case <-r.b.ctx.Done():
+	case <-r.ctx.Done():
 	}
 }
 
@@ -333,6 +349,11 @@ func (r *runner) guardLoop(ctx context.Context) {
 
 // subscribe sends one subscribe request for every tag not yet subscribed.
 func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
+	// The tags are listed under subMu too: a tag a change removes is
+	// either in this request, and removed at the source after it, or not
+	// in it.
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
 	r.mu.Lock()
 	var tags []Tag
 	for _, ts := range r.tags {
