@@ -85,7 +85,7 @@ func newRunner(b *Bridge, src Source) *runner {
 		b: b, src: src, byHandle: map[uint32]*tagState{}, nextHandle: 1,
 		events: make(chan guardEvent, 16), wants: make(chan struct{}, 1),
 		startDone: make(chan struct{}), done: make(chan struct{}),
-		health:    Health{State: StateConnecting, Level: -1},
+		health: Health{State: StateConnecting, Level: -1},
 	}
 	gc := b.cfg.Guard
 	if rb, ok := src.(ReplyBounder); ok {
