@@ -80,6 +80,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	hup, stopHUP := notifyReload()
+	defer stopHUP()
 	level, _ := zerolog.ParseLevel(c.LogLevel)
 	if c.LogLevel == "" {
 		level = zerolog.InfoLevel
@@ -96,7 +98,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return err
 	}
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			r.reload(ctx, *path)
+		}
+	}
 	log.Info().Msg("stopping: draining what was received")
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
 	defer cancel()

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/apbridge/apbridge/relay"
+)
+
+// notifyReload returns the channel SIGHUP arrives on, caught from now on
+// (its default action would end the process), and the function that
+// stops catching it.
+func notifyReload() (<-chan os.Signal, func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	return hup, func() { signal.Stop(hup) }
+}
+
+// reload re-reads the config file and applies it to the running relay
+// (relay.Relay.Apply): a file with a problem, or with a change only a
+// restart applies, is logged and changes nothing.
+func (r *running) reload(ctx context.Context, path string) {
+	rl := r.relay.Load()
+	if rl == nil {
+		return
+	}
+	r.log.Info().Str("config", path).Msg("SIGHUP: re-reading the config")
+	c, err := relay.Load(path)
+	if err != nil {
+		for _, e := range relay.Errors(err) {
+			r.log.Warn().Str("config", path).Err(e).Msg("config not applied")
+		}
+		return
+	}
+	// Apply logs the outcome: "config applied" or "config not applied".
+	rl.Apply(ctx, c, relay.Origin{Via: "sighup"}, 0)
+}
