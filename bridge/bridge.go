@@ -10,6 +10,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/wire"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 )
 
@@ -92,9 +93,36 @@ func (c *Config) setDefaults() {
 type Option func(*options) error
 
 type options struct {
-	sink     Sink
-	log      zerolog.Logger
-	onSwitch func(source, cause string, took time.Duration)
+	sink      Sink
+	log       zerolog.Logger
+	onSwitch  func(source, cause string, took time.Duration)
+	endpoints []Endpoint
+}
+
+// Endpoint is an endpoint of the bridge's micro service added by its
+// user (WithEndpoints): the relay's config service.
+type Endpoint struct {
+	// Name is the endpoint's name in the micro service.
+	Name string
+	// Subject is where it listens: under the bridge's prefix, among
+	// wire.ServiceSubjects, so that no tag can be published there.
+	Subject string
+	// Handler answers a request.
+	Handler micro.HandlerFunc
+}
+
+// WithEndpoints adds endpoints to the bridge's micro service, which moves
+// with them at every switch of the ApConnection.
+func WithEndpoints(eps ...Endpoint) Option {
+	return func(o *options) error {
+		for _, e := range eps {
+			if e.Name == "" || e.Subject == "" || e.Handler == nil {
+				return errors.New("WithEndpoints: an endpoint needs a name, a subject and a handler")
+			}
+		}
+		o.endpoints = append(o.endpoints, eps...)
+		return nil
+	}
 }
 
 // WithSourceSwitchObserver calls f after each failover of a source (to
@@ -129,6 +157,8 @@ type Bridge struct {
 	log    zerolog.Logger
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
 	onSwitch func(source, cause string, took time.Duration)
+	// endpoints are WithEndpoints'.
+	endpoints []Endpoint
 
 	// applyMu makes changes (Apply) one at a time.
 	applyMu   sync.Mutex
@@ -188,7 +218,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch,
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch, endpoints: o.endpoints,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}), done: make(chan struct{}),
 	}, nil

@@ -44,6 +44,10 @@ type Config struct {
 	// Fleet, when set, makes the relay one of a fleet that divides the
 	// sources between its relays (config_fleet.go).
 	Fleet *FleetConfig `yaml:"fleet"`
+
+	// subs are the values Parse took from the environment, which the
+	// config service never shows (Redacted).
+	subs []substitution
 }
 
 // Sink kinds, the values of SinkConfig.Sink.

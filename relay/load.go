@@ -107,6 +107,7 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := errors.Join(append(errs, Errors(c.Validate())...)...); err != nil {
 		return nil, redact(err, subs)
 	}
+	c.subs = subs
 	return &c, nil
 }
 

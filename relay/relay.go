@@ -91,6 +91,11 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	r := &Relay{log: o.log, conn: conn, built: map[string]*opcuasource.Source{},
 		live: liveConfig{cfg: c, version: 1, extras: len(o.sources) + len(o.factories)}}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
+	prefix := c.Service.Prefix
+	if prefix == "" {
+		prefix = wire.DefaultPrefix
+	}
+	bopts = append(bopts, bridge.WithEndpoints(r.configEndpoints(prefix, c.Service.TrustRequestInfo)...))
 	if o.onSwitch != nil {
 		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
 	}
