@@ -58,7 +58,9 @@ type benchConfig struct {
 	sink   string
 	seed   int64
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
-	fleet    bool
+	fleet bool
+	// via is how config-change brings the change (viaAPI, viaSIGHUP).
+	via      string
 	verbose  bool
 	log      zerolog.Logger
 	progress io.Writer
@@ -167,6 +169,7 @@ func scenarios() []scenario {
 	all = append(all, jsScenarios()...)
 	all = append(all, mxScenarios()...)
 	all = append(all, fleetScenarios()...)
+	all = append(all, configScenarios()...)
 	all = append(all, soakScenarios()...)
 	return all
 }
@@ -180,7 +183,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
 	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
-	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter)")
+	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter) and of config-change (100-20000, default 10000)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
 	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
@@ -196,6 +199,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
+	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file")
 	list := fs.Bool("list", false, "list the scenarios and exit")
