@@ -59,11 +59,12 @@ type benchConfig struct {
 	seed   int64
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
 	fleet bool
-	// via is how config-change brings the change (viaAPI, viaSIGHUP).
-	via      string
-	verbose  bool
-	log      zerolog.Logger
-	progress io.Writer
+	// via is how config-change brings the change (viaAPI, viaSIGHUP),
+	// source what relays the tags (sourceOPCUA, sourceMx).
+	via, source string
+	verbose     bool
+	log         zerolog.Logger
+	progress    io.Writer
 }
 
 // memLimitForm is what the Go runtime accepts in GOMEMLIMIT.
@@ -199,6 +200,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
+	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
 	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file")

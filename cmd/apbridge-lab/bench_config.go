@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/apbridge/apbridge/wire"
@@ -32,6 +33,12 @@ const (
 	ccSettle = 3 * time.Second
 )
 
+// Sources of config-change (--source).
+const (
+	sourceOPCUA = "opcua" // the embedded OPC UA Warm pair
+	sourceMx    = "mx"    // a pair of simulated MxAccess gateways
+)
+
 // Ways a config change reaches the relay (--via).
 const (
 	viaAPI    = "api"    // relay.Relay.Apply, in this process
@@ -40,7 +47,7 @@ const (
 
 func configScenarios() []scenario {
 	return []scenario{
-		{"config-change", "10,000 tags at 10 Hz on the embedded Warm pair: a live change adds 1,000, removes 1,000, re-monitors 100 (--via api|sighup, --tags N)", benchConfigChange},
+		{"config-change", "10,000 tags at 10 Hz on the embedded Warm pair: a live change adds 1,000, removes 1,000, re-monitors 100 (--source opcua|mx, --via api|sighup, --tags N)", benchConfigChange},
 	}
 }
 
@@ -51,7 +58,11 @@ type ccPlan struct {
 	addrs     []string // their node IDs
 	n         int      // tags of the first config
 	add, drop int      // tags added and removed
-	remon     int      // tags whose monitoring changes
+	remon     int      // tags whose monitoring changes (with mx, whose subject changes)
+	// mx: the tags are a gateway pair's (--source mx), the pair's
+	// endpoints in gateways.
+	mx       bool
+	gateways []string
 }
 
 func newCCPlan(pair *uaserver.Pair, n int) ccPlan {
@@ -59,6 +70,17 @@ func newCCPlan(pair *uaserver.Pair, n int) ccPlan {
 	for _, tg := range pair.Tags() {
 		p.names = append(p.names, tg.Name)
 		p.addrs = append(p.addrs, tg.NodeID().String())
+	}
+	return p
+}
+
+// newMxPlan is the plan on a gateway pair whose counters are named
+// prefix0.Value, prefix1.Value, ...
+func newMxPlan(gateways []string, prefix string, n int) ccPlan {
+	p := ccPlan{n: n, add: n / 10, drop: n / 10, remon: max(n/100, 1), mx: true, gateways: gateways}
+	for i := range n + n/10 {
+		p.names = append(p.names, fmt.Sprintf("c%d", i))
+		p.addrs = append(p.addrs, fmt.Sprintf("%s%d.Value", prefix, i))
 	}
 	return p
 }
@@ -82,6 +104,19 @@ func (p ccPlan) kind(i int) string {
 func (p ccPlan) yaml(cl *natstest.Cluster, pair *uaserver.Pair, second bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "http: {listen: \"\"}\nnats: {servers: [%s]}\nsources:\n  - name: line1\n", strings.Join(cl.URLs(), ", "))
+	if p.mx {
+		fmt.Fprintf(&b, "    type: mxgateway\n    endpoints: [%s]\n    tags:\n", strings.Join(p.gateways, ", "))
+		for i, name := range p.names {
+			switch k := p.kind(i); {
+			case k == "" || k == "added" && !second || k == "removed" && second:
+			case k == "remonitored" && second:
+				fmt.Fprintf(&b, "      - {name: %s, address: %s, subject: moved.%s}\n", name, p.addrs[i], name)
+			default:
+				fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", name, p.addrs[i])
+			}
+		}
+		return b.String()
+	}
 	fmt.Fprintf(&b, "    endpoints: [%s]\n    mode: warm\n", strings.Join(pair.Endpoints(), ", "))
 	fmt.Fprintf(&b, "    publishingIntervalMilliseconds: %d\n    samplingIntervalMilliseconds: %d\n", ccPeriod.Milliseconds(), ccPeriod.Milliseconds())
 	b.WriteString("    tags:\n")
@@ -306,19 +341,44 @@ func benchConfigChange(ctx context.Context, cfg benchConfig) (*result, error) {
 	if n < 100 {
 		return nil, fmt.Errorf("--tags: %d is out of range for config-change (valid 100-20000)", n)
 	}
+	source := cmp.Or(cfg.source, sourceOPCUA)
+	if source != sourceOPCUA && source != sourceMx {
+		return nil, fmt.Errorf("--source: %q is not valid (valid: %s, %s)", source, sourceOPCUA, sourceMx)
+	}
 	cl, err := natstest.Start(ctx, natstest.WithNodes(1))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
-	fmt.Fprintf(cfg.progress, "  starting the Warm pair with %d tags\n", n+n/10)
-	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(n+n/10), uaserver.WithSetpoints(0), uaserver.WithTagInterval(ccPeriod),
-		uaserver.WithServiceLevels(250, 90))
-	if err != nil {
-		return nil, err
+	var (
+		pair *uaserver.Pair
+		p    ccPlan
+	)
+	if source == sourceMx {
+		fmt.Fprintf(cfg.progress, "  starting the gateway pair with %d items\n", n+n/10)
+		data := mxsim.NewData()
+		stop := data.RunCounters("C_", n+n/10, ccPeriod)
+		defer stop()
+		var eps []string
+		for range 2 {
+			g, err := mxsim.Start(data)
+			if err != nil {
+				return nil, err
+			}
+			defer g.Close()
+			eps = append(eps, g.Addr())
+		}
+		p = newMxPlan(eps, "C_", n)
+	} else {
+		fmt.Fprintf(cfg.progress, "  starting the Warm pair with %d tags\n", n+n/10)
+		pair, err = uaserver.StartPair(ctx, uaserver.WithTags(n+n/10), uaserver.WithSetpoints(0), uaserver.WithTagInterval(ccPeriod),
+			uaserver.WithServiceLevels(250, 90))
+		if err != nil {
+			return nil, err
+		}
+		defer pair.Close()
+		p = newCCPlan(pair, n)
 	}
-	defer pair.Close()
-	p := newCCPlan(pair, n)
 	var exe, dir string
 	if via == viaSIGHUP {
 		var cleanup func()
@@ -350,6 +410,7 @@ func benchConfigChange(ctx context.Context, cfg benchConfig) (*result, error) {
 		applyMs, addedMs, quietMs = append(applyMs, o.apply), append(addedMs, o.added), append(quietMs, o.quiet)
 		lost, gaps, refreshes, silent = lost+o.lost, gaps+o.gaps, refreshes+o.refreshes, silent+o.silent
 	}
+	res.set("source", source)
 	res.set("via", via)
 	res.set("tags", n)
 	res.set("added", p.add)
@@ -375,13 +436,15 @@ func configChangeOnce(ctx context.Context, cfg benchConfig, cl *natstest.Cluster
 	p ccPlan, via, exe, dir string) (ccOutcome, error) {
 	var o ccOutcome
 	rec := &ccRecorder{tags: map[string]*ccTag{}}
-	sub, err := nc.Subscribe("apbridge.line1.>", rec.handle)
-	if err != nil {
-		return o, err
+	for _, subj := range []string{"apbridge.line1.>", "moved.>"} {
+		sub, err := nc.Subscribe(subj, rec.handle)
+		if err != nil {
+			return o, err
+		}
+		defer sub.Unsubscribe()
+		// No drop in the consumer: a gap must be the relay's.
+		sub.SetPendingLimits(-1, -1)
 	}
-	defer sub.Unsubscribe()
-	// No drop in the consumer: a gap must be the relay's.
-	sub.SetPendingLimits(-1, -1)
 	evs, err := nc.Subscribe(wire.EventSubject(wire.DefaultPrefix, "line1"), rec.event)
 	if err != nil {
 		return o, err
