@@ -109,6 +109,10 @@ type Endpoint struct {
 	Subject string
 	// Handler answers a request.
 	Handler micro.HandlerFunc
+	// Everyone makes every bridge on the subject answer, not one of a
+	// queue group: bridges that share a prefix are replicas, and a
+	// request that changes them must reach each.
+	Everyone bool
 }
 
 // WithEndpoints adds endpoints to the bridge's micro service, which moves

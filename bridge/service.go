@@ -62,7 +62,11 @@ func (b *Bridge) moveService() error {
 		add("write", wire.WriteSubject(b.cfg.Prefix, ">"), b.handleWrite),
 	}
 	for _, e := range b.endpoints {
-		errs = append(errs, add(e.Name, e.Subject, e.Handler))
+		opts := []micro.EndpointOpt{micro.WithEndpointSubject(e.Subject)}
+		if e.Everyone {
+			opts = append(opts, micro.WithEndpointQueueGroupDisabled())
+		}
+		errs = append(errs, svc.AddEndpoint(e.Name, e.Handler, opts...))
 	}
 	if err := errors.Join(errs...); err != nil {
 		svc.Stop()

@@ -92,7 +92,7 @@ func (r *Relay) configEndpoints(prefix string, trusted bool) []bridge.Endpoint {
 			return rep
 		}),
 		ep("diff", check),
-		ep("apply", func(req micro.Request) ConfigReply {
+		everyone(ep("apply", func(req micro.Request) ConfigReply {
 			c, bad := proposed(req)
 			if bad != nil {
 				r.log.Warn().Str("via", "service").Int("problems", len(bad.Errors)).Msg("config not applied: it does not parse")
@@ -107,8 +107,16 @@ func (r *Relay) configEndpoints(prefix string, trusted bool) []bridge.Endpoint {
 				rep.Errors = append(rep.Errors, c.redactString(e.Error()))
 			}
 			return rep
-		}),
+		})),
 	}
+}
+
+// everyone makes e reach every replica of the relay (relays that share
+// its prefix): each applies the config; the requester reads the first
+// reply.
+func everyone(e bridge.Endpoint) bridge.Endpoint {
+	e.Everyone = true
+	return e
 }
 
 // Redacted returns c as the config service shows it: its fields by their
