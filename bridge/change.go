@@ -147,12 +147,11 @@ type applyPlan struct {
 
 // runnerPlan is what a change does to a source that stays.
 type runnerPlan struct {
-	r        *runner
-	remove   []*tagState
-	replace  []tagReplace
-	add      []*tagState
-	nextHdl  uint32
-	subjects []string // the source's subjects after the change
+	r       *runner
+	remove  []*tagState
+	replace []tagReplace
+	add     []*tagState
+	nextHdl uint32
 
 	// Filled by commitLocked.
 	unsubscribe                            []Tag
