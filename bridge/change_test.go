@@ -292,3 +292,28 @@ func TestApplyDuringSubscribeStorm(t *testing.T) {
 		t.Fatalf("%d subscribes in flight at once", max)
 	}
 }
+
+// TestApplyWhileSubscribeInFlight: tags a change adds while a subscribe
+// is out are asked for when it returns, not at the guard's next retry
+// (here a minute away, far beyond the wait).
+func TestApplyWhileSubscribeInFlight(t *testing.T) {
+	cfg := bridge.Config{Guard: bridge.GuardConfig{RetryFloor: time.Minute, RetryCeiling: time.Hour, InFlightCeiling: time.Hour}}
+	e := setup(t, cfg, tagsN(2, false))
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	e.src.SetSubscribeDelay(500 * time.Millisecond)
+	e.src.Restore() // the guard asks again, and the answer takes its time
+	testutil.WaitFor(t, "a subscribe in flight", 5*time.Second, func() bool { return e.b.Stats()[0].SubscribeInFlight })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.b.Apply(ctx, bridge.Change{Tags: []bridge.TagChanges{{Source: "sim1",
+		Add: []bridge.TagConfig{{Name: "added", Address: "ns=1;s=added"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the added tag subscribed", 10*time.Second, func() bool {
+		_, ok := e.src.SubscribedTags()["added"]
+		return ok
+	})
+	if st := e.b.Stats()[0]; st.SubscribeFailures != 0 {
+		t.Fatalf("%d subscribe failures counted for a request that succeeded", st.SubscribeFailures)
+	}
+}

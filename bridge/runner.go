@@ -288,8 +288,16 @@ func (r *runner) guardLoop(ctx context.Context) {
 				// Only the current request's results count: a superseded
 				// one was sent before the source lost its subscriptions,
 				// or is presumed lost and asked again.
-				ok := r.guard.current(e.id) && r.applyReply(e)
+				ok, more := false, false
+				if r.guard.current(e.id) {
+					ok, more = r.applyReply(e)
+				}
 				d = r.guard.Reply(now, e.id, ok)
+				if ok && more {
+					// Tags added (or moved) while the request was out:
+					// asked for now, not at the next retry.
+					d = r.guard.Want(now)
+				}
 			}
 			r.guardMu.Unlock()
 		case <-timer.C:
@@ -382,13 +390,14 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 	r.send(e)
 }
 
-// applyReply records per-tag results and reports whether every tag is now
-// subscribed.
-func (r *runner) applyReply(e guardEvent) bool {
+// applyReply records per-tag results and reports whether every tag of
+// the request is now subscribed (ok), and whether tags the request did not
+// carry wait for one (more: added while it was out).
+func (r *runner) applyReply(e guardEvent) (ok, more bool) {
 	if e.err != nil {
 		r.counters.subscribeFailures.Add(1)
 		r.b.log.Warn().Err(e.err).Str("source", r.src.Name()).Msg("subscribe failed")
-		return false
+		return false, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -413,13 +422,13 @@ func (r *runner) applyReply(e guardEvent) bool {
 		ts.subscribed, ts.subErr = true, ""
 	}
 	for _, ts := range r.tags {
-		if !ts.subscribed {
-			all = false
+		if _, asked := e.results[ts.handle]; !ts.subscribed && !asked {
+			more = true
 		}
 	}
 	if failed > 0 {
 		r.counters.subscribeFailures.Add(1)
 		r.b.log.Warn().Str("source", r.src.Name()).Int("failed", failed).Msg("some tags could not be subscribed; will retry")
 	}
-	return all
+	return all, more
 }
