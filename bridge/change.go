@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Change is a change of a running bridge's sources and tags, which Apply
@@ -95,7 +96,7 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		return ChangeResult{}, err
 	}
 	if bs, ok := b.sink.(Binder); ok {
-		if err := bs.Bind(ctx, p.subjects); err != nil {
+		if err := bs.Bind(ctx, b.subjectsAfter(p)); err != nil {
 			b.mu.Unlock()
 			return ChangeResult{}, err
 		}
@@ -108,16 +109,30 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		b.stopRunner(ctx, r)
 		b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "source-removed"})
 	}
+	var (
+		wg    sync.WaitGroup
+		resMu sync.Mutex
+	)
 	for _, rp := range p.runners {
 		name := rp.r.src.Name()
 		if len(rp.unsubscribe) > 0 {
-			rp.r.subMu.Lock()
-			err := rp.r.src.Unsubscribe(ctx, rp.unsubscribe)
-			rp.r.subMu.Unlock()
-			if err != nil {
-				b.log.Warn().Err(err).Str("source", name).Int("tags", len(rp.unsubscribe)).Msg("tags not removed at the source")
-				res.Problems = append(res.Problems, fmt.Sprintf("source %q: %d tags not removed at the source: %v", name, len(rp.unsubscribe), err))
-			}
+			// A subscribe that listed a removed tag before the commit
+			// holds subMu until the source answered it: once it is free,
+			// the removal cannot overtake a creation. Later subscribes
+			// list none of them, and go at once, beside the removal: a
+			// source may serve both in one round (an OPC UA Pair's next
+			// desire).
+			rp.r.awaitSubscribe()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := rp.r.src.Unsubscribe(ctx, rp.unsubscribe); err != nil {
+					b.log.Warn().Err(err).Str("source", name).Int("tags", len(rp.unsubscribe)).Msg("tags not removed at the source")
+					resMu.Lock()
+					res.Problems = append(res.Problems, fmt.Sprintf("source %q: %d tags not removed at the source: %v", name, len(rp.unsubscribe), err))
+					resMu.Unlock()
+				}
+			}()
 		}
 		if rp.subscribe {
 			rp.r.want()
@@ -130,6 +145,7 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		}
 		b.publishEvent(name, ev)
 	}
+	wg.Wait()
 	for _, r := range p.added {
 		b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "source-added"})
 	}
@@ -138,11 +154,10 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 
 // applyPlan is a checked Change, ready to commit.
 type applyPlan struct {
-	removed  []*runner
-	added    []*runner
-	addTags  map[*runner][]*tagState
-	runners  []*runnerPlan
-	subjects Subjects
+	removed []*runner
+	added   []*runner
+	addTags map[*runner][]*tagState
+	runners []*runnerPlan
 }
 
 // runnerPlan is what a change does to a source that stays.
@@ -336,7 +351,6 @@ func (b *Bridge) planLocked(c Change) (*applyPlan, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	p.subjects = b.subjectsAfter(p)
 	return p, nil
 }
 
@@ -409,7 +423,20 @@ func (b *Bridge) commitLocked(p *applyPlan) {
 			rp.unsubscribe = append(rp.unsubscribe, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
 			rp.removedNames = append(rp.removedNames, ts.cfg.Name)
 		}
-		r.tags = slices.DeleteFunc(r.tags, func(ts *tagState) bool { return slices.Contains(rp.remove, ts) })
+		gone := make(map[*tagState]bool, len(rp.remove)+len(rp.replace))
+		for _, ts := range rp.remove {
+			gone[ts] = true
+		}
+		r.tags = slices.DeleteFunc(r.tags, func(ts *tagState) bool { return gone[ts] })
+		where := make(map[*tagState]int, len(rp.replace))
+		for _, rep := range rp.replace {
+			where[rep.old] = -1
+		}
+		for i, ts := range r.tags {
+			if _, ok := where[ts]; ok {
+				where[ts] = i
+			}
+		}
 		for _, rep := range rp.replace {
 			old := rep.old
 			// A new state, not the old one changed: the write path reads
@@ -427,7 +454,7 @@ func (b *Bridge) commitLocked(p *applyPlan) {
 			if b.bySubject[old.subject] == old {
 				delete(b.bySubject, old.subject)
 			}
-			if i := slices.Index(r.tags, old); i >= 0 {
+			if i := where[old]; i >= 0 {
 				r.tags[i] = nts
 			}
 			rp.changedNames = append(rp.changedNames, rep.cfg.Name)

@@ -33,9 +33,10 @@ type runner struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	// subMu keeps a source's Subscribe and the Unsubscribe of a change
-	// apart: an item removed while a subscribe that listed it is on its
-	// way would be created after its removal, and stay.
+	// subMu is held by a subscribe from the listing of its tags until
+	// the source answered; a change waits for it before it removes tags
+	// at the source: an item removed while a subscribe that listed it is
+	// on its way would be created after its removal, and stay.
 	subMu sync.Mutex
 
 	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
@@ -202,6 +203,14 @@ func (r *runner) forgetSubscriptions() {
 	for _, ts := range r.tags {
 		ts.subscribed = false
 	}
+}
+
+// awaitSubscribe returns once no subscribe that listed its tags before
+// the call is still waiting for the source.
+func (r *runner) awaitSubscribe() {
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
+	_ = r.src // nothing to do under the lock: taking it was the wait
 }
 
 // want asks the guard to subscribe the tags not yet subscribed. It never

@@ -43,7 +43,18 @@ type Applied struct {
 	// Problems are what did not reach a source although the change was
 	// made (bridge.ChangeResult.Problems).
 	Problems []string `json:"problems,omitempty"`
+
+	// cfg is the config applied or refused, for redaction.
+	cfg *Config
 }
+
+// redactedPlan is the plan with the values that came from the
+// environment shown as the file writes them.
+func (a Applied) redactedPlan() *Plan { return a.cfg.redactPlan(a.Plan) }
+
+// redact is s with the values that came from the environment shown as
+// the file writes them.
+func (a Applied) redact(s string) string { return a.cfg.redactString(s) }
 
 // Config returns the running config and its version: 1 for the config
 // the relay started with, one more for each change applied (in a fleet,
@@ -69,15 +80,19 @@ func (r *Relay) ConfigError() string {
 func (r *Relay) Check(next *Config) (*Plan, error) {
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
-	return r.checkLocked(next)
+	return r.checkLocked(next, false)
 }
 
-func (r *Relay) checkLocked(next *Config) (*Plan, error) {
+// checkLocked validates next, unless it was just parsed (validated), and
+// diffs it.
+func (r *Relay) checkLocked(next *Config, validated bool) (*Plan, error) {
 	if next == nil {
 		return nil, errors.New("config: none given")
 	}
-	if err := next.validate(r.live.extras > 0); err != nil {
-		return nil, err
+	if !validated || r.live.extras > 0 {
+		if err := next.validate(r.live.extras > 0); err != nil {
+			return nil, err
+		}
 	}
 	p := Diff(r.live.cfg, next)
 	return p, p.Err()
@@ -93,21 +108,42 @@ func (r *Relay) checkLocked(next *Config) (*Plan, error) {
 // and a summary of the plan. version, when not 0, is the version to
 // record (a fleet's bucket revision); 0 counts one up.
 func (r *Relay) Apply(ctx context.Context, next *Config, by Origin, version uint64) (Applied, error) {
+	return r.apply(ctx, next, by, version, false)
+}
+
+// ApplyYAML is Apply of a config file's text, parsed as Parse does (the
+// file is validated once, not twice): SIGHUP's and the config service's
+// way. A text that does not parse is refused with every problem, and
+// logged as a refusal.
+func (r *Relay) ApplyYAML(ctx context.Context, data []byte, by Origin, version uint64) (Applied, error) {
+	next, err := Parse(data)
+	if err != nil {
+		r.live.mu.Lock()
+		defer r.live.mu.Unlock()
+		r.live.lastErr = err.Error()
+		e := r.log.Warn().Str("via", by.Via)
+		by.Requester.LogTo(e).Uint64("version", r.live.version).Int("problems", len(Errors(err))).Err(err).Msg("config not applied")
+		return Applied{Version: r.live.version}, err
+	}
+	return r.apply(ctx, next, by, version, true)
+}
+
+func (r *Relay) apply(ctx context.Context, next *Config, by Origin, version uint64, validated bool) (Applied, error) {
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
-	p, err := r.checkLocked(next)
+	p, err := r.checkLocked(next, validated)
 	if err != nil {
 		r.live.lastErr = err.Error()
 		e := r.log.Warn().Str("via", by.Via)
 		by.Requester.LogTo(e).Uint64("version", r.live.version).Int("problems", len(Errors(err))).Err(err).Msg("config not applied")
-		return Applied{Version: r.live.version, Plan: p}, err
+		return Applied{Version: r.live.version, Plan: p, cfg: next}, err
 	}
 	if p.Empty() {
 		if version != 0 {
 			r.live.version = version
 		}
 		r.live.cfg, r.live.lastErr = next, ""
-		return Applied{Version: r.live.version, Plan: p}, nil
+		return Applied{Version: r.live.version, Plan: p, cfg: next}, nil
 	}
 	ch, built, restore, err := r.change(next, p)
 	if err == nil {
@@ -120,7 +156,7 @@ func (r *Relay) Apply(ctx context.Context, next *Config, by Origin, version uint
 			r.live.cfg, r.live.version, r.live.lastErr = next, version, ""
 			e := r.log.Info().Str("via", by.Via)
 			by.Requester.LogTo(e).Uint64("version", version).Str("summary", p.Summary()).Msg("config applied")
-			return Applied{Version: version, Plan: p, Problems: res.Problems}, nil
+			return Applied{Version: version, Plan: p, Problems: res.Problems, cfg: next}, nil
 		}
 	}
 	restore()
@@ -130,7 +166,7 @@ func (r *Relay) Apply(ctx context.Context, next *Config, by Origin, version uint
 	r.live.lastErr = err.Error()
 	e := r.log.Warn().Str("via", by.Via)
 	by.Requester.LogTo(e).Uint64("version", r.live.version).Err(err).Msg("config not applied")
-	return Applied{Version: r.live.version, Plan: p}, err
+	return Applied{Version: r.live.version, Plan: p, cfg: next}, err
 }
 
 // change turns a plan into the bridge's change: the sources it adds are

@@ -93,18 +93,13 @@ func (r *Relay) configEndpoints(prefix string, trusted bool) []bridge.Endpoint {
 		}),
 		ep("diff", check),
 		everyone(ep("apply", func(req micro.Request) ConfigReply {
-			c, bad := proposed(req)
-			if bad != nil {
-				r.log.Warn().Str("via", "service").Int("problems", len(bad.Errors)).Msg("config not applied: it does not parse")
-				return *bad
-			}
 			who := bridge.RequesterOf(nats.Header(req.Headers()), trusted)
 			ctx, cancel := context.WithTimeout(context.Background(), applyTimeout)
 			defer cancel()
-			a, err := r.Apply(ctx, c, Origin{Via: "service", Requester: who}, 0)
-			rep := ConfigReply{OK: err == nil, Version: a.Version, Plan: c.redactPlan(a.Plan), Problems: a.Problems}
+			a, err := r.ApplyYAML(ctx, req.Data(), Origin{Via: "service", Requester: who}, 0)
+			rep := ConfigReply{OK: err == nil, Version: a.Version, Plan: a.redactedPlan(), Problems: a.Problems}
 			for _, e := range Errors(err) {
-				rep.Errors = append(rep.Errors, c.redactString(e.Error()))
+				rep.Errors = append(rep.Errors, a.redact(e.Error()))
 			}
 			return rep
 		})),

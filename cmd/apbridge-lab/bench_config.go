@@ -229,19 +229,23 @@ func (c *ccRecorder) goodSince(names []string) int {
 
 // ccRelay is the relay of one run, in this process or a child.
 type ccRelay interface {
-	apply(ctx context.Context, config string) error
+	// prepare readies config for apply, which the scenario times: the
+	// API takes a parsed config; SIGHUP makes the relay read its file.
+	prepare(config string) (apply func(context.Context) error, err error)
 	stop()
 }
 
 type apiRelay struct{ r *relay.Relay }
 
-func (a apiRelay) apply(ctx context.Context, config string) error {
+func (a apiRelay) prepare(config string) (func(context.Context) error, error) {
 	c, err := relay.Parse([]byte(config))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = a.r.Apply(ctx, c, relay.Origin{Via: "bench"}, 0)
-	return err
+	return func(ctx context.Context) error {
+		_, err := a.r.Apply(ctx, c, relay.Origin{Via: "bench"}, 0)
+		return err
+	}, nil
 }
 
 func (a apiRelay) stop() { a.r.Close() }
@@ -310,14 +314,16 @@ func (c *childRelay) waitLine(ctx context.Context, msg string, d time.Duration) 
 	}
 }
 
-func (c *childRelay) apply(ctx context.Context, config string) error {
+func (c *childRelay) prepare(config string) (func(context.Context) error, error) {
 	if err := os.WriteFile(c.path, []byte(config), 0o600); err != nil {
-		return err
+		return nil, err
 	}
-	if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		return err
-	}
-	return c.waitLine(ctx, "config applied", 60*time.Second)
+	return func(ctx context.Context) error {
+		if err := c.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			return err
+		}
+		return c.waitLine(ctx, "config applied", 60*time.Second)
+	}, nil
 }
 
 func (c *childRelay) stop() {
@@ -474,12 +480,15 @@ func configChangeOnce(ctx context.Context, cfg benchConfig, cl *natstest.Cluster
 	if err := waitCond(ctx, "every tag's values before the change", 120*time.Second, func() bool { return rec.counts(before, 2) == len(before) }); err != nil {
 		return o, fmt.Errorf("%w (%d of %d)", err, rec.counts(before, 2), len(before))
 	}
-	second := p.yaml(cl, pair, true)
+	apply, err := r.prepare(p.yaml(cl, pair, true))
+	if err != nil {
+		return o, err
+	}
 	rec.mu.Lock()
 	rec.t0 = time.Now()
 	t0 := rec.t0
 	rec.mu.Unlock()
-	if err := r.apply(ctx, second); err != nil {
+	if err := apply(ctx); err != nil {
 		return o, err
 	}
 	o.apply = ms(time.Since(t0))

@@ -19,7 +19,7 @@ func notifyReload() (<-chan os.Signal, func()) {
 }
 
 // reload re-reads the config file and applies it to the running relay
-// (relay.Relay.Apply): a file with a problem, or with a change only a
+// (relay.Relay.ApplyYAML): a file with a problem, or with a change only a
 // restart applies, is logged and changes nothing.
 func (r *running) reload(ctx context.Context, path string) {
 	rl := r.relay.Load()
@@ -27,13 +27,12 @@ func (r *running) reload(ctx context.Context, path string) {
 		return
 	}
 	r.log.Info().Str("config", path).Msg("SIGHUP: re-reading the config")
-	c, err := relay.Load(path)
+	data, err := relay.ReadFile(path)
 	if err != nil {
-		for _, e := range relay.Errors(err) {
-			r.log.Warn().Str("config", path).Err(e).Msg("config not applied")
-		}
+		r.log.Warn().Str("config", path).Err(err).Msg("config not applied")
 		return
 	}
-	// Apply logs the outcome: "config applied" or "config not applied".
-	rl.Apply(ctx, c, relay.Origin{Via: "sighup"}, 0)
+	// ApplyYAML logs the outcome: "config applied" or "config not
+	// applied" with every problem.
+	rl.ApplyYAML(ctx, data, relay.Origin{Via: "sighup"}, 0)
 }
