@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -159,6 +160,10 @@ type ccRecorder struct {
 	tags    map[string]*ccTag
 	t0      time.Time // the apply; zero before it
 	refresh int       // refresh-start events after the apply
+	// reasons are those events' reasons, and the refresh open when the
+	// apply came (before) if one was.
+	reasons []string
+	open    string
 }
 
 func (c *ccRecorder) handle(m *nats.Msg) {
@@ -195,10 +200,20 @@ func (c *ccRecorder) handle(m *nats.Msg) {
 }
 
 func (c *ccRecorder) event(m *nats.Msg) {
+	var ev struct{ Event, Reason string }
+	if json.Unmarshal(m.Data, &ev) != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.t0.IsZero() && strings.Contains(string(m.Data), `"refresh-start"`) {
+	switch {
+	case ev.Event == "refresh-start" && c.t0.IsZero():
+		c.open = ev.Reason
+	case ev.Event == "refresh-end" && c.t0.IsZero():
+		c.open = ""
+	case ev.Event == "refresh-start":
 		c.refresh++
+		c.reasons = append(c.reasons, ev.Reason)
 	}
 }
 
@@ -509,7 +524,9 @@ func configChangeOnce(ctx context.Context, cfg benchConfig, cl *natstest.Cluster
 		t := rec.tags[name]
 		switch p.kind(i) {
 		case "added":
-			lastAdded = maxTime(lastAdded, t.firstGood)
+			if t != nil {
+				lastAdded = maxTime(lastAdded, t.firstGood)
+			}
 		case "removed":
 			if t != nil && t.lastAt.After(t0) {
 				o.quiet = max(o.quiet, ms(t.lastAt.Sub(t0)))
@@ -526,6 +543,11 @@ func configChangeOnce(ctx context.Context, cfg benchConfig, cl *natstest.Cluster
 	}
 	o.refreshes += rec.refresh
 	o.added = ms(lastAdded.Sub(t0))
+	if rec.open != "" || len(rec.reasons) > 0 {
+		// Not the change's doing as a rule, but the figures count it:
+		// say where the refreshes came from.
+		fmt.Fprintf(cfg.progress, "    refresh open at the apply: %q; refreshes after it: %q\n", rec.open, rec.reasons)
+	}
 	return o, nil
 }
 
