@@ -10,6 +10,7 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/wire"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 )
 
@@ -97,9 +98,40 @@ func (c *Config) setDefaults() {
 type Option func(*options) error
 
 type options struct {
-	sink     Sink
-	log      zerolog.Logger
-	onSwitch func(source, cause string, took time.Duration)
+	sink      Sink
+	log       zerolog.Logger
+	onSwitch  func(source, cause string, took time.Duration)
+	endpoints []Endpoint
+}
+
+// Endpoint is an endpoint of the bridge's micro service added by its
+// user (WithEndpoints): the relay's config service.
+type Endpoint struct {
+	// Name is the endpoint's name in the micro service.
+	Name string
+	// Subject is where it listens: under the bridge's prefix, among
+	// wire.ServiceSubjects, so that no tag can be published there.
+	Subject string
+	// Handler answers a request.
+	Handler micro.HandlerFunc
+	// Everyone makes every bridge on the subject answer, not one of a
+	// queue group: bridges that share a prefix are replicas, and a
+	// request that changes them must reach each.
+	Everyone bool
+}
+
+// WithEndpoints adds endpoints to the bridge's micro service, which moves
+// with them at every switch of the ApConnection.
+func WithEndpoints(eps ...Endpoint) Option {
+	return func(o *options) error {
+		for _, e := range eps {
+			if e.Name == "" || e.Subject == "" || e.Handler == nil {
+				return errors.New("WithEndpoints: an endpoint needs a name, a subject and a handler")
+			}
+		}
+		o.endpoints = append(o.endpoints, eps...)
+		return nil
+	}
 }
 
 // WithSourceSwitchObserver calls f after each failover of a source (to
@@ -134,7 +166,11 @@ type Bridge struct {
 	log    zerolog.Logger
 	// onSwitch is WithSourceSwitchObserver's f, or nil.
 	onSwitch func(source, cause string, took time.Duration)
+	// endpoints are WithEndpoints'.
+	endpoints []Endpoint
 
+	// applyMu makes changes (Apply) one at a time.
+	applyMu   sync.Mutex
 	mu        sync.Mutex
 	sources   []*runner
 	bySubject map[string]*tagState // publish subject -> tag, for write-back
@@ -191,7 +227,7 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch,
+		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch, endpoints: o.endpoints,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}), done: make(chan struct{}),
 	}, nil
@@ -235,11 +271,19 @@ func (b *Bridge) Start(ctx context.Context) error {
 		return fail(err)
 	}
 	for _, r := range sources {
-		b.wg.Add(1)
-		go r.run(b.ctx)
+		b.startRunner(r)
 	}
 	b.log.Info().Int("sources", len(sources)).Str("prefix", b.cfg.Prefix).Msg("bridge started")
 	return nil
+}
+
+// startRunner runs r on a context of its own, under the bridge's, so
+// that a source can be removed alone (Apply).
+func (b *Bridge) startRunner(r *runner) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	r.ctx, r.cancel = ctx, cancel
+	b.wg.Add(1)
+	go r.run(ctx)
 }
 
 func (b *Bridge) onConnEvent(e apconn.Event) {

@@ -112,3 +112,28 @@ func truncate(s string, n int) string {
 	}
 	return s + "…"
 }
+
+// Requester is who sent a request to the relay's services, as far as the
+// relay can tell, read from its Nats-Request-Info header as the write log
+// reads it: named as the user only when the NATS server vouched for it
+// (Config.TrustRequestInfo), a claim otherwise.
+type Requester struct{ r requester }
+
+// RequesterOf reads the header of a request; trusted is
+// Config.TrustRequestInfo, the operator's declaration that only a service
+// import reaches the subject.
+func RequesterOf(h nats.Header, trusted bool) Requester {
+	return Requester{requesterOf(h, trusted)}
+}
+
+// LogTo adds who asked to a log line: user (a name only the server
+// vouched for, "unknown" otherwise), claimed_user and identity.
+func (q Requester) LogTo(e *zerolog.Event) *zerolog.Event { return q.r.logTo(e) }
+
+// User is the user the server vouched for, or "" when none did.
+func (q Requester) User() string {
+	if q.r.identity == identityServer {
+		return q.r.user
+	}
+	return ""
+}

@@ -22,6 +22,22 @@ type runner struct {
 
 	// tagsLater: the source gets tags by AddTags (WithTagsLater).
 	tagsLater bool
+	// nextHandle is the handle the next tag gets: handles are never used
+	// again, so that a late update for a removed or moved tag's old item
+	// cannot be taken for another tag's.
+	nextHandle uint32
+
+	// cancel ends the runner's context (its guard, its source's Start):
+	// the bridge's closing, or the source's removal (Apply). done is
+	// closed when run has returned.
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// subMu is held by a subscribe from the listing of its tags until
+	// the source answered; a change waits for it before it removes tags
+	// at the source: an item removed while a subscribe that listed it is
+	// on its way would be created after its removal, and stay.
+	subMu sync.Mutex
 
 	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
 	refreshing bool
@@ -67,10 +83,10 @@ type guardEvent struct {
 
 func newRunner(b *Bridge, src Source) *runner {
 	r := &runner{
-		b: b, src: src, byHandle: map[uint32]*tagState{},
+		b: b, src: src, byHandle: map[uint32]*tagState{}, nextHandle: 1,
 		events: make(chan guardEvent, 16), wants: make(chan struct{}, 1),
-		startDone: make(chan struct{}),
-		health:    Health{State: StateConnecting, Level: -1},
+		startDone: make(chan struct{}), done: make(chan struct{}),
+		health: Health{State: StateConnecting, Level: -1},
 	}
 	gc := b.cfg.Guard
 	if rb, ok := src.(ReplyBounder); ok {
@@ -189,6 +205,14 @@ func (r *runner) forgetSubscriptions() {
 	}
 }
 
+// awaitSubscribe returns once no subscribe that listed its tags before
+// the call is still waiting for the source.
+func (r *runner) awaitSubscribe() {
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
+	_ = r.src // nothing to do under the lock: taking it was the wait
+}
+
 // want asks the guard to subscribe the tags not yet subscribed. It never
 // blocks: AddTags calls it under the bridge's lock.
 func (r *runner) want() {
@@ -203,6 +227,7 @@ func (r *runner) want() {
 // running; a source that fails to start is reported down with the error.
 func (r *runner) run(ctx context.Context) {
 	defer r.b.wg.Done()
+	defer close(r.done)
 	err := r.src.Start(ctx, r)
 	close(r.startDone)
 	if err != nil {
@@ -228,7 +253,7 @@ func (r *runner) awaitStart(ctx context.Context) {
 func (r *runner) send(e guardEvent) {
 	select {
 	case r.events <- e:
-	case <-r.b.ctx.Done():
+	case <-r.ctx.Done():
 	}
 }
 
@@ -272,8 +297,16 @@ func (r *runner) guardLoop(ctx context.Context) {
 				// Only the current request's results count: a superseded
 				// one was sent before the source lost its subscriptions,
 				// or is presumed lost and asked again.
-				ok := r.guard.current(e.id) && r.applyReply(e)
+				ok, more := false, false
+				if r.guard.current(e.id) {
+					ok, more = r.applyReply(e)
+				}
 				d = r.guard.Reply(now, e.id, ok)
+				if ok && more {
+					// Tags added (or moved) while the request was out:
+					// asked for now, not at the next retry.
+					d = r.guard.Want(now)
+				}
 			}
 			r.guardMu.Unlock()
 		case <-timer.C:
@@ -333,6 +366,11 @@ func (r *runner) guardLoop(ctx context.Context) {
 
 // subscribe sends one subscribe request for every tag not yet subscribed.
 func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
+	// The tags are listed under subMu too: a tag a change removes is
+	// either in this request, and removed at the source after it, or not
+	// in it.
+	r.subMu.Lock()
+	defer r.subMu.Unlock()
 	r.mu.Lock()
 	var tags []Tag
 	for _, ts := range r.tags {
@@ -361,13 +399,14 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 	r.send(e)
 }
 
-// applyReply records per-tag results and reports whether every tag is now
-// subscribed.
-func (r *runner) applyReply(e guardEvent) bool {
+// applyReply records per-tag results and reports whether every tag of
+// the request is now subscribed (ok), and whether tags the request did not
+// carry wait for one (more: added while it was out).
+func (r *runner) applyReply(e guardEvent) (ok, more bool) {
 	if e.err != nil {
 		r.counters.subscribeFailures.Add(1)
 		r.b.log.Warn().Err(e.err).Str("source", r.src.Name()).Msg("subscribe failed")
-		return false
+		return false, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -392,13 +431,13 @@ func (r *runner) applyReply(e guardEvent) bool {
 		ts.subscribed, ts.subErr = true, ""
 	}
 	for _, ts := range r.tags {
-		if !ts.subscribed {
-			all = false
+		if _, asked := e.results[ts.handle]; !ts.subscribed && !asked {
+			more = true
 		}
 	}
 	if failed > 0 {
 		r.counters.subscribeFailures.Add(1)
 		r.b.log.Warn().Str("source", r.src.Name()).Int("failed", failed).Msg("some tags could not be subscribed; will retry")
 	}
-	return all
+	return all, more
 }

@@ -56,11 +56,19 @@ func (b *Bridge) moveService() error {
 	add := func(name, subject string, h micro.HandlerFunc) error {
 		return svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject))
 	}
-	if err := errors.Join(
+	errs := []error{
 		add("status", wire.StatusSubject(b.cfg.Prefix), b.handleStatus),
 		add("snapshot", wire.SnapshotSubject(b.cfg.Prefix), b.handleSnapshot),
 		add("write", wire.WriteSubject(b.cfg.Prefix, ">"), b.handleWrite),
-	); err != nil {
+	}
+	for _, e := range b.endpoints {
+		opts := []micro.EndpointOpt{micro.WithEndpointSubject(e.Subject)}
+		if e.Everyone {
+			opts = append(opts, micro.WithEndpointQueueGroupDisabled())
+		}
+		errs = append(errs, svc.AddEndpoint(e.Name, e.Handler, opts...))
+	}
+	if err := errors.Join(errs...); err != nil {
 		svc.Stop()
 		return fmt.Errorf("bridge: micro endpoints: %w", err)
 	}

@@ -131,13 +131,12 @@ func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error)
 	for _, ts := range r.tags {
 		seen[ts.cfg.Name] = true
 	}
-	next := uint32(len(r.tags)) + 1
+	next := r.nextHandle
 	r.mu.Unlock()
 	// Tokenized once: at 10,000 tags, tokenizing them again for every tag
 	// made 19 MB of garbage at startup, and the heap it grew stayed
 	// resident.
-	svc := wire.NewPatterns(wire.ServiceSubjects(b.cfg.Prefix)...)
-	bySubject := map[string]string{} // among tags: subject -> tag name
+	chk := b.newSubjectCheck()
 	out := make([]*tagState, 0, len(tags))
 	for i, tc := range tags {
 		if tc.Name == "" {
@@ -147,36 +146,67 @@ func (b *Bridge) newTagsLocked(r *runner, tags []TagConfig) ([]*tagState, error)
 			return nil, fmt.Errorf("bridge: source %q: tag %q is listed twice", name, tc.Name)
 		}
 		seen[tc.Name] = true
-		subj := tc.Subject
-		if subj == "" {
-			s, err := b.mapper.Subject(name, tc.Name, tc.Address)
-			if err != nil {
-				return nil, fmt.Errorf("bridge: source %q: %w", name, err)
-			}
-			subj = s
-		} else if err := wire.ValidateSubject(subj); err != nil {
-			return nil, fmt.Errorf("bridge: source %q: tag %q: %w", name, tc.Name, err)
+		subj, err := chk.subject(name, tc)
+		if err != nil {
+			return nil, err
 		}
-		if sv, ok := svc.Overlapping(subj); ok {
-			return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
-				name, tc.Name, subj, sv)
-		}
-		if r, ok := wire.Reserved(subj); ok {
-			return nil, fmt.Errorf("bridge: source %q: tag %q: subject %q is in the reserved subject space %s: NATS would take its updates as its own traffic",
-				name, tc.Name, subj, r)
-		}
-		if other, dup := b.bySubject[subj]; dup {
-			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
-				name, tc.Name, subj, other.cfg.Name, other.src.src.Name())
-		}
-		if other, dup := bySubject[subj]; dup {
-			return nil, fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
-				name, tc.Name, subj, other, name)
-		}
-		bySubject[subj] = tc.Name
 		out = append(out, &tagState{cfg: tc, src: r, handle: next + uint32(i), subject: subj})
 	}
 	return out, nil
+}
+
+// subjectCheck works out tags' subjects and checks them against the
+// service subjects, the reserved spaces and every other tag's subject.
+type subjectCheck struct {
+	b   *Bridge
+	svc wire.Patterns
+	// taken are the subjects of the tags already there (b.bySubject
+	// unless a change frees some): subject -> "tag %q of source %q".
+	taken map[string]string
+	// freed are subjects of b.bySubject that a change gives up.
+	freed map[string]bool
+}
+
+// newSubjectCheck checks against the bridge's tags as they are; b.mu is
+// held.
+func (b *Bridge) newSubjectCheck() *subjectCheck {
+	return &subjectCheck{b: b, svc: wire.NewPatterns(wire.ServiceSubjects(b.cfg.Prefix)...),
+		taken: map[string]string{}, freed: map[string]bool{}}
+}
+
+// free gives up subject: a tag that leaves, or moves, no longer holds it.
+func (c *subjectCheck) free(subject string) { c.freed[subject] = true }
+
+// subject returns the subject of tag tc of source, and takes it; an error
+// names the tag.
+func (c *subjectCheck) subject(source string, tc TagConfig) (string, error) {
+	subj := tc.Subject
+	if subj == "" {
+		s, err := c.b.mapper.Subject(source, tc.Name, tc.Address)
+		if err != nil {
+			return "", fmt.Errorf("bridge: source %q: %w", source, err)
+		}
+		subj = s
+	} else if err := wire.ValidateSubject(subj); err != nil {
+		return "", fmt.Errorf("bridge: source %q: tag %q: %w", source, tc.Name, err)
+	}
+	if sv, ok := c.svc.Overlapping(subj); ok {
+		return "", fmt.Errorf("bridge: source %q: tag %q: subject %q overlaps the service subject %q (updates would arrive as requests)",
+			source, tc.Name, subj, sv)
+	}
+	if r, ok := wire.Reserved(subj); ok {
+		return "", fmt.Errorf("bridge: source %q: tag %q: subject %q is in the reserved subject space %s: NATS would take its updates as its own traffic",
+			source, tc.Name, subj, r)
+	}
+	if other, dup := c.b.bySubject[subj]; dup && !c.freed[subj] {
+		return "", fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like tag %q of source %q",
+			source, tc.Name, subj, other.cfg.Name, other.src.src.Name())
+	}
+	if other, dup := c.taken[subj]; dup {
+		return "", fmt.Errorf("bridge: source %q: tag %q maps to subject %q, like %s", source, tc.Name, subj, other)
+	}
+	c.taken[subj] = fmt.Sprintf("tag %q of source %q", tc.Name, source)
+	return subj, nil
 }
 
 // addTagsLocked makes tags r's. b.mu is held.
@@ -187,6 +217,7 @@ func (b *Bridge) addTagsLocked(r *runner, tags []*tagState) {
 		r.tags = append(r.tags, ts)
 		r.byHandle[ts.handle] = ts
 		b.bySubject[ts.subject] = ts
+		r.nextHandle = max(r.nextHandle, ts.handle+1)
 	}
 }
 

@@ -50,6 +50,10 @@ type Config struct {
 	// and watches the hub stream that sources it (config_edge.go,
 	// docs/edge.md).
 	Edge *edge.Config `yaml:"edge"`
+
+	// subs are the values Parse took from the environment, which the
+	// config service never shows (Redacted).
+	subs []substitution
 }
 
 // Sink kinds, the values of SinkConfig.Sink.
@@ -175,23 +179,39 @@ type SourceConfig struct {
 	MxGateway MxGatewayConfig `yaml:"-"`
 }
 
-// tagEntry is a listed tag and the path of its config, for messages.
+// tagEntry is a listed tag and where its config is, for messages.
 type tagEntry struct {
-	field string
-	tag   opcuasource.TagConfig
+	// src is its source's path (sources[2]), group its group's index
+	// (-1: in tags), idx its index in its list.
+	src        string
+	group, idx int
+	tag        opcuasource.TagConfig
 	// mon is the tag's monitoring with its group's applied.
 	mon opcuasource.Monitoring
 }
 
+// field is the path of the tag's config (sources[2].groups[0].tags[5]),
+// worked out only for a message: a config has thousands of tags.
+func (e tagEntry) field() string {
+	if e.group < 0 {
+		return fmt.Sprintf("%s.tags[%d]", e.src, e.idx)
+	}
+	return fmt.Sprintf("%s.groups[%d].tags[%d]", e.src, e.group, e.idx)
+}
+
 // listedTags returns the source's tags and those of its groups, in order.
 func (s SourceConfig) listedTags(f string) []tagEntry {
-	var out []tagEntry
+	n := len(s.Tags)
+	for _, grp := range s.Groups {
+		n += len(grp.Tags)
+	}
+	out := make([]tagEntry, 0, n)
 	for j, t := range s.Tags {
-		out = append(out, tagEntry{fmt.Sprintf("%s.tags[%d]", f, j), t, t.Monitoring})
+		out = append(out, tagEntry{f, -1, j, t, t.Monitoring})
 	}
 	for g, grp := range s.Groups {
 		for j, t := range grp.Tags {
-			out = append(out, tagEntry{fmt.Sprintf("%s.groups[%d].tags[%d]", f, g, j), t, t.Monitoring.Over(grp.Monitoring)})
+			out = append(out, tagEntry{f, g, j, t, t.Monitoring.Over(grp.Monitoring)})
 		}
 	}
 	return out
@@ -304,15 +324,17 @@ func (c *Config) validate(withSources bool) error {
 		}
 		seen := map[string]bool{}
 		for _, e := range listed {
-			tf, t := e.field, e.tag
-			for _, err := range Errors(t.Monitoring.Validate(tf + ".")) {
-				add("%v", err)
+			t := e.tag
+			if !t.Monitoring.IsZero() {
+				for _, err := range Errors(t.Monitoring.Validate(e.field() + ".")) {
+					add("%v", err)
+				}
 			}
-			checkTag(tf, t.TagConfig, seen, add)
+			checkTag(e.field, t.TagConfig, seen, add)
 			if t.Address == "" {
-				add("%s.address: required (an OPC UA node ID such as ns=2;s=Line1.Temp)", tf)
+				add("%s.address: required (an OPC UA node ID such as ns=2;s=Line1.Temp)", e.field())
 			} else if err := opcuasource.ValidateNodeID(t.Address); err != nil {
-				add("%s.address: %q is not a node ID: %v", tf, t.Address, err)
+				add("%s.address: %q is not a node ID: %v", e.field(), t.Address, err)
 			}
 		}
 		for j, b := range s.Browse {
@@ -326,19 +348,19 @@ func (c *Config) validate(withSources bool) error {
 }
 
 // checkTag checks what every tag has, whatever its source: a name unique
-// in the source and a valid subject, if it has its own. tf is its field
-// path; seen collects the names.
-func checkTag(tf string, t bridge.TagConfig, seen map[string]bool, add func(string, ...any)) {
+// in the source and a valid subject, if it has its own. tf gives its
+// field path; seen collects the names.
+func checkTag(tf func() string, t bridge.TagConfig, seen map[string]bool, add func(string, ...any)) {
 	switch {
 	case t.Name == "":
-		add("%s.name: required", tf)
+		add("%s.name: required", tf())
 	case seen[t.Name]:
-		add("%s.name: tag %q is listed twice", tf, t.Name)
+		add("%s.name: tag %q is listed twice", tf(), t.Name)
 	}
 	seen[t.Name] = true
 	if t.Subject != "" {
 		if err := wire.ValidateSubject(t.Subject); err != nil {
-			add("%s.subject: %v", tf, err)
+			add("%s.subject: %v", tf(), err)
 		}
 	}
 }

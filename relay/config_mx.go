@@ -86,10 +86,10 @@ func (s SourceConfig) validateMx(f string, add func(string, ...any)) {
 	}
 	seen := map[string]bool{}
 	for j, t := range s.MxGateway.Tags {
-		tf := fmt.Sprintf("%s.tags[%d]", f, j)
+		tf := func() string { return fmt.Sprintf("%s.tags[%d]", f, j) }
 		checkTag(tf, t, seen, add)
 		if err := mxsource.ValidateAddress(t.Address); err != nil {
-			add("%s.address: %v", tf, err)
+			add("%s.address: %v", tf(), err)
 		}
 	}
 }

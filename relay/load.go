@@ -24,6 +24,17 @@ const MaxConfigSize = 4 << 20
 // MaxConfigSize, an empty file and binary data are each refused with one
 // line saying so.
 func Load(path string) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(data)
+}
+
+// ReadFile reads a config file as Load does, for Parse or
+// Relay.ApplyYAML: a directory is refused, and no more than one byte past
+// MaxConfigSize is read (Parse refuses the file then).
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -36,7 +47,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}
-	return Parse(data)
+	return data, nil
 }
 
 // Parse decodes a config strictly (an unknown field, a fractional
@@ -107,6 +118,7 @@ func parse(data []byte, lookup func(string) (string, bool)) (*Config, error) {
 	if err := errors.Join(append(errs, Errors(c.Validate())...)...); err != nil {
 		return nil, redact(err, subs)
 	}
+	c.subs = subs
 	return &c, nil
 }
 

@@ -32,7 +32,9 @@ func (c *Config) checkNames(add func(string, ...any)) {
 		switch s.Type {
 		case "", TypeOPCUA:
 			for _, e := range s.listedTags(f) {
-				check(e.field+".name", e.tag.Name)
+				if hasControl(e.tag.Name) {
+					check(e.field()+".name", e.tag.Name)
+				}
 			}
 			for g, grp := range s.Groups {
 				check(fmt.Sprintf("%s.groups[%d].name", f, g), grp.Name)
@@ -47,4 +49,15 @@ func (c *Config) checkNames(add func(string, ...any)) {
 			check(f+".clientName", s.MxGateway.ClientName)
 		}
 	}
+}
+
+// hasControl reports whether name holds a control character, which
+// checkNames refuses.
+func hasControl(name string) bool {
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
 }

@@ -36,6 +36,13 @@ type Relay struct {
 	browseJobs []browseJob
 	browser    *browser
 
+	// built are the OPC UA sources built from the config, by name, for
+	// a live change of their monitoring (apply.go).
+	builtMu sync.Mutex
+	built   map[string]*opcuasource.Source
+	// live is the running config and its version, changed by Apply.
+	live liveConfig
+
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -85,8 +92,14 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	r := &Relay{log: o.log, conn: conn}
+	r := &Relay{log: o.log, conn: conn, built: map[string]*opcuasource.Source{},
+		live: liveConfig{cfg: c, version: 1, extras: len(o.sources) + len(o.factories)}}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
+	prefix := c.Service.Prefix
+	if prefix == "" {
+		prefix = wire.DefaultPrefix
+	}
+	bopts = append(bopts, bridge.WithEndpoints(r.configEndpoints(prefix, c.Service.TrustRequestInfo)...))
 	if o.onSwitch != nil {
 		bopts = append(bopts, bridge.WithSourceSwitchObserver(o.onSwitch))
 	}
@@ -205,26 +218,9 @@ func (r *Relay) add(name string, tags []bridge.TagConfig, opts []bridge.SourceOp
 }
 
 func (r *Relay) addSource(i int, sc SourceConfig) error {
-	if sc.Type == TypeMxGateway {
-		return r.add(sc.Name, sc.MxGateway.Tags, nil, func() (bridge.Source, error) {
-			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
-			if err != nil {
-				return nil, fmt.Errorf("sources[%d]: %w", i, err)
-			}
-			return src, nil
-		})
-	}
-	secOpts, err := sc.Security.PairOptions(r.log.With().Str("source", sc.Name).Logger())
+	f, tags, err := r.sourceFactory(i, sc)
 	if err != nil {
-		return fmt.Errorf("sources[%d].security: %w", i, err)
-	}
-	var tags []bridge.TagConfig
-	monitoring := map[string]opcuasource.Monitoring{}
-	for _, e := range sc.listedTags(fmt.Sprintf("sources[%d]", i)) {
-		tags = append(tags, e.tag.TagConfig)
-		if !e.mon.IsZero() {
-			monitoring[e.tag.Name] = e.mon
-		}
+		return err
 	}
 	var addOpts []bridge.SourceOption
 	if len(sc.Browse) > 0 {
@@ -232,10 +228,52 @@ func (r *Relay) addSource(i int, sc SourceConfig) error {
 		r.browseJobs = append(r.browseJobs, browseJob{sc: sc, listed: slices.Clone(tags)})
 		addOpts = append(addOpts, bridge.WithTagsLater())
 	}
-	return r.add(sc.Name, tags, addOpts, func() (bridge.Source, error) {
-		return opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
+	return r.add(sc.Name, tags, addOpts, f)
+}
+
+// sourceFactory returns what builds config source i, sc, and its listed
+// tags. Each source it builds is kept as the relay's instance of sc
+// (r.built), so that a live change can reach it (SetMonitoring).
+func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.TagConfig, error) {
+	if sc.Type == TypeMxGateway {
+		return func() (bridge.Source, error) {
+			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
+			if err != nil {
+				return nil, fmt.Errorf("sources[%d]: %w", i, err)
+			}
+			return src, nil
+		}, sc.MxGateway.Tags, nil
+	}
+	secOpts, err := sc.Security.PairOptions(r.log.With().Str("source", sc.Name).Logger())
+	if err != nil {
+		return nil, nil, fmt.Errorf("sources[%d].security: %w", i, err)
+	}
+	tags, monitoring := sc.tagsAndMonitoring()
+	return func() (bridge.Source, error) {
+		src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
 			opcuasource.WithMonitoring(monitoring))
-	})
+		if err != nil {
+			return nil, err
+		}
+		r.builtMu.Lock()
+		r.built[sc.Name] = src
+		r.builtMu.Unlock()
+		return src, nil
+	}, tags, nil
+}
+
+// tagsAndMonitoring returns an OPC UA source's listed tags and their
+// monitoring overrides by name, its groups' applied.
+func (sc SourceConfig) tagsAndMonitoring() ([]bridge.TagConfig, map[string]opcuasource.Monitoring) {
+	var tags []bridge.TagConfig
+	monitoring := map[string]opcuasource.Monitoring{}
+	for _, e := range sc.listedTags("") {
+		tags = append(tags, e.tag.TagConfig)
+		if !e.mon.IsZero() {
+			monitoring[e.tag.Name] = e.mon
+		}
+	}
+	return tags, monitoring
 }
 
 // connName is the name the relay's connections give the brokers.

@@ -54,9 +54,12 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 	}
 	svcList := wire.ServiceSubjects(prefix)
 	svc := wire.NewPatterns(svcList...)
-	type tagSubject struct{ field, subject string }
+	type tagSubject struct {
+		entry   tagEntry
+		subject string
+	}
 	var all []tagSubject
-	owner := map[string]string{}
+	owner := map[string]tagEntry{}
 	bySource := map[string][]string{} // tag subjects, for a stream's subjects worked out
 	later := map[string]string{}      // sources with browse roots: what their tags fall under
 	// incomplete is set when a source or a tag's subject is refused: the
@@ -74,7 +77,7 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 			tags = s.listedTags(f)
 		case TypeMxGateway:
 			for j, t := range s.MxGateway.Tags {
-				tags = append(tags, tagEntry{field: fmt.Sprintf("%s.tags[%d]", f, j), tag: opcuasource.TagConfig{TagConfig: t}})
+				tags = append(tags, tagEntry{src: f, group: -1, idx: j, tag: opcuasource.TagConfig{TagConfig: t}})
 			}
 		default:
 			incomplete = true
@@ -89,7 +92,7 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 					continue // reported by the field checks
 				}
 				if subject, err = m.Subject(s.Name, t.Name, t.Address); err != nil {
-					add("%s: %v", e.field, err)
+					add("%s: %v", e.field(), err)
 					incomplete = true
 					continue
 				}
@@ -104,19 +107,19 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 			}
 			switch {
 			case overlaps:
-				add("%s: subject %q overlaps the service subject %q: the relay's own updates would arrive as requests (change the tag's subject, the template or service.prefix)", e.field, subject, sv)
+				add("%s: subject %q overlaps the service subject %q: the relay's own updates would arrive as requests (change the tag's subject, the template or service.prefix)", e.field(), subject, sv)
 			case reserved && own:
-				add("%s.subject: %q (tag %q) is in the reserved subject space %s: NATS would take the tag's updates as its own traffic (give the tag a subject outside the spaces NATS reserves)", e.field, subject, t.Name, r)
+				add("%s.subject: %q (tag %q) is in the reserved subject space %s: NATS would take the tag's updates as its own traffic (give the tag a subject outside the spaces NATS reserves)", e.field(), subject, t.Name, r)
 			case reserved && !tmplReserved:
-				add("%s: the template %q gives tag %q the subject %q, in the reserved subject space %s: NATS would take the tag's updates as its own traffic (rename the source or the tag, give the tag a subject, or change the template)", e.field, tmpl, t.Name, subject, r)
+				add("%s: the template %q gives tag %q the subject %q, in the reserved subject space %s: NATS would take the tag's updates as its own traffic (rename the source or the tag, give the tag a subject, or change the template)", e.field(), tmpl, t.Name, subject, r)
 			}
 			if other, dup := owner[subject]; dup {
-				add("%s: subject %q is also the subject of %s (each tag needs a subject of its own)", e.field, subject, other)
+				add("%s: subject %q is also the subject of %s (each tag needs a subject of its own)", e.field(), subject, other.field())
 				incomplete = true
 				continue
 			}
-			owner[subject] = e.field
-			all = append(all, tagSubject{e.field, subject})
+			owner[subject] = e
+			all = append(all, tagSubject{e, subject})
 			bySource[s.Name] = append(bySource[s.Name], subject)
 		}
 		if len(s.Browse) > 0 && (s.Type == "" || s.Type == TypeOPCUA) {
@@ -157,7 +160,7 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 	stream := wire.NewPatterns(c.JetStream.Subjects...)
 	for _, ts := range all {
 		if _, covered := stream.Covering(ts.subject); !covered {
-			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.field, ts.subject, c.JetStream.Subjects)
+			add("%s: subject %q is not captured by jetstream.subjects %v (add a subject that covers it)", ts.entry.field(), ts.subject, c.JetStream.Subjects)
 		}
 	}
 }

@@ -35,6 +35,12 @@ func WriteSubject(prefix, tagSubject string) string { return prefix + ".write." 
 // framing of a refresh, and its health when it changes.
 func EventSubject(prefix, source string) string { return prefix + eventsInfix + EscapeToken(source) }
 
+// ConfigSubject is where a relay's config service answers op: "get" (the
+// running config, secrets redacted, and its version), "validate" (check
+// a proposed config), "diff" (the plan applying it would make: a dry
+// run) and "apply" (apply it live).
+func ConfigSubject(prefix, op string) string { return prefix + ".config." + op }
+
 // eventsInfix joins the prefix and a source's token in an event subject.
 const eventsInfix = ".events."
 
@@ -52,6 +58,7 @@ func ServiceSubjects(prefix string) []string {
 		SnapshotSubject(prefix),
 		WriteSubject(prefix, ">"),
 		prefix + eventsInfix + ">",
+		prefix + ".config.>",
 		micro.APIPrefix + ".>",
 	}
 }

@@ -6,14 +6,14 @@ import (
 )
 
 func TestServiceSubjects(t *testing.T) {
-	want := []string{"p.q.status", "p.q.snapshot", "p.q.write.>", "p.q.events.>", "$SRV.>"}
+	want := []string{"p.q.status", "p.q.snapshot", "p.q.write.>", "p.q.events.>", "p.q.config.>", "$SRV.>"}
 	if got := ServiceSubjects("p.q"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("ServiceSubjects = %q, want %q", got, want)
 	}
 	svc := NewPatterns(ServiceSubjects("p.q")...)
 	for _, s := range []string{
 		StatusSubject("p.q"), SnapshotSubject("p.q"), WriteSubject("p.q", "plant.l1.T"),
-		EventSubject("p.q", "line 1"), "$SRV.PING.apbridge", "$SRV.INFO",
+		EventSubject("p.q", "line 1"), ConfigSubject("p.q", "apply"), "$SRV.PING.apbridge", "$SRV.INFO",
 	} {
 		if err := ValidateSubject(s); err != nil {
 			t.Errorf("%q: %v", s, err)

@@ -327,18 +327,41 @@ func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 		}
 	}
 	s.mu.Unlock()
-	var errs []error
+	// The gateway has no bulk unadvise or remove: one command each, with
+	// SubscribeParallelism in flight, as the advises go (an item's
+	// unadvise before its removal).
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, s.cfg.SubscribeParallelism)
 	for _, r := range todo {
-		if r.advise {
-			if err := r.sess.UnAdvise(ctx, r.handle); err != nil {
-				errs = append(errs, err)
-				continue
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var err error
+			if r.advise {
+				err = r.sess.UnAdvise(ctx, r.handle)
 			}
-		}
-		if err := r.sess.RemoveItem(ctx, r.handle); err != nil {
-			errs = append(errs, err)
-		}
+			if err == nil {
+				err = r.sess.RemoveItem(ctx, r.handle)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

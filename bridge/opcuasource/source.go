@@ -336,22 +336,56 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 	return errs, nil
 }
 
-// Unsubscribe implements Source.
+// Unsubscribe implements Source: the tags' items are deleted at the
+// server (RemoveItems waits for it), and no update of them follows. Every
+// handle is asked for, also one whose Subscribe did not say it was added:
+// a Subscribe cancelled while the Pair created its items left them there.
 func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 	s.mu.Lock()
 	p := s.pair
-	var handles []uint32
+	handles := make([]uint32, 0, len(tags))
 	for _, t := range tags {
-		if s.added[t.Handle] {
-			handles = append(handles, t.Handle)
-			delete(s.added, t.Handle)
-		}
+		handles = append(handles, t.Handle)
+		delete(s.added, t.Handle)
 	}
 	s.mu.Unlock()
 	if p == nil || len(handles) == 0 {
 		return nil
 	}
-	return p.RemoveItems(ctx, handles)
+	var errs []error
+	for _, err := range uaclientErrors(p.RemoveItems(ctx, handles)) {
+		if !errors.Is(err, uaclient.ErrUnknownHandle) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// uaclientErrors splits the errors.Join of RemoveItems.
+func uaclientErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// SetMonitoring replaces the tags' monitoring overrides, by tag name
+// (WithMonitoring's). Tags subscribed from then on get them; a tag
+// already subscribed keeps its item until the bridge subscribes it again
+// (bridge.TagUpdate.Resubscribe).
+func (s *Source) SetMonitoring(byTag map[string]Monitoring) error {
+	for name, m := range byTag {
+		if err := m.Validate(fmt.Sprintf("tag %q: ", name)); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.monitoring = byTag
+	s.mu.Unlock()
+	return nil
 }
 
 // Write implements Source: the Pair writes on the active endpoint only

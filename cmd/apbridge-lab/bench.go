@@ -67,9 +67,12 @@ type benchConfig struct {
 	flap   time.Duration
 	wanRTT time.Duration
 
-	verbose  bool
-	log      zerolog.Logger
-	progress io.Writer
+	// via is how config-change brings the change (viaAPI, viaSIGHUP),
+	// source what relays the tags (sourceOPCUA, sourceMx).
+	via, source string
+	verbose     bool
+	log         zerolog.Logger
+	progress    io.Writer
 }
 
 // memLimitForm is what the Go runtime accepts in GOMEMLIMIT.
@@ -176,6 +179,7 @@ func scenarios() []scenario {
 	all = append(all, mxScenarios()...)
 	all = append(all, fleetScenarios()...)
 	all = append(all, edgeScenarios()...)
+	all = append(all, configScenarios()...)
 	all = append(all, soakScenarios()...)
 	return all
 }
@@ -189,7 +193,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
 	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
-	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter)")
+	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter) and of config-change (100-20000, default 10000)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
 	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
@@ -209,6 +213,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused) or freeze (nothing passes, sockets stay open)")
 	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
+	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
+	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file")
 	list := fs.Bool("list", false, "list the scenarios and exit")

@@ -3,19 +3,40 @@ package main
 import (
 	"context"
 
+	"github.com/apbridge/apbridge/relay"
 	"github.com/rs/zerolog"
 )
 
 // reloadHook returns what a reload request runs: SIGHUP, and a Windows
-// service's parameter-change control. It is called from the main loop
-// (serve.go), so it must return within the watchdog timeout; path is the
-// config file the relay was started with, r the running relay.
-//
-// This build has no live reload: the hook says so, and the relay runs on
-// with the configuration it started with.
-func reloadHook(path string, r *running, log zerolog.Logger) func(ctx context.Context) error {
-	return func(context.Context) error {
-		log.Warn().Str("config", path).Msg("live reload is not available in this build: the relay runs on with the configuration it started with (restart it to apply a change)")
+// service's parameter-change control. It re-reads the config file the
+// relay was started with (path) and applies it to the running relay
+// (relay.Relay.ApplyYAML): a file with a problem, or with a change only a
+// restart applies, is logged and changes nothing. It runs in the main
+// loop (serve.go), so the watchdog's pings wait for it: a reload that
+// never returns is a hung relay, and systemd restarts it.
+func reloadHook(path string, r *running, log zerolog.Logger) func(ctx context.Context, trigger string) error {
+	return func(ctx context.Context, trigger string) error {
+		rl := r.relay.Load()
+		if rl == nil {
+			return nil
+		}
+		log.Info().Str("config", path).Str("trigger", trigger).Msg("re-reading the config")
+		data, err := relay.ReadFile(path)
+		if err != nil {
+			log.Warn().Str("config", path).Err(err).Msg("config not applied")
+			return nil
+		}
+		// ApplyYAML logs the outcome: "config applied" or "config not
+		// applied" with every problem.
+		rl.ApplyYAML(ctx, data, relay.Origin{Via: viaOf(trigger)}, 0)
 		return nil
 	}
+}
+
+// viaOf names a reload's trigger for the audit line.
+func viaOf(trigger string) string {
+	if trigger == "SIGHUP" {
+		return "sighup"
+	}
+	return "service control" // a Windows service's parameter change
 }

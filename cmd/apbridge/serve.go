@@ -102,7 +102,7 @@ type mainLoop struct {
 	state func() string
 	// passed records a completed pass (for /healthz).
 	passed  func()
-	reload  func(context.Context) error
+	reload  func(ctx context.Context, trigger string) error
 	reloads <-chan string
 	tick    <-chan time.Time
 }
@@ -116,7 +116,7 @@ func (l *mainLoop) run(ctx context.Context) {
 			return
 		case trigger := <-l.reloads:
 			l.log.Info().Str("trigger", trigger).Msg(trigger + " received: reload requested")
-			if err := l.reload(ctx); err != nil {
+			if err := l.reload(ctx, trigger); err != nil {
 				l.log.Warn().Err(err).Msg("reload failed: the relay runs on unchanged")
 			}
 		case <-l.tick:

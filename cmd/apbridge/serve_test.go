@@ -60,7 +60,7 @@ func TestMainLoopHangStopsWatchdog(t *testing.T) {
 	tick := make(chan time.Time)
 	ctx, cancel := context.WithCancel(context.Background())
 	loop := mainLoop{log: zerolog.Nop(), notify: n, state: state, passed: r.markPass,
-		reload: func(context.Context) error { return nil }, tick: tick}
+		reload: func(context.Context, string) error { return nil }, tick: tick}
 	done := make(chan struct{})
 	go func() { defer close(done); loop.run(ctx) }()
 	defer func() { cancel(); <-done }()

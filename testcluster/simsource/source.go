@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,8 @@ type Source struct {
 	emitCancel  context.CancelFunc
 	emitDone    chan struct{}
 	subsStarted int
+	// unsubscribed counts the tags Unsubscribe was given.
+	unsubscribed int
 	// down simulates a server that is unreachable: subscribes fail and
 	// nothing is emitted.
 	down bool
@@ -171,10 +174,32 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 func (s *Source) Unsubscribe(ctx context.Context, tags []bridge.Tag) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	gone := make(map[uint32]bool, len(tags))
 	for _, t := range tags {
 		delete(s.subscribed, t.Handle)
+		gone[t.Handle] = true
 	}
+	s.order = slices.DeleteFunc(s.order, func(h uint32) bool { return gone[h] })
+	s.unsubscribed += len(tags)
 	return nil
+}
+
+// SubscribedTags returns the tags subscribed now, by name.
+func (s *Source) SubscribedTags() map[string]bridge.Tag {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]bridge.Tag, len(s.subscribed))
+	for _, t := range s.subscribed {
+		out[t.Name] = t
+	}
+	return out
+}
+
+// Unsubscribed returns how many tags Unsubscribe was given.
+func (s *Source) Unsubscribed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unsubscribed
 }
 
 // Write implements bridge.Source.
