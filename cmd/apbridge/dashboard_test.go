@@ -65,9 +65,13 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		return exported["apbridge_nats_switch_duration_seconds_bucket"] && exported["apbridge_source_failover_duration_seconds_bucket"]
 	})
 
-	// The scrape holds every apbridge metric the collectors describe.
+	// The scrape holds every apbridge metric the collectors describe,
+	// but the edge monitor's: those exist only on an edge site's relay
+	// (a site stream in a JetStream domain of its own, docs/edge.md),
+	// which this fleet relay is not. The dashboard has no edge panel,
+	// and may not get one unchecked (below).
 	for _, name := range describedNames(r.collectors()) {
-		if strings.HasPrefix(name, "apbridge_") && !families[name] {
+		if strings.HasPrefix(name, "apbridge_") && !strings.HasPrefix(name, edgeMetrics) && !families[name] {
 			t.Errorf("%s is described but was not scraped: make this test's relay produce it", name)
 		}
 	}
@@ -75,6 +79,10 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	for _, q := range queries {
 		for _, m := range metricNames(q) {
 			seen[m] = true
+			if strings.HasPrefix(m, edgeMetrics) {
+				t.Errorf("the dashboard queries %s, an edge metric this test's relay cannot export: give the test an edge relay first: %s", m, q)
+				continue
+			}
 			if !exported[m] {
 				t.Errorf("the dashboard queries %s, which the relay does not export: %s", m, q)
 			}
@@ -293,3 +301,6 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 }
+
+// edgeMetrics starts the names of the edge monitor's metrics.
+const edgeMetrics = "apbridge_edge_"

@@ -133,7 +133,7 @@ func TestSystemdNotify(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the SIGHUP logged", 10*time.Second, func() bool {
 		return strings.Contains(stderr.String(), `"message":"SIGHUP received: reload requested"`) &&
-			strings.Contains(stderr.String(), "live reload is not available in this build")
+			strings.Contains(stderr.String(), `"message":"config unchanged"`)
 	})
 	afterHUP := len(sd.all())
 	testutil.WaitFor(t, "WATCHDOG=1 after the SIGHUP", 10*time.Second, func() bool { return sd.index("WATCHDOG=1", afterHUP) >= 0 })

@@ -26,9 +26,13 @@ func reloadHook(path string, r *running, log zerolog.Logger) func(ctx context.Co
 			log.Warn().Str("config", path).Err(err).Msg("config not applied")
 			return nil
 		}
-		// ApplyYAML logs the outcome: "config applied" or "config not
-		// applied" with every problem.
-		rl.ApplyYAML(ctx, data, relay.Origin{Via: viaOf(trigger)}, 0)
+		// ApplyYAML logs a change: "config applied", or "config not
+		// applied" with every problem. A file that changes nothing is
+		// said here, or the operator would hear nothing back.
+		a, err := rl.ApplyYAML(ctx, data, relay.Origin{Via: viaOf(trigger)}, 0)
+		if err == nil && a.Plan.Empty() {
+			log.Info().Str("config", path).Uint64("version", a.Version).Msg("config unchanged")
+		}
 		return nil
 	}
 }
