@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/internal/jsapi"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 )
@@ -359,17 +360,7 @@ func getMsg(ctx context.Context, nc *nats.Conn, site Site, req api.JSApiMsgGetRe
 func request(ctx context.Context, nc *nats.Conn, subject string, body []byte, resp any, base *api.JSApiResponse) error {
 	rctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	m, err := nc.RequestWithContext(rctx, subject, body)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(m.Data, resp); err != nil {
-		return fmt.Errorf("%s: reply: %w", subject, err)
-	}
-	if base.Error != nil {
-		return base.Error
-	}
-	return nil
+	return jsapi.Request(rctx, nc, subject, body, resp, base)
 }
 
 func isAPIError(err error, code uint16) bool {

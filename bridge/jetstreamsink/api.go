@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/apbridge/apbridge/internal/jsapi"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 )
@@ -45,7 +46,7 @@ func APISubject(domain, subject string) string {
 // server's). A JetStream error is returned as an *api.ApiError.
 func streamInfo(ctx context.Context, nc *nats.Conn, domain, name string) (*api.StreamInfo, error) {
 	var resp api.JSApiStreamInfoResponse
-	if err := jsRequest(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamInfoT, name)), nil, &resp, &resp.JSApiResponse); err != nil {
+	if err := jsapi.Request(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamInfoT, name)), nil, &resp, &resp.JSApiResponse); err != nil {
 		return nil, err
 	}
 	if resp.StreamInfo == nil {
@@ -63,29 +64,13 @@ func createStream(ctx context.Context, nc *nats.Conn, domain string, cfg api.Str
 		return nil, err
 	}
 	var resp api.JSApiStreamCreateResponse
-	if err := jsRequest(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamCreateT, cfg.Name)), req, &resp, &resp.JSApiResponse); err != nil {
+	if err := jsapi.Request(ctx, nc, APISubject(domain, fmt.Sprintf(api.JSApiStreamCreateT, cfg.Name)), req, &resp, &resp.JSApiResponse); err != nil {
 		return nil, err
 	}
 	if resp.StreamInfo == nil {
 		return nil, fmt.Errorf("create stream %q: empty reply", cfg.Name)
 	}
 	return resp.StreamInfo, nil
-}
-
-// jsRequest sends one JetStream API request and decodes the reply into
-// resp; base is resp's embedded JSApiResponse, whose error it returns.
-func jsRequest(ctx context.Context, nc *nats.Conn, subject string, req []byte, resp any, base *api.JSApiResponse) error {
-	m, err := nc.RequestWithContext(ctx, subject, req)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(m.Data, resp); err != nil {
-		return fmt.Errorf("%s: reply: %w", subject, err)
-	}
-	if base.Error != nil {
-		return base.Error
-	}
-	return nil
 }
 
 // isAPIError reports whether err is a JetStream API error with one of the

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/jsapi"
 	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -210,7 +211,7 @@ func (s *Sink) newestOn(ctx context.Context, nc *nats.Conn, subject string) (seq
 		return 0, 0, "", err
 	}
 	var resp api.JSApiMsgGetResponse
-	err = jsRequest(ctx, nc, APISubject(s.cfg.Domain, fmt.Sprintf(api.JSApiMsgGetT, s.cfg.Stream)), req, &resp, &resp.JSApiResponse)
+	err = jsapi.Request(ctx, nc, APISubject(s.cfg.Domain, fmt.Sprintf(api.JSApiMsgGetT, s.cfg.Stream)), req, &resp, &resp.JSApiResponse)
 	if isAPIError(err, errCodeNoMessageFound) {
 		return 0, 0, "", nil // the tag has no message left: expect none
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -17,17 +15,7 @@ import (
 // stream, the hub stream's sourcing of it and the outage the site can
 // absorb, checked now from the relay's own config.
 func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "status" {
-		return errors.New("edge: the only subcommand is status (apbridge edge status --config FILE [--json])")
-	}
-	fs := flag.NewFlagSet("edge status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "the config file of the site's relay (YAML)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	c, err := loadConfigFlag(*path, stderr)
+	c, asJSON, err := parseStatus("edge", "the config file of the site's relay (YAML)", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -37,7 +25,7 @@ func runEdge(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,17 +16,7 @@ import (
 // runFleet is `apbridge fleet status --config FILE [--json]`: the fleet's
 // leases as its bucket shows them.
 func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "status" {
-		return errors.New("fleet: the only subcommand is status (apbridge fleet status --config FILE [--json])")
-	}
-	fs := flag.NewFlagSet("fleet status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "", "the config file of any relay of the fleet (YAML)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	c, err := loadConfigFlag(*path, stderr)
+	c, asJSON, err := parseStatus("fleet", "the config file of any relay of the fleet (YAML)", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -37,7 +26,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
@@ -59,4 +48,21 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t\n", p.Pair, owner, p.Revision, ago, strings.Join(p.Ranked, " > "))
 	}
 	return tw.Flush()
+}
+
+// parseStatus reads the arguments of `apbridge <cmd> status --config FILE
+// [--json]`, the one subcommand of fleet and edge, and loads the config.
+func parseStatus(cmd, configHelp string, args []string, stderr io.Writer) (*relay.Config, bool, error) {
+	if len(args) == 0 || args[0] != "status" {
+		return nil, false, fmt.Errorf("%s: the only subcommand is status (apbridge %s status --config FILE [--json])", cmd, cmd)
+	}
+	fs := flag.NewFlagSet(cmd+" status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", configHelp)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, false, err
+	}
+	c, err := loadConfigFlag(*path, stderr)
+	return c, *asJSON, err
 }
