@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/jsapi"
+	"github.com/nats-io/jsm.go/api"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -92,38 +94,16 @@ type lastEntry struct {
 // leaderLast reads key's last message through the stream's message get
 // API, which its leader answers, never a replica or a mirror.
 func (m *Member) leaderLast(ctx context.Context, key string) (lastEntry, error) {
-	stream := "KV_" + m.cfg.Bucket
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + m.cfg.Bucket + "." + key})
-	msg, err := m.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	msg, err := jsapi.LastFor(ctx, m.nc, fmt.Sprintf(api.JSApiMsgGetT, "KV_"+m.cfg.Bucket), "$KV."+m.cfg.Bucket+"."+key)
 	if err != nil {
 		return lastEntry{}, fmt.Errorf("fleet: read %s from the bucket's leader: %w", key, err)
 	}
-	var resp struct {
-		Message *struct {
-			Seq    uint64 `json:"seq"`
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return lastEntry{}, fmt.Errorf("fleet: read %s from the bucket's leader: %w", key, err)
-	}
-	const noMessageFound = 10037
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == noMessageFound:
+	if msg == nil {
 		return lastEntry{}, nil
-	case resp.Error != nil:
-		return lastEntry{}, fmt.Errorf("fleet: read %s from the bucket's leader: %s (error %d)", key, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return lastEntry{}, fmt.Errorf("fleet: read %s from the bucket's leader: an empty answer", key)
 	}
-	e := lastEntry{seq: resp.Message.Seq, held: true, data: resp.Message.Data}
-	if len(resp.Message.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+	e := lastEntry{seq: msg.Sequence, held: true, data: msg.Data}
+	if len(msg.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(msg.Header)
 		if err != nil {
 			return lastEntry{}, fmt.Errorf("fleet: read %s from the bucket's leader: headers: %w", key, err)
 		}

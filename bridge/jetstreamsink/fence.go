@@ -2,7 +2,6 @@ package jetstreamsink
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,7 +37,6 @@ import (
 const (
 	errCodeWrongLastSequence         = 10071
 	errCodeWrongLastSequenceConstant = 10164
-	errCodeNoMessageFound            = 10037
 )
 
 // WithFence turns the fence on: header is the message header that carries
@@ -206,28 +204,17 @@ func (s *Sink) resolve(l *jsLink, e *jsEntry) {
 // newestOn reads the newest message the stream holds on subject: its
 // sequence, fencing token (0 if none) and message ID.
 func (s *Sink) newestOn(ctx context.Context, nc *nats.Conn, subject string) (seq, token uint64, id string, err error) {
-	req, err := json.Marshal(api.JSApiMsgGetRequest{LastFor: subject})
+	m, err := jsapi.LastFor(ctx, nc, APISubject(s.cfg.Domain, fmt.Sprintf(api.JSApiMsgGetT, s.cfg.Stream)), subject)
+	if err != nil || m == nil {
+		return 0, 0, "", err // nil: the tag has no message left, expect none
+	}
+	if len(m.Header) == 0 {
+		return m.Sequence, 0, "", nil
+	}
+	h, err := nats.DecodeHeadersMsg(m.Header)
 	if err != nil {
-		return 0, 0, "", err
-	}
-	var resp api.JSApiMsgGetResponse
-	err = jsapi.Request(ctx, nc, APISubject(s.cfg.Domain, fmt.Sprintf(api.JSApiMsgGetT, s.cfg.Stream)), req, &resp, &resp.JSApiResponse)
-	if isAPIError(err, errCodeNoMessageFound) {
-		return 0, 0, "", nil // the tag has no message left: expect none
-	}
-	if err != nil {
-		return 0, 0, "", err
-	}
-	if resp.Message == nil {
-		return 0, 0, "", fmt.Errorf("the newest message on %s: empty reply", subject)
-	}
-	if len(resp.Message.Header) == 0 {
-		return resp.Message.Sequence, 0, "", nil
-	}
-	h, err := nats.DecodeHeadersMsg(resp.Message.Header)
-	if err != nil {
-		return 0, 0, "", fmt.Errorf("message %d: headers: %w", resp.Message.Sequence, err)
+		return 0, 0, "", fmt.Errorf("message %d: headers: %w", m.Sequence, err)
 	}
 	token, _ = strconv.ParseUint(h.Get(s.fence), 10, 64)
-	return resp.Message.Sequence, token, h.Get(jetstream.MsgIDHeader), nil
+	return m.Sequence, token, h.Get(jetstream.MsgIDHeader), nil
 }
