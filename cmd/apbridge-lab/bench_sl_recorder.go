@@ -164,19 +164,16 @@ func (r *slRecorder) failover(cause string) {
 	r.poke()
 }
 
-func (r *slRecorder) linkLost() {
-	r.mu.Lock()
-	if !r.mark.IsZero() && time.Now().After(r.mark) {
-		r.lostLinks++
-	}
-	r.mu.Unlock()
-	r.poke()
-}
+func (r *slRecorder) linkLost() { r.countAfterMark(&r.lostLinks) }
 
-func (r *slRecorder) stay() {
+func (r *slRecorder) stay() { r.countAfterMark(&r.stays) }
+
+// countAfterMark counts an event into n once the fault's mark is past:
+// the events of the run's start are not the fault's.
+func (r *slRecorder) countAfterMark(n *int) {
 	r.mu.Lock()
 	if !r.mark.IsZero() && time.Now().After(r.mark) {
-		r.stays++
+		(*n)++
 	}
 	r.mu.Unlock()
 	r.poke()
