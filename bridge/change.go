@@ -52,16 +52,6 @@ type TagUpdate struct {
 	Resubscribe bool
 }
 
-// Empty reports whether c changes nothing.
-func (c Change) Empty() bool {
-	for _, t := range c.Tags {
-		if len(t.Add)+len(t.Remove)+len(t.Change) > 0 {
-			return false
-		}
-	}
-	return len(c.RemoveSources)+len(c.AddSources) == 0
-}
-
 // ChangeResult is what Apply could not do at the sources once the change
 // was made: the bridge's own state is the new one either way.
 type ChangeResult struct {

@@ -120,9 +120,7 @@ func (r *Relay) ApplyYAML(ctx context.Context, data []byte, by Origin, version u
 	if err != nil {
 		r.live.mu.Lock()
 		defer r.live.mu.Unlock()
-		r.live.lastErr = err.Error()
-		e := r.log.Warn().Str("via", by.Via)
-		by.Requester.LogTo(e).Uint64("version", r.live.version).Int("problems", len(Errors(err))).Err(err).Msg("config not applied")
+		r.refusedLocked(by, err)
 		return Applied{Version: r.live.version}, err
 	}
 	return r.apply(ctx, next, by, version, true)
@@ -133,9 +131,7 @@ func (r *Relay) apply(ctx context.Context, next *Config, by Origin, version uint
 	defer r.live.mu.Unlock()
 	p, err := r.checkLocked(next, validated)
 	if err != nil {
-		r.live.lastErr = err.Error()
-		e := r.log.Warn().Str("via", by.Via)
-		by.Requester.LogTo(e).Uint64("version", r.live.version).Int("problems", len(Errors(err))).Err(err).Msg("config not applied")
+		r.refusedLocked(by, err)
 		return Applied{Version: r.live.version, Plan: p, cfg: next}, err
 	}
 	if p.Empty() {
@@ -163,10 +159,16 @@ func (r *Relay) apply(ctx context.Context, next *Config, by Origin, version uint
 	for _, src := range built {
 		src.Close()
 	}
+	r.refusedLocked(by, err)
+	return Applied{Version: r.live.version, Plan: p, cfg: next}, err
+}
+
+// refusedLocked records and logs, once, why a change by was not applied;
+// r.live.mu is held.
+func (r *Relay) refusedLocked(by Origin, err error) {
 	r.live.lastErr = err.Error()
 	e := r.log.Warn().Str("via", by.Via)
-	by.Requester.LogTo(e).Uint64("version", r.live.version).Err(err).Msg("config not applied")
-	return Applied{Version: r.live.version, Plan: p, cfg: next}, err
+	by.Requester.LogTo(e).Uint64("version", r.live.version).Int("problems", len(Errors(err))).Err(err).Msg("config not applied")
 }
 
 // change turns a plan into the bridge's change: the sources it adds are

@@ -38,15 +38,7 @@ func TestApplyLiveInterop(t *testing.T) {
       - {name: Name, address: "%[1]ss=Name"}
       - {name: Nope, address: "%[1]ss=NoSuchNode"}
 `, ns)
-	cfg, err := relay.Parse([]byte(conf(first)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := consume(t, cl.URLs()[0])
-	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, cons := startWatched(ctx, t, cl.URLs()[0], conf(first))
 	defer r.Close()
 	testutil.WaitFor(t, "counter values", 30*time.Second, func() bool { return cons.count("Thinned") >= 5 && cons.count("Gone") >= 5 })
 	next, err := relay.Parse([]byte(conf(second)))

@@ -43,15 +43,7 @@ func TestApplyLiveMx(t *testing.T) {
 		}
 		return b.String()
 	}
-	cfg, err := relay.Parse([]byte(conf("c0", "c1", "c2", "c3")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := consume(t, cl.URLs()[0])
-	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, cons := startWatched(ctx, t, cl.URLs()[0], conf("c0", "c1", "c2", "c3"))
 	defer r.Close()
 	testutil.WaitFor(t, "values of every tag", 30*time.Second, func() bool {
 		return cons.count("c0") >= 3 && cons.count("c3") >= 3

@@ -102,6 +102,23 @@ func contiguous(t *testing.T, tag string, seqs []uint64) {
 	}
 }
 
+// startWatched starts a relay on conf with a consumer of what it
+// publishes, subscribed first so that no update is missed; the caller
+// closes the relay.
+func startWatched(ctx context.Context, t *testing.T, url, conf string) (*relay.Relay, *consumer) {
+	t.Helper()
+	cfg, err := relay.Parse([]byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := consume(t, url)
+	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, cons
+}
+
 // applyConfig is a relay's config with the given tags of a uaserver pair.
 func applyConfig(cl *natstest.Cluster, servers *uaserver.Pair, tags string) string {
 	return fmt.Sprintf(`
@@ -144,15 +161,7 @@ func TestApplyLive(t *testing.T) {
 		names[i] = tg.Name
 	}
 	first := applyConfig(cl, servers, tagLines(servers, names[0], names[1], names[2]+"|, samplingIntervalMilliseconds: 50", names[3], names[4]))
-	cfg, err := relay.Parse([]byte(first))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := consume(t, cl.URLs()[0])
-	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, cons := startWatched(ctx, t, cl.URLs()[0], first)
 	defer r.Close()
 	testutil.WaitFor(t, "every tag's values", 30*time.Second, func() bool {
 		for _, n := range names[:5] {
@@ -250,15 +259,7 @@ func TestApplyRacingFailover(t *testing.T) {
 	for _, tg := range servers.Tags() {
 		names = append(names, tg.Name)
 	}
-	cfg, err := relay.Parse([]byte(applyConfig(cl, servers, tagLines(servers, names[0], names[1], names[2]))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons := consume(t, cl.URLs()[0])
-	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, cons := startWatched(ctx, t, cl.URLs()[0], applyConfig(cl, servers, tagLines(servers, names[0], names[1], names[2])))
 	defer r.Close()
 	testutil.WaitFor(t, "values", 30*time.Second, func() bool { return cons.count(names[2]) >= 3 })
 	next, err := relay.Parse([]byte(applyConfig(cl, servers, tagLines(servers, names[1], names[2], names[3], names[4]))))

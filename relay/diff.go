@@ -200,7 +200,7 @@ func (s SourceConfig) effectiveTags() ([]string, map[string]effectiveTag) {
 // settings; nil when they are the same.
 func diffTags(o, s SourceConfig) *SourceTagPlan {
 	tp := &SourceTagPlan{Source: s.Name}
-	_, was := o.effectiveTags()
+	oldOrder, was := o.effectiveTags()
 	order, now := s.effectiveTags()
 	for _, name := range order {
 		t := now[name]
@@ -226,7 +226,6 @@ func diffTags(o, s SourceConfig) *SourceTagPlan {
 			tp.Change = append(tp.Change, TagChange{Tag: name, Fields: fields})
 		}
 	}
-	oldOrder, _ := o.effectiveTags()
 	for _, name := range oldOrder {
 		if _, ok := now[name]; !ok {
 			tp.Remove = append(tp.Remove, name)
