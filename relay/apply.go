@@ -23,7 +23,8 @@ type liveConfig struct {
 }
 
 // Origin is who asked for a config change, for the audit line: how it
-// came (Via: "sighup", "service", "fleet", "file") and, from the
+// came (Via: "sighup", "service", "service control" for a Windows
+// service's parameter change, "fleet", "file") and, from the
 // service, who sent the request.
 type Origin struct {
 	Via string
