@@ -57,11 +57,7 @@ func TestOPCUASourceHealthShowsPartner(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			servers, err := uaserver.StartPair(ctx, append([]uaserver.Option{uaserver.WithTags(1)}, tc.servers...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(servers.Close)
+			servers := startOneTagPair(t, ctx, tc.servers...)
 			src := startDiscovering(t, ctx, servers.A().Endpoint(), opcuasource.Security{})
 			want := tc.detail(servers.B())
 			testutil.WaitFor(t, "the health detail "+want, 10*time.Second, func() bool {

@@ -15,6 +15,18 @@ import (
 	"github.com/gopcua/opcua/ua"
 )
 
+// startOneTagPair starts a pair of servers with one tag each, and more
+// options, closed when the test ends.
+func startOneTagPair(t *testing.T, ctx context.Context, opts ...uaserver.Option) *uaserver.Pair {
+	t.Helper()
+	servers, err := uaserver.StartPair(ctx, append([]uaserver.Option{uaserver.WithTags(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(servers.Close)
+	return servers
+}
+
 // TestOPCUASourceHealthShowsRedundancy: what the Pair's check of its
 // servers found is the source's health. One server behind both endpoints
 // is Degraded, with no standby, though it takes writes; servers that do
@@ -39,13 +51,10 @@ func TestOPCUASourceHealthShowsRedundancy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			servers, err := uaserver.StartPair(ctx, append([]uaserver.Option{uaserver.WithTags(1)}, tc.servers...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(servers.Close)
+			servers := startOneTagPair(t, ctx, tc.servers...)
 			eps := servers.Endpoints()
 			if tc.alias {
+				var err error
 				if eps[1], _, err = servers.A().Alias(); err != nil {
 					t.Fatal(err)
 				}

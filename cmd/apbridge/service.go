@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/apbridge/apbridge/internal/cli"
@@ -36,12 +38,8 @@ func parseService(args []string, stdout, stderr io.Writer) (serviceAction, error
 		return serviceAction{}, cli.Usagef("service: give one of install, uninstall, start, stop (e.g. apbridge service install --config C:\\apbridge\\site.yaml)")
 	}
 	a := serviceAction{verb: args[0]}
-	known := false
-	for _, v := range serviceVerbs {
-		known = known || v == a.verb
-	}
-	if !known {
-		return serviceAction{}, cli.Usagef("service: unknown subcommand %q (valid: install, uninstall, start, stop)", a.verb)
+	if !slices.Contains(serviceVerbs, a.verb) {
+		return serviceAction{}, cli.Usagef("service: unknown subcommand %q (valid: %s)", a.verb, strings.Join(serviceVerbs, ", "))
 	}
 	fs := flag.NewFlagSet("service "+a.verb, flag.ContinueOnError)
 	fs.StringVar(&a.spec.Name, "name", winservice.DefaultName, "the service's name (and its Event Log source's): one service per relay on a host")

@@ -135,18 +135,14 @@ func Uninstall(ctx context.Context, name string) error {
 	if err := Stop(ctx, name); err != nil && !errors.Is(err, errNotRunning) {
 		return err
 	}
-	m, err := mgr.Connect()
+	err := withService(name, func(sv *mgr.Service) error {
+		if err := sv.Delete(); err != nil {
+			return fmt.Errorf("delete service %s: %w", name, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("service control manager: %w", err)
-	}
-	defer m.Disconnect()
-	sv, err := m.OpenService(name)
-	if err != nil {
-		return fmt.Errorf("service %s: %w", name, err)
-	}
-	defer sv.Close()
-	if err := sv.Delete(); err != nil {
-		return fmt.Errorf("delete service %s: %w", name, err)
+		return err
 	}
 	if err := eventlog.Remove(name); err != nil {
 		return fmt.Errorf("event log source %s: %w", name, err)

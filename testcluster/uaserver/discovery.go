@@ -1,6 +1,8 @@
 package uaserver
 
 import (
+	"slices"
+
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -45,11 +47,7 @@ func (s *Server) knownServers() []*ua.ApplicationDescription {
 func (s *Server) findServers(r *ua.FindServersRequest) ua.Response {
 	servers := []*ua.ApplicationDescription{}
 	for _, d := range s.knownServers() {
-		match := len(r.ServerURIs) == 0
-		for _, u := range r.ServerURIs {
-			match = match || u == d.ApplicationURI
-		}
-		if match {
+		if len(r.ServerURIs) == 0 || slices.Contains(r.ServerURIs, d.ApplicationURI) {
 			servers = append(servers, d)
 		}
 	}
