@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,11 +22,7 @@ import (
 func TestEdgeStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := testutil.StartEdge(t, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
 	nc, err := nats.Connect(e.Site.URLs()[0])
 	if err != nil {
 		t.Fatal(err)
