@@ -69,10 +69,5 @@ sources:
 		}
 	}
 
-	noEdge := filepath.Join(t.TempDir(), "plain.yaml")
-	os.WriteFile(noEdge, []byte(strings.Replace(cfg, "edge: {hub: {domain: hub, stream: PLANT}, outageFloor: 8760h}\n", "", 1)), 0o600)
-	errOut.Reset()
-	if code := run([]string{"edge", "status", "--config", noEdge}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no edge section") {
-		t.Errorf("config without edge: exit %d, %q", code, errOut.String())
-	}
+	statusRefusedWithout(t, "edge", cfg, fmt.Sprintf("edge: {hub: {domain: %s, stream: PLANT}, outageFloor: 8760h}\n", e.HubDomain))
 }
