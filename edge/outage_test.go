@@ -30,16 +30,10 @@ const (
 	hubStream  = "PLANT"
 )
 
+// startEdge starts the edge topology of a test, the hub logging to it.
 func startEdge(t *testing.T) *natstest.Edge {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{Hub: []natstest.Option{natstest.WithLogger(testutil.Logger(t))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	return e
+	return testutil.StartEdge(t, natstest.EdgeOptions{Hub: []natstest.Option{natstest.WithLogger(testutil.Logger(t))}})
 }
 
 // edgeConfig is the relay's configuration at the site of e.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/apbridge/apbridge/apconn"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -22,11 +22,7 @@ import (
 func TestJetStreamDomainSteersTheStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := testutil.StartEdge(t, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
 	conn, err := apconn.Connect(ctx, e.Hub.URLs())
 	if err != nil {
 		t.Fatal(err)
@@ -35,16 +31,7 @@ func TestJetStreamDomainSteersTheStream(t *testing.T) {
 
 	streamIn := func(cl *natstest.Cluster, name string) bool {
 		t.Helper()
-		nc, err := nats.Connect(cl.URLs()[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = js.Stream(ctx, name)
+		_, err := cl.StreamState(ctx, name)
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -133,18 +134,18 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
 	r.set("catchup_s", catchups)
 	r.set("catchup_per_s", rates)
-	r.set("catchup_per_s_min", minOf(rates))
+	r.set("catchup_per_s_min", slices.Min(rates))
 	// The site must not notice the outage: its silences and holds in the
 	// outage phase against the steady phase before it.
 	for p := range phases {
 		r.set("site_silence_ms_"+phaseNames[p], silences[p])
 		r.set("site_blocked_"+phaseNames[p], blocked[p])
 	}
-	r.set("site_silence_ms", maxOf(silences[phaseOutage]))
+	r.MaxGap = slices.Max(silences[phaseOutage])
+	r.set("site_silence_ms", r.MaxGap)
 	r.set("site_ack_timeouts", timeouts)
 	r.set("site_switches", switches)
 	r.set("hub_gained_during_outage", gained)
-	r.MaxGap = maxOf(silences[phaseOutage])
 	return r, nil
 }
 
@@ -154,22 +155,6 @@ func silenceMs(d [phases]time.Duration) [phases]float64 {
 		out[i] = round0(ms(x))
 	}
 	return out
-}
-
-func minOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = max(m, x)
-	}
-	return m
 }
 
 // streamCounter reads a stream's message count and last sequence on a

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,11 +22,7 @@ import (
 func TestEdgeStatus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := testutil.StartEdge(t, natstest.EdgeOptions{HubNodes: 1, SiteNodes: 1})
 	nc, err := nats.Connect(e.Site.URLs()[0])
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +69,5 @@ sources:
 		}
 	}
 
-	noEdge := filepath.Join(t.TempDir(), "plain.yaml")
-	os.WriteFile(noEdge, []byte(strings.Replace(cfg, "edge: {hub: {domain: hub, stream: PLANT}, outageFloor: 8760h}\n", "", 1)), 0o600)
-	errOut.Reset()
-	if code := run([]string{"edge", "status", "--config", noEdge}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no edge section") {
-		t.Errorf("config without edge: exit %d, %q", code, errOut.String())
-	}
+	statusRefusedWithout(t, "edge", cfg, fmt.Sprintf("edge: {hub: {domain: %s, stream: PLANT}, outageFloor: 8760h}\n", e.HubDomain))
 }

@@ -59,10 +59,22 @@ sources:
 		}
 	}
 
-	noFleet := filepath.Join(t.TempDir(), "plain.yaml")
-	os.WriteFile(noFleet, []byte(strings.Replace(cfg, "fleet: {relayId: r1, leaseTTL: 1s, replicas: 1}\n", "", 1)), 0o600)
-	errOut.Reset()
-	if code := run([]string{"fleet", "status", "--config", noFleet}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no fleet section") {
-		t.Errorf("config without fleet: exit %d, %q", code, errOut.String())
+	statusRefusedWithout(t, "fleet", cfg, "fleet: {relayId: r1, leaseTTL: 1s, replicas: 1}\n")
+}
+
+// statusRefusedWithout checks that `apbridge <sub> status` refuses cfg
+// with the line of its section taken out, saying the section is missing.
+func statusRefusedWithout(t *testing.T, sub, cfg, section string) {
+	t.Helper()
+	if !strings.Contains(cfg, section) {
+		t.Fatalf("the config has no %q to take out:\n%s", section, cfg)
+	}
+	path := filepath.Join(t.TempDir(), "plain.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(cfg, section, "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{sub, "status", "--config", path}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no "+sub+" section") {
+		t.Errorf("config without %s: exit %d, %q", sub, code, errOut.String())
 	}
 }

@@ -99,6 +99,20 @@ func StartCluster(t testing.TB, opts ...natstest.Option) *natstest.Cluster {
 	return cl
 }
 
+// StartEdge starts an edge topology of natstest (a hub cluster and a site
+// leaf cluster), closed when the test ends.
+func StartEdge(t testing.TB, o natstest.EdgeOptions) *natstest.Edge {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e, err := natstest.StartEdge(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
 // Request sends a NATS request and fails the test when no reply comes
 // within 5 s.
 func Request(t testing.TB, nc *nats.Conn, subj, data string) *nats.Msg {

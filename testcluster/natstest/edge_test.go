@@ -59,9 +59,7 @@ func TestEdgeHubSourcesAcrossACut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hjs.CreateStream(ctx, jetstream.StreamConfig{Name: "HUB", Replicas: 3, Sources: []*jetstream.StreamSource{{
-		Name: "SITE", External: &jetstream.ExternalStream{APIPrefix: "$JS." + e.SiteDomain + ".API"},
-	}}}); err != nil {
+	if err := e.SourceFromSite(ctx, "HUB", "SITE", 3); err != nil {
 		t.Fatal(err)
 	}
 

@@ -167,26 +167,11 @@ func readStream(ctx context.Context, nc *nats.Conn, stream string) ([]StoredMsg,
 	if err != nil {
 		return nil, err
 	}
-	// Right after a restart a node may not answer the JetStream API yet:
-	// ask again until ctx ends.
-	var s jetstream.Stream
-	var info *jetstream.StreamInfo
-	for {
-		if s, err = js.Stream(ctx, stream); err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("natstest: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
+	s, err := lookupStream(ctx, js, stream)
+	if err != nil {
+		return nil, err
 	}
-	total := info.State.Msgs
+	total := s.CachedInfo().State.Msgs
 	out := make([]StoredMsg, 0, total)
 	if total == 0 {
 		return out, nil
@@ -372,26 +357,11 @@ func auditStream(ctx context.Context, nc *nats.Conn, stream string, expected map
 	if err != nil {
 		return StreamAudit{}, err
 	}
-	// A busy cluster can answer "no responders" or time out for a
-	// moment: ask again until ctx ends.
-	var s jetstream.Stream
-	var info *jetstream.StreamInfo
-	for {
-		if s, err = js.Stream(ctx, stream); err == nil {
-			if info, err = s.Info(ctx); err == nil {
-				break
-			}
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return StreamAudit{}, err
-		}
-		select {
-		case <-ctx.Done():
-			return StreamAudit{}, fmt.Errorf("natstest: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	s, err := lookupStream(ctx, js, stream)
+	if err != nil {
+		return StreamAudit{}, err
 	}
-	total := info.State.Msgs
+	total := s.CachedInfo().State.Msgs
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return StreamAudit{}, fmt.Errorf("natstest: stream %q: ordered consumer: %w", stream, err)
@@ -419,4 +389,23 @@ func auditStream(ctx context.Context, nc *nats.Conn, stream string, expected map
 		a.Add(m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), md.Sequence.Stream)
 	}
 	return a.Result(), nil
+}
+
+// lookupStream looks the stream up, with its info as of the lookup in
+// CachedInfo. Right after a restart a node may not answer the JetStream
+// API yet, and a busy cluster can answer "no responders" or time out for
+// a moment: it asks again until ctx ends, and returns at once when the
+// stream does not exist.
+func lookupStream(ctx context.Context, js jetstream.JetStream, stream string) (jetstream.Stream, error) {
+	for {
+		s, err := js.Stream(ctx, stream)
+		if err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("natstest: stream %q info: %w (last error: %v)", stream, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
