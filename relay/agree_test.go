@@ -49,7 +49,7 @@ func TestValidateAndRunAgree(t *testing.T) {
 		return [2]string{"writable: true}", "writable: true, subject: '" + s + "'}"}
 	}
 	browse := [2]string{"    tags:\n", "    browse: [{node: i=85}]\n    tags:\n"}
-	for _, c := range []struct {
+	for i, c := range []struct {
 		name  string
 		top   string      // added at the top level
 		edits [][2]string // applied to the base
@@ -83,7 +83,12 @@ func TestValidateAndRunAgree(t *testing.T) {
 				}
 				cfgText = strings.Replace(cfgText, e[0], e[1], 1)
 			}
-			cfg, verr := relay.Parse([]byte(c.top + cfgText))
+			// A stream of its own per case: a deleted stream's store
+			// directory is removed after the delete is answered, and a
+			// new stream of the same name created at that moment fails
+			// with "error creating store for stream" (10049).
+			top := strings.ReplaceAll(c.top, "jetstream: {replicas: 1", fmt.Sprintf("jetstream: {stream: AGREE%d, replicas: 1", i))
+			cfg, verr := relay.Parse([]byte(top + cfgText))
 			if verr != nil {
 				t.Logf("validate refuses it, and so does run: %v", verr)
 				return
