@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"slices"
@@ -43,8 +44,16 @@ type benchConfig struct {
 	delay    time.Duration
 	grace    time.Duration
 	duration time.Duration
-	rate     time.Duration
-	storm    time.Duration
+	// durationSet: --duration was given (ua-ingest's window is 10 s
+	// otherwise).
+	durationSet bool
+	rate        time.Duration
+	// hz is how often ua-ingest's tags change.
+	hz int
+	// childCPUProfiles, if set, is the directory where the measured
+	// processes of ua-ingest and relay-throughput write CPU profiles.
+	childCPUProfiles string
+	storm            time.Duration
 	// childProfile, if set, is where the relay process of relay-throughput
 	// writes a heap profile.
 	childProfile string
@@ -200,6 +209,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.delay, "delay", 500*time.Millisecond, "sl-late-peer: how long after the primary's ServiceLevel 0 the standby rises from 90 to 250 (0-1m)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
 	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "length of the steady-state scenarios")
+	fs.IntVar(&cfg.hz, "hz", ingestHz, "ua-ingest: how often each tag changes a second (1-50)")
 	fs.DurationVar(&cfg.rate, "period", time.Millisecond, "publish period of the traffic (1ms = 1 kHz)")
 	fs.DurationVar(&cfg.storm, "storm", 110*time.Second, "how long the storm scenario's source does not answer")
 	fs.StringVar(&cfg.childProfile, "relay-profile", "", "heap profile of the relay process in relay-throughput's last flat-out run")
@@ -216,7 +226,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
 	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
 	verbose := fs.Bool("v", false, "log what the components do (to stderr)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench process (servers, relay and clients alike) to this file; given a directory, write there the CPU profiles of the measured processes of ua-ingest (ua-ingest-relay.pprof, ua-ingest-plain.pprof) and relay-throughput (relay-throughput-relay.pprof, relay-throughput-plain.pprof, their last flat-out runs) and bench.pprof")
 	list := fs.Bool("list", false, "list the scenarios and exit")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: apbridge-lab bench [--json] [--runs N] [--rtt DURATION] [--tls] [SCENARIO...]")
@@ -229,6 +239,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	fs.Visit(func(f *flag.Flag) { cfg.durationSet = cfg.durationSet || f.Name == "duration" })
+	if cfg.hz < 1 || cfg.hz > 50 {
+		return fmt.Errorf("--hz: %d is out of range (valid 1-50)", cfg.hz)
 	}
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
@@ -298,6 +312,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "%-22s %s\n", s.name, s.desc)
 		}
 		return nil
+	}
+	if st, err := os.Stat(*cpuProfile); *cpuProfile != "" && err == nil && st.IsDir() {
+		cfg.childCPUProfiles = *cpuProfile
+		*cpuProfile = filepath.Join(*cpuProfile, "bench.pprof")
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

@@ -172,7 +172,11 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	var steady childRun
 	var flatRSS, flatHeap, plainReadyRSS float64
 	for run := 1; run <= cfg.runs; run++ {
-		p, err := runChild(ctx, exe, cl, &c, cfg.childMemLimit, "--plain", "--tags", strconv.Itoa(tags), "--duration", window.String())
+		plainArgs := []string{"--plain", "--tags", strconv.Itoa(tags), "--duration", window.String()}
+		if cfg.childCPUProfiles != "" && run == cfg.runs {
+			plainArgs = append(plainArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "relay-throughput-plain.pprof"))
+		}
+		p, err := runChild(ctx, exe, cl, &c, cfg.childMemLimit, plainArgs...)
 		if err != nil {
 			return nil, err
 		}
@@ -180,6 +184,9 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 		if cfg.childProfile != "" && run == cfg.runs {
 			// Flat out is where the relay's memory peaks.
 			flatArgs = append(flatArgs, "--profile", cfg.childProfile)
+		}
+		if cfg.childCPUProfiles != "" && run == cfg.runs {
+			flatArgs = append(flatArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "relay-throughput-relay.pprof"))
 		}
 		r, err := runChild(ctx, exe, cl, &c, cfg.childMemLimit, flatArgs...)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 func uaScenarios() []scenario {
 	return []scenario{
+		{"ua-ingest", "tags of one OPC UA server (--tags, default 10,000) changing --hz times a second into the relay process, CPU per update and RSS beside a plain gopcua client process (--server node: node-opcua)", benchUAIngest},
 		{"ua-connect", "connect time to node-opcua: security None against Basic256Sha256 SignAndEncrypt with a user name", benchUAConnect},
 	}
 }

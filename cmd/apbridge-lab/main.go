@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"github.com/apbridge/apbridge/internal/cli"
+	"github.com/apbridge/apbridge/internal/relaychild"
 )
 
 func main() {
@@ -26,6 +27,9 @@ func commands() []cli.Command {
 		{Name: "bench", Summary: "run failover benchmarks on the embedded cluster", Run: runBench},
 		// Hidden: the soak starts it as its relay child process.
 		{Name: "soak-relay", Summary: "the relay process the soak measures", Run: runSoakRelay, Hidden: true},
+		// Hidden: ua-ingest's processes when the lab's test binary is
+		// their binary (the bench's test).
+		{Name: "ingest-child", Summary: "the processes ua-ingest measures", Run: relaychild.RunIngest, Hidden: true},
 	}
 }
 

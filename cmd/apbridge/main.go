@@ -38,6 +38,9 @@ func commands() []cli.Command {
 		// The process the lab's relay-throughput benchmark measures: this
 		// binary, so that its memory is the relay's, not the lab's.
 		{Name: "relay-child", Summary: "the relay process of the relay-throughput benchmark", Run: relaychild.Run, Hidden: true},
+		// The two processes the lab's ua-ingest benchmark measures side by
+		// side: the relay and a plain gopcua client.
+		{Name: "ingest-child", Summary: "the relay or plain OPC UA client process of the ua-ingest benchmark", Run: relaychild.RunIngest, Hidden: true},
 	}
 }
 

@@ -42,6 +42,9 @@ type Config struct {
 	// their index.
 	Tags  int `json:"tags,omitempty"`
 	TagMs int `json:"tagMs,omitempty"`
+	// CountEvery makes every CountEvery-th tag count instead of every
+	// fourth (1: all of them, for a load of N tags changing at one rate).
+	CountEvery int `json:"countEvery,omitempty"`
 	// PKI is the server's certificate store (created when missing).
 	PKI string `json:"pki,omitempty"`
 	// Namespaces are registered in order; the tags are in the last.

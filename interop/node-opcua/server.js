@@ -15,7 +15,8 @@
 // The address space: ns=<counter ns>;s=Counter (Int32, +1 every counterMs),
 // ns=..;s=Setpoint (Double, writable), ns=..;s=Name (String), and "tags"
 // more Int32 variables ns=..;s=T0, T1, ... for plant-scale runs: every
-// fourth counts up every tagMs, the others hold their index. They are
+// countEvery-th (default every fourth) counts up every tagMs, the others
+// hold their index. They are
 // exception-based (MinimumSamplingInterval 0: no sampling timer per item,
 // so ten thousand of them cost the server little). The counter and the
 // tags are Bad_OutOfService while ServiceLevel is below 200 (Warm
@@ -60,6 +61,7 @@ const cfg = Object.assign(
     trustClients: true,
     tags: 0,
     tagMs: 1000,
+    countEvery: 4,
     applicationUri: "",
     redundancySupport: "",
     serverUris: null,
@@ -173,7 +175,8 @@ async function main() {
       dataType: "Int32",
       minimumSamplingInterval: 0,
     });
-    const t = { node, v: i % 4 === 0 ? 0 : i, counts: i % 4 === 0 };
+    const counts = i % cfg.countEvery === 0;
+    const t = { node, v: counts ? 0 : i, counts };
     setTag(t, new Date());
     tags.push(t);
   }
