@@ -1,6 +1,10 @@
 package apconn
 
-import "time"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
 
 // PassiveRTT returns the smallest round trip in the passive's recent
 // window, the figure a fast cutover weighs against the active's, or -1
@@ -14,3 +18,7 @@ func PassiveRTT(c *Conn) time.Duration {
 	}
 	return p.rtt.min()
 }
+
+// MsgSize is what the replay buffer counts for a message PublishOwned
+// keeps.
+func MsgSize(m *nats.Msg) int { return msgSize(m) }

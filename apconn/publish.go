@@ -3,6 +3,7 @@ package apconn
 import (
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 )
@@ -180,16 +181,28 @@ func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 	return c.publishMsg(m, size)
 }
 
+// msgSize is what the replay buffer counts for m, kept by PublishOwned.
 func msgSize(m *nats.Msg) int {
-	size := len(m.Subject) + len(m.Reply) + len(m.Data) + 64
-	for k, v := range m.Header {
-		size += len(k)
-		for _, s := range v {
-			size += len(s)
-		}
+	size := msgStruct + cap(m.Data) + len(m.Subject) + len(m.Reply)
+	if n := len(m.Header); n > 0 {
+		size += headerMap + (n+7)/8*headerGroup + n*headerValue
 	}
 	return size
 }
+
+// What a message PublishOwned keeps holds on the heap besides its Data:
+// the message itself, and for headers the map (its struct and a group of 8
+// slots, each a string key and a []string value, per 8 headers) and each
+// value (a string header and its text, which the relay's update messages
+// share with their Data: see wire.EncodeMsg). Counted so, without a walk
+// over the headers, the replay buffer's bound is the heap its messages
+// hold, not half of it.
+const (
+	msgStruct   = int(unsafe.Sizeof(nats.Msg{}))
+	headerMap   = 48
+	headerGroup = 8 + 8*(16+24)
+	headerValue = 32
+)
 
 func (c *Conn) publishMsg(m *nats.Msg, size int) error {
 	p := &c.pub

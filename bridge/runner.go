@@ -106,22 +106,21 @@ func (r *runner) Update(handle uint32, u wire.Update) {
 		r.mu.Unlock()
 		return
 	}
-	if _, ok := wire.TypeOf(u.Value); !ok {
+	typ, ok := wire.TypeOf(u.Value)
+	if !ok {
 		r.counters.unsupported.Add(1)
 		u = wire.Unsupported(ts.cfg.Name, u.Value, u.SourceTime, u.ServerTime)
+		typ = wire.TypeNull
 	}
 	ts.seq++
 	u.Tag, u.Seq = ts.cfg.Name, ts.seq
 	ts.last, ts.have = u, true
-	m, err := r.encodeLocked(ts.subject, &u)
+	m := r.encodeLocked(ts.subject, &u, typ)
 	r.mu.Unlock()
 	// Outside r.mu: a sink may block here (backpressure), and status,
 	// snapshot and write-back must not wait for it. The order of a tag's
 	// updates is kept by the source calling Update one at a time.
-	if err == nil {
-		err = r.b.sink.Publish(r.src.Name(), m, &u)
-	}
-	if err != nil {
+	if err := r.b.sink.Publish(r.src.Name(), m, &u); err != nil {
 		r.counters.publishErrors.Add(1)
 		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
 		return
@@ -129,24 +128,14 @@ func (r *runner) Update(handle uint32, u wire.Update) {
 	r.counters.published.Add(1)
 }
 
-// encodeLocked encodes u as the message for the sink; r.mu is held.
-func (r *runner) encodeLocked(subject string, u *wire.Update) (*nats.Msg, error) {
-	// A fresh buffer per message: the sink keeps the message until the
-	// broker confirms it. Sized from the last one, it rarely grows.
-	data, err := wire.AppendJSON(make([]byte, 0, r.lastLen+32), u)
-	if err != nil {
-		return nil, err
-	}
-	r.lastLen = len(data)
-	m := &nats.Msg{Subject: subject, Data: data}
-	if !r.b.cfg.NoHeaders {
-		m.Header = make(nats.Header, 6)
-		wire.SetHeaders(m.Header, u)
-		if r.refreshing {
-			m.Header[wire.HeaderRefresh] = []string{"true"}
-		}
-	}
-	return m, nil
+// encodeLocked encodes u, whose value is of type typ, as the message for
+// the sink; r.mu is held.
+func (r *runner) encodeLocked(subject string, u *wire.Update, typ wire.Type) *nats.Msg {
+	// A fresh message per update: the sink keeps it until the broker
+	// confirms it. Sized from the last one, its payload rarely grows.
+	m := wire.EncodeMsg(subject, u, typ, r.lastLen+32, !r.b.cfg.NoHeaders, r.refreshing)
+	r.lastLen = len(m.Data)
+	return m
 }
 
 // RefreshStart implements Handler.

@@ -23,10 +23,26 @@ func AppendJSON(dst []byte, u *Update) ([]byte, error) {
 	if !ok {
 		return dst, fmt.Errorf("wire: tag %q: unsupported value type %T", u.Tag, u.Value)
 	}
+	return appendJSON(dst, u, typ, nil), nil
+}
+
+// jsonMarks are where appendJSON wrote the fields that the headers repeat,
+// as [start, end) offsets into the buffer; a zero mark is a field not
+// written.
+type jsonMarks struct {
+	status, seq, sourceTime, serverTime [2]int
+}
+
+// appendJSON is AppendJSON for a value of type typ; with marks it records
+// where the fields the headers repeat are.
+func appendJSON(dst []byte, u *Update, typ Type, marks *jsonMarks) []byte {
+	var mk jsonMarks
 	dst = append(dst, `{"tag":`...)
 	dst = appendString(dst, u.Tag)
 	dst = append(dst, `,"seq":`...)
+	mk.seq[0] = len(dst)
 	dst = strconv.AppendUint(dst, u.Seq, 10)
+	mk.seq[1] = len(dst)
 	dst = append(dst, `,"type":"`...)
 	dst = append(dst, typ...)
 	dst = append(dst, `","value":`...)
@@ -34,23 +50,32 @@ func AppendJSON(dst []byte, u *Update) ([]byte, error) {
 	dst = append(dst, `,"quality":"`...)
 	dst = append(dst, u.Status.Quality().String()...)
 	dst = append(dst, `","status":"`...)
+	mk.status[0] = len(dst)
 	dst = appendStatus(dst, u.Status)
+	mk.status[1] = len(dst)
 	dst = append(dst, '"')
 	if !u.SourceTime.IsZero() {
 		dst = append(dst, `,"sourceTime":"`...)
+		mk.sourceTime[0] = len(dst)
 		dst = u.SourceTime.UTC().AppendFormat(dst, time.RFC3339Nano)
+		mk.sourceTime[1] = len(dst)
 		dst = append(dst, '"')
 	}
 	if !u.ServerTime.IsZero() {
 		dst = append(dst, `,"serverTime":"`...)
+		mk.serverTime[0] = len(dst)
 		dst = u.ServerTime.UTC().AppendFormat(dst, time.RFC3339Nano)
+		mk.serverTime[1] = len(dst)
 		dst = append(dst, '"')
 	}
 	if u.Err != "" {
 		dst = append(dst, `,"error":`...)
 		dst = appendString(dst, u.Err)
 	}
-	return append(dst, '}'), nil
+	if marks != nil {
+		*marks = mk
+	}
+	return append(dst, '}')
 }
 
 func appendStatus(dst []byte, s StatusCode) []byte {

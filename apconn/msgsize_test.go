@@ -1,0 +1,45 @@
+package apconn_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/wire"
+	"github.com/nats-io/nats.go"
+)
+
+// The replay buffer counts what a kept message holds on the heap, within
+// a quarter, for the messages the relay keeps (wire.EncodeMsg's, with and
+// without headers), so that its bound in bytes bounds the memory.
+func TestMsgSizeIsWhatTheMessageHolds(t *testing.T) {
+	now := time.Now()
+	for _, headers := range []bool{true, false} {
+		t.Run(fmt.Sprintf("headers=%v", headers), func(t *testing.T) {
+			const n = 4000
+			msgs := make([]*nats.Msg, n)
+			subjects := make([]string, n)
+			for i := range subjects {
+				subjects[i] = fmt.Sprintf("apbridge.line1.Counter%04d", i)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			for i := range msgs {
+				u := wire.Update{Tag: subjects[i][15:], Value: int64(i), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: uint64(i)}
+				msgs[i] = wire.EncodeMsg(subjects[i], &u, wire.TypeInt64, 200, headers, false)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := float64(after.HeapAlloc-before.HeapAlloc) / n
+			counted := float64(apconn.MsgSize(msgs[n/2]))
+			runtime.KeepAlive(msgs)
+			if counted < 0.75*held || counted > 1.25*held {
+				t.Fatalf("the buffer counts %.0f bytes for a message that holds %.0f", counted, held)
+			}
+			t.Logf("counted %.0f bytes, held %.0f", counted, held)
+		})
+	}
+}

@@ -1,0 +1,65 @@
+package wire
+
+import (
+	"unsafe"
+
+	"github.com/nats-io/nats.go"
+)
+
+// msgHeaderSlots is the size hint of an update's header map: the five
+// headers SetHeaders writes, HeaderRefresh, and the two a JetStream sink
+// or a fleet relay adds, so that the map is one group and never grows.
+const msgHeaderSlots = 8
+
+// msgBox is an update's message and its header values in one allocation.
+type msgBox struct {
+	m    nats.Msg
+	vals [6]string
+}
+
+// EncodeMsg returns the message of update u on subject, as the relay
+// publishes it: AppendJSON's payload as Data and, with headers, the
+// headers SetHeaders writes (and HeaderRefresh "true" with refresh). typ
+// must be TypeOf(u.Value), which the caller has already checked (a value
+// of a type TypeOf does not know has no payload: see Unsupported), so that
+// the type is worked out once per update; sizeHint is the expected payload
+// length (the last one of the tag's source, say).
+//
+// It costs three allocations: the payload, the message with its header
+// values, and the header map. The values of the status, sequence and
+// timestamp headers are the payload's own bytes (the same text), so the
+// message must not be changed in place once built: a sink may add headers
+// and replace Data, never write into it. Data's capacity is its length, so
+// an append copies.
+func EncodeMsg(subject string, u *Update, typ Type, sizeHint int, headers, refresh bool) *nats.Msg {
+	if !headers {
+		data := appendJSON(make([]byte, 0, sizeHint), u, typ, nil)
+		return &nats.Msg{Subject: subject, Data: data[:len(data):len(data)]}
+	}
+	var mk jsonMarks
+	data := appendJSON(make([]byte, 0, sizeHint), u, typ, &mk)
+	data = data[:len(data):len(data)]
+	box := &msgBox{m: nats.Msg{Subject: subject, Data: data}}
+	h := make(nats.Header, msgHeaderSlots)
+	text := func(at [2]int) string {
+		return unsafe.String(&data[at[0]], at[1]-at[0])
+	}
+	set := func(i int, k, v string) {
+		box.vals[i] = v
+		h[k] = box.vals[i : i+1 : i+1]
+	}
+	set(0, HeaderQuality, u.Status.Quality().String())
+	set(1, HeaderStatus, text(mk.status))
+	set(2, HeaderSeq, text(mk.seq))
+	if mk.sourceTime[1] > 0 {
+		set(3, HeaderSourceTime, text(mk.sourceTime))
+	}
+	if mk.serverTime[1] > 0 {
+		set(4, HeaderServerTime, text(mk.serverTime))
+	}
+	if refresh {
+		set(5, HeaderRefresh, "true")
+	}
+	box.m.Header = h
+	return &box.m
+}
