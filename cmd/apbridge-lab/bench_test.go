@@ -29,6 +29,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--wan", "drop"}, `--wan: "drop" is not valid (valid: cut, freeze)`},
 		{[]string{"--flap", "1s"}, "--flap: 1s is out of range (valid 10s-24h)"},
 		{[]string{"--wan-rtt", "-1ms"}, "--wan-rtt: -1ms is out of range (valid 0-10s)"},
+		{[]string{"--hz", "0"}, "--hz: 0 is out of range (valid 1-50)"},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
