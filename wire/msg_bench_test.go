@@ -26,3 +26,9 @@ func BenchmarkUpdateMessage(b *testing.B) {
 		sinkMsg = m
 	}
 }
+
+// updateMessage is what the bridge does per update (bridge/runner.go).
+func updateMessage(subject string, u *wire.Update) (*nats.Msg, error) {
+	typ, _ := wire.TypeOf(u.Value)
+	return wire.EncodeMsg(subject, u, typ, 250, true, false), nil
+}
