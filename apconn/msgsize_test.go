@@ -2,6 +2,7 @@ package apconn_test
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -19,21 +20,29 @@ func TestMsgSizeIsWhatTheMessageHolds(t *testing.T) {
 	for _, headers := range []bool{true, false} {
 		t.Run(fmt.Sprintf("headers=%v", headers), func(t *testing.T) {
 			const n = 4000
-			msgs := make([]*nats.Msg, n)
 			subjects := make([]string, n)
 			for i := range subjects {
 				subjects[i] = fmt.Sprintf("apbridge.line1.Counter%04d", i)
 			}
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			for i := range msgs {
-				u := wire.Update{Tag: subjects[i][15:], Value: int64(i), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: uint64(i)}
-				msgs[i] = wire.EncodeMsg(subjects[i], &u, wire.TypeInt64, 200, headers, false)
+			// What building the messages allocated, the least of five
+			// tries: the package's other goroutines (a cluster's
+			// connections) allocate and free meanwhile, which would move
+			// a heap-in-use difference either way, but can only add to
+			// the bytes allocated.
+			var msgs []*nats.Msg
+			held := math.Inf(1)
+			for range 5 {
+				msgs = make([]*nats.Msg, n)
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				for i := range msgs {
+					u := wire.Update{Tag: subjects[i][15:], Value: int64(i), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: uint64(i)}
+					msgs[i] = wire.EncodeMsg(subjects[i], &u, wire.TypeInt64, 200, headers, false)
+				}
+				runtime.ReadMemStats(&after)
+				held = min(held, float64(after.TotalAlloc-before.TotalAlloc)/n)
 			}
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			held := float64(after.HeapAlloc-before.HeapAlloc) / n
 			counted := float64(apconn.MsgSize(msgs[n/2]))
 			runtime.KeepAlive(msgs)
 			if counted < 0.75*held || counted > 1.25*held {
