@@ -231,8 +231,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "  %-22s %s\n", s.name, s.desc)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	// Flags may follow the scenarios' names too (bench relay-restart
+	// --runs 10): the flag package stops at the first name.
+	var names []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names, rest = append(names, fs.Arg(0)), fs.Args()[1:]
 	}
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
@@ -330,10 +339,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, s := range scenarios() {
 		byName[s.name] = s
 	}
-	if fs.NArg() == 0 {
+	if len(names) == 0 {
 		selected = scenarios()
 	}
-	for _, name := range fs.Args() {
+	for _, name := range names {
 		s, ok := byName[name]
 		if !ok {
 			var names []string
