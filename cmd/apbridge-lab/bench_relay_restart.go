@@ -384,7 +384,21 @@ func (r *rrRig) stored(ctx context.Context) ([]rrObs, int, error) {
 
 // report audits and sets the figures.
 func (r *rrRig) report(runs []rrRestart, obs []rrObs, stored int, published []rrObs, relayRefreshes, relayTransfers uint64, transfersFound bool) *result {
-	a := rrAuditCounters(obs, runs)
+	var wasPublished func(string, int64) bool
+	if r.sink == soakSinkJetStream {
+		type key struct {
+			subject string
+			v       int64
+		}
+		seen := map[key]bool{}
+		for _, o := range published {
+			if o.counter {
+				seen[key{o.subject, o.value}] = true
+			}
+		}
+		wasPublished = func(subject string, v int64) bool { return seen[key{subject, v}] }
+	}
+	a := rrAuditCounters(obs, runs, wasPublished)
 	res := &result{Runs: len(runs), Lost: a.Lost, Duplicated: a.Duplicated}
 	static := "rr." + rrSource + "." + rrStatic
 	var gaps, outages []float64
@@ -427,6 +441,9 @@ func (r *rrRig) report(runs []rrRestart, obs []rrObs, stored int, published []rr
 	res.set("lost_at_restart", a.Lost-a.LostSteady)
 	res.set("lost_steady", a.LostSteady)
 	res.set("lost_by_run", a.LostByRun)
+	if wasPublished != nil {
+		res.set("lost_published", a.LostPublished)
+	}
 	res.set("counter_values_checked", a.Counted)
 	res.set("updates", stored)
 	res.set("relay_refreshes", relayRefreshes)

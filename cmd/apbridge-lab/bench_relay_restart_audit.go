@@ -43,17 +43,21 @@ type rrAudit struct {
 	// LostByRun are the values lost in a hole across each run's kill and
 	// restart; LostSteady those lost in a hole no restart explains (a
 	// value the server skipped, or lost in steady operation).
-	LostByRun    []uint64
-	LostSteady   uint64
-	LostExamples []string
+	LostByRun  []uint64
+	LostSteady uint64
+	// LostPublished are the lost values the subscriber saw published:
+	// the relay had them and the stream does not.
+	LostPublished uint64
+	LostExamples  []string
 }
 
 // rrAuditCounters checks the counters' values in obs (in stream order):
 // a value seen again (in the same status) is a duplicate, a value below
 // the tag's largest so far is reordered, and a value missing between the
 // smallest and the largest seen is lost, charged to the run whose kill
-// falls between the stored values around the hole.
-func rrAuditCounters(obs []rrObs, runs []rrRestart) rrAudit {
+// falls between the stored values around the hole. published, if not
+// nil, says whether the subscriber saw a counter value published.
+func rrAuditCounters(obs []rrObs, runs []rrRestart, published func(subject string, v int64) bool) rrAudit {
 	type valueStatus struct {
 		v      int64
 		status wire.StatusCode
@@ -109,6 +113,11 @@ func rrAuditCounters(obs []rrObs, runs []rrRestart) rrAudit {
 				continue // the same value in another status, or no hole
 			}
 			a.Lost += uint64(missing)
+			for v := x.v + 1; published != nil && v < y.v; v++ {
+				if published(subject, v) {
+					a.LostPublished++
+				}
+			}
 			run := -1
 			for j, r := range runs {
 				if !r.killAt.Before(x.at) && r.killAt.Before(y.at) {

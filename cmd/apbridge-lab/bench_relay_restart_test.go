@@ -92,7 +92,7 @@ func TestRRAuditCounters(t *testing.T) {
 		{"not a counter", append(obs(1, 2), rrObs{subject: "rr.s.Static", at: at(500)}), 0, 0, 0, 0, []uint64{0}},
 	}
 	for _, c := range cases {
-		a := rrAuditCounters(c.obs, runs)
+		a := rrAuditCounters(c.obs, runs, nil)
 		if a.Lost != c.lost || a.Duplicated != c.dup || a.Reordered != c.reordered || a.LostSteady != c.steady || !slices.Equal(a.LostByRun, c.lostByRun) {
 			t.Errorf("%s: lost %d (steady %d, by run %v), duplicated %d, reordered %d; want %d (%d, %v), %d, %d",
 				c.name, a.Lost, a.LostSteady, a.LostByRun, a.Duplicated, a.Reordered, c.lost, c.steady, c.lostByRun, c.dup, c.reordered)
@@ -101,8 +101,21 @@ func TestRRAuditCounters(t *testing.T) {
 	// The same value in another status is another update, not a copy.
 	bad := obs(1, 2)
 	bad = append(bad, rrObs{subject: "rr.s.C", value: 2, counter: true, status: wire.StatusCode(0x808D0000), at: at(300)})
-	if a := rrAuditCounters(bad, runs); a.Duplicated != 0 || a.Lost != 0 {
+	if a := rrAuditCounters(bad, runs, nil); a.Duplicated != 0 || a.Lost != 0 {
 		t.Errorf("a value again in another status: duplicated %d, lost %d; want 0, 0", a.Duplicated, a.Lost)
+	}
+}
+
+// A lost value the subscriber saw published is the stream's loss.
+func TestRRAuditLostPublished(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var obs []rrObs
+	for i, v := range []int64{1, 2, 6, 7} {
+		obs = append(obs, rrObs{subject: "rr.s.C", value: v, counter: true, at: t0.Add(time.Duration(i) * time.Second)})
+	}
+	published := func(subject string, v int64) bool { return subject == "rr.s.C" && (v == 3 || v == 4) }
+	if a := rrAuditCounters(obs, nil, published); a.Lost != 3 || a.LostPublished != 2 {
+		t.Errorf("lost %d, published %d; want 3, 2", a.Lost, a.LostPublished)
 	}
 }
 
