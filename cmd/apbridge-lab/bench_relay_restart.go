@@ -283,14 +283,21 @@ func (r *rrRig) relayConfig() (string, error) {
 		fmt.Fprintf(&b, "      - {name: %s, address: %s}\n", q(tg.name), q(tg.address))
 	}
 	base := b.String()
-	withState := fmt.Sprintf("stateDir: %s\n%s", q(filepath.Join(r.dir, "state")), base)
+	// The directory exists, as a site's would: a relay that checks it
+	// finds it.
+	state := filepath.Join(r.dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return "", err
+	}
+	withState := fmt.Sprintf("stateDir: %s\n%s", q(state), base)
 	_, err := relay.Parse([]byte(withState))
 	switch {
 	case err == nil:
 		r.stateDir = true
 		return withState, nil
-	case strings.Contains(err.Error(), "stateDir"):
-		// A relay without the field: the same config without it.
+	case strings.Contains(err.Error(), "stateDir: unknown field"):
+		// A relay without the field: the same config without it. Any
+		// other complaint about it is an error.
 		if _, err := relay.Parse([]byte(base)); err != nil {
 			return "", fmt.Errorf("relay config: %w", err)
 		}
