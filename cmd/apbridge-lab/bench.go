@@ -66,6 +66,9 @@ type benchConfig struct {
 	cycles int
 	sink   string
 	seed   int64
+	// runsSet and sinkSet say --runs and --sink were given: a scenario
+	// with defaults of its own (relay-restart's) keeps them otherwise.
+	runsSet, sinkSet bool
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
 	fleet bool
 	// outage, wan, flap and wanRTT are the edge scenarios'
@@ -190,6 +193,7 @@ func scenarios() []scenario {
 	all = append(all, edgeScenarios()...)
 	all = append(all, configScenarios()...)
 	all = append(all, soakScenarios()...)
+	all = append(all, relayRestartScenarios()...)
 	return all
 }
 
@@ -198,12 +202,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per scenario per line")
 	cfg := benchConfig{}
-	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000)")
+	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000; relay-restart: default 10)")
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
 	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
-	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter) and of config-change (100-20000, default 10000)")
-	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
+	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter), of config-change (100-20000, default 10000) and the counters of relay-restart (1-1000, default 20)")
+	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios and relay-restart: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
 	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
 	fs.DurationVar(&cfg.delay, "delay", 500*time.Millisecond, "sl-late-peer: how long after the primary's ServiceLevel 0 the standby rises from 90 to 250 (0-1m)")
@@ -216,7 +220,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.relayBin, "relay-bin", "", "relay-throughput: the apbridge binary to measure (default: built from this module with go build)")
 	fs.StringVar(&cfg.childMemLimit, "relay-memlimit", "", "GOMEMLIMIT of the publishing processes of relay-throughput, e.g. 40MiB (default: inherited)")
 	fs.IntVar(&cfg.cycles, "cycles", 3, "soak: cycles, each applying every fault kind once in a seeded random order (1-100000)")
-	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak: the relay's sink, core or jetstream")
+	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak, relay-restart: the relay's sink, core or jetstream (relay-restart: default jetstream)")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
 	fs.DurationVar(&cfg.outage, "outage", 120*time.Second, "wan-outage, wan-outage-ldm: how long the WAN is down (1s-24h)")
@@ -237,8 +241,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stderr, "  %-22s %s\n", s.name, s.desc)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
+	// Flags may follow the scenarios' names too (bench relay-restart
+	// --runs 10): the flag package stops at the first name.
+	var names []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		names, rest = append(names, fs.Arg(0)), fs.Args()[1:]
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.durationSet = cfg.durationSet || f.Name == "duration" })
 	if cfg.hz < 1 || cfg.hz > 50 {
@@ -247,6 +260,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.server != serverEmbedded && cfg.server != serverNode {
 		return fmt.Errorf("--server: %q is not valid (valid: %s, %s)", cfg.server, serverEmbedded, serverNode)
 	}
+	fs.Visit(func(f *flag.Flag) {
+		cfg.runsSet = cfg.runsSet || f.Name == "runs"
+		cfg.sinkSet = cfg.sinkSet || f.Name == "sink"
+	})
 	cfg.mode = uaclient.Mode(*mode)
 	if cfg.mode != uaclient.ModeWarm && cfg.mode != uaclient.ModeHot && cfg.mode != uaclient.ModePrepared {
 		return fmt.Errorf("--mode: %q is not valid (valid: warm, hot, prepared)", *mode)
@@ -340,10 +357,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, s := range scenarios() {
 		byName[s.name] = s
 	}
-	if fs.NArg() == 0 {
+	if len(names) == 0 {
 		selected = scenarios()
 	}
-	for _, name := range fs.Args() {
+	for _, name := range names {
 		s, ok := byName[name]
 		if !ok {
 			var names []string
@@ -357,8 +374,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	var results []*result
 	for _, s := range selected {
-		fmt.Fprintf(stderr, "bench: %s (%d runs) ...\n", s.name, cfg.runs)
-		r, err := s.run(ctx, cfg)
+		scfg := cfg
+		if n := defaultRuns(s.name); n > 0 && !cfg.runsSet {
+			scfg.runs = n
+		}
+		fmt.Fprintf(stderr, "bench: %s (%d runs) ...\n", s.name, scfg.runs)
+		r, err := s.run(ctx, scfg)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -380,6 +401,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		printTable(stdout, results)
 	}
 	return nil
+}
+
+// defaultRuns is a scenario's runs without --runs; 0: the flag's
+// default.
+func defaultRuns(name string) int {
+	if name == "relay-restart" {
+		return rrDefaultRuns
+	}
+	return 0
 }
 
 func printTable(w io.Writer, results []*result) {

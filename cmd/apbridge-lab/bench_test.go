@@ -30,6 +30,9 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--flap", "1s"}, "--flap: 1s is out of range (valid 10s-24h)"},
 		{[]string{"--wan-rtt", "-1ms"}, "--wan-rtt: -1ms is out of range (valid 0-10s)"},
 		{[]string{"--hz", "0"}, "--hz: 0 is out of range (valid 1-50)"},
+		// A flag after a scenario's name is read as a flag.
+		{[]string{"relay-restart", "--runs", "0"}, "--runs: 0 is out of range (valid 1-1000)"},
+		{[]string{"relay-restart", "--runs", "2", "ldm-swich"}, `unknown scenario "ldm-swich"`},
 	}
 	for _, c := range cases {
 		err := runBench(context.Background(), c.args, io.Discard, io.Discard)
@@ -39,7 +42,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}} {
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
 		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatalf("valid flags %v refused: %v", args, err)
 		}
