@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,4 +156,43 @@ func readApplied(ctx context.Context, js jetstream.JetStream, st *Status) error 
 		}
 	}
 	return nil
+}
+
+// RunningVersion returns the fleet's version that the relays run: the
+// newest one a relay reports as applied, read back from the key's
+// history, and, when no relay runs one or it is no longer in the history,
+// the current version. ok is false when no version was written. A new
+// version is checked against this one: a current version no relay could
+// apply must not block the one that fixes it.
+func RunningVersion(ctx context.Context, kv jetstream.KeyValue) (data []byte, version uint64, ok bool, err error) {
+	data, version, ok, err = ReadVersion(ctx, kv)
+	if err != nil || !ok {
+		return data, version, ok, err
+	}
+	keys, err := kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, 0, false, fmt.Errorf("fleet: config bucket keys: %w", err)
+	}
+	var newest uint64
+	for _, k := range keys {
+		if !strings.HasPrefix(k, appliedPrefix) {
+			continue
+		}
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var a AppliedVersion
+		if json.Unmarshal(e.Value(), &a) == nil && a.Version <= version {
+			newest = max(newest, a.Version)
+		}
+	}
+	if newest == 0 || newest == version {
+		return data, version, true, nil
+	}
+	e, err := kv.GetRevision(ctx, VersionKey, newest)
+	if err != nil {
+		return data, version, true, nil // beyond the history
+	}
+	return e.Value(), newest, true, nil
 }

@@ -230,8 +230,11 @@ type FleetApplied struct {
 	Version uint64 `json:"version"`
 	// Previous is the version before it, 0 when none was written.
 	Previous uint64 `json:"previous,omitempty"`
-	// Plan is what the new version changes against the previous one (nil
-	// for the first version).
+	// Against is the version the new one was checked against: the newest
+	// a relay runs (fleet.RunningVersion), 0 for the first version.
+	Against uint64 `json:"against,omitempty"`
+	// Plan is what the new version changes against that one (nil for the
+	// first version).
 	Plan *Plan `json:"plan,omitempty"`
 	// Unchanged is true when the config is the current version's: no
 	// version was written.
@@ -241,7 +244,8 @@ type FleetApplied struct {
 // FleetApply makes data, a config file's text, the fleet's next config
 // version (`apbridge fleet apply`): it is validated completely (every
 // problem listed, as `apbridge validate` does, in this process's
-// environment), diffed against the current version, refused when the
+// environment), diffed against the version the relays run
+// (fleet.RunningVersion), refused when the
 // diff holds a change that cannot be applied live (each named), and
 // written to the fleet's config bucket, reached as the file's nats and
 // fleet sections say. The text is stored as written, so that each relay
@@ -272,11 +276,15 @@ func FleetApply(ctx context.Context, data []byte) (FleetApplied, error) {
 	if err != nil {
 		return FleetApplied{}, err
 	}
-	cur, prev, ok, err := fleet.ReadVersion(ctx, kv)
+	_, prev, _, err := fleet.ReadVersion(ctx, kv)
 	if err != nil {
 		return FleetApplied{}, err
 	}
-	out := FleetApplied{Version: prev, Previous: prev}
+	cur, against, ok, err := fleet.RunningVersion(ctx, kv)
+	if err != nil {
+		return FleetApplied{}, err
+	}
+	out := FleetApplied{Version: prev, Previous: prev, Against: against}
 	if ok {
 		// A current version that no longer parses here (another
 		// environment wrote it) is not compared: the relays refuse what
@@ -284,9 +292,9 @@ func FleetApply(ctx context.Context, data []byte) (FleetApplied, error) {
 		if was, perr := Parse(cur); perr == nil {
 			out.Plan = next.redactPlan(diff(was, next, true))
 			if err := out.Plan.Err(); err != nil {
-				return out, fmt.Errorf("fleet apply: version %d: %w", prev, err)
+				return out, fmt.Errorf("fleet apply: against version %d, which the relays run: %w", against, err)
 			}
-			if out.Plan.Empty() {
+			if out.Plan.Empty() && against == prev {
 				out.Unchanged = true
 				return out, nil
 			}
