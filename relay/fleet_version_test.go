@@ -94,7 +94,9 @@ func TestFleetVersion(t *testing.T) {
 	for _, tg := range servers.Tags() {
 		names = append(names, tg.Name)
 	}
-	file := func(id string) string { return versionConfig(cl, servers, id, tagLines(servers, names[0], names[1], names[2])) }
+	file := func(id string) string {
+		return versionConfig(cl, servers, id, tagLines(servers, names[0], names[1], names[2]))
+	}
 	r1, cons := startWatched(ctx, t, cl.URLs()[0], file("r1"))
 	defer r1.Close()
 	r2, _ := startWatched(ctx, t, cl.URLs()[0], file("r2"))
