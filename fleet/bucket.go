@@ -13,11 +13,8 @@ import (
 // the lease TTL, limit markers tell watchers of expiry, and the replica
 // count is the configured one.
 func openBucket(ctx context.Context, js jetstream.JetStream, c Config) (jetstream.KeyValue, error) {
-	if _, err := js.AccountInfo(ctx); err != nil {
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return nil, fmt.Errorf("fleet: the NATS cluster has no JetStream (%w): a fleet keeps its leases in a JetStream KV bucket; enable JetStream on the servers", err)
-		}
-		return nil, fmt.Errorf("fleet: JetStream account info: %w", err)
+	if err := checkJetStream(ctx, js); err != nil {
+		return nil, err
 	}
 	kv, err := js.KeyValue(ctx, c.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -56,4 +53,15 @@ func openBucket(ctx context.Context, js jetstream.JetStream, c Config) (jetstrea
 		return nil, err
 	}
 	return kv, nil
+}
+
+// checkJetStream returns a clear error when the cluster has no JetStream.
+func checkJetStream(ctx context.Context, js jetstream.JetStream) error {
+	if _, err := js.AccountInfo(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return fmt.Errorf("fleet: the NATS cluster has no JetStream (%w): a fleet keeps its leases in a JetStream KV bucket; enable JetStream on the servers", err)
+		}
+		return fmt.Errorf("fleet: JetStream account info: %w", err)
+	}
+	return nil
 }

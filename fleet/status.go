@@ -20,6 +20,9 @@ type Status struct {
 	LeaseTTL time.Duration `json:"leaseTTL"`
 	Relays   []RelayStatus `json:"relays"`
 	Pairs    []PairStatus  `json:"pairs"`
+	// ConfigVersion is the fleet's current config version, 0 when none
+	// was written (ConfigBucket).
+	ConfigVersion uint64 `json:"configVersion,omitempty"`
 }
 
 // RelayStatus is one live member.
@@ -29,6 +32,9 @@ type RelayStatus struct {
 	Since time.Time `json:"since"`
 	// Renewed is how long ago it last renewed its membership key.
 	Renewed time.Duration `json:"renewedAgo"`
+	// Applied is the relay's report of the fleet's config versions; nil
+	// when it wrote none.
+	Applied *AppliedVersion `json:"applied,omitempty"`
 }
 
 // PairStatus is one pair's lease.
@@ -102,5 +108,8 @@ func ReadStatus(ctx context.Context, nc *nats.Conn, bucket string, pairs []strin
 		st.Pairs = append(st.Pairs, *ps)
 	}
 	sort.Slice(st.Pairs, func(i, j int) bool { return st.Pairs[i].Pair < st.Pairs[j].Pair })
+	if err := readApplied(ctx, js, &st); err != nil {
+		return Status{}, err
+	}
 	return st, nil
 }

@@ -81,12 +81,13 @@ func (r *Relay) ConfigError() string {
 func (r *Relay) Check(next *Config) (*Plan, error) {
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
-	return r.checkLocked(next, false)
+	return r.checkLocked(next, false, false)
 }
 
 // checkLocked validates next, unless it was just parsed (validated), and
-// diffs it.
-func (r *Relay) checkLocked(next *Config, validated bool) (*Plan, error) {
+// diffs it: as a fleet's config version when fleetVersion, whose
+// fleet.relayId is this relay's own (every relay reads one text).
+func (r *Relay) checkLocked(next *Config, validated, fleetVersion bool) (*Plan, error) {
 	if next == nil {
 		return nil, errors.New("config: none given")
 	}
@@ -95,7 +96,10 @@ func (r *Relay) checkLocked(next *Config, validated bool) (*Plan, error) {
 			return nil, err
 		}
 	}
-	p := Diff(r.live.cfg, next)
+	if fleetVersion {
+		ownRelayID(next, r.live.cfg)
+	}
+	p := diff(r.live.cfg, next, fleetVersion)
 	return p, p.Err()
 }
 
@@ -130,7 +134,7 @@ func (r *Relay) ApplyYAML(ctx context.Context, data []byte, by Origin, version u
 func (r *Relay) apply(ctx context.Context, next *Config, by Origin, version uint64, validated bool) (Applied, error) {
 	r.live.mu.Lock()
 	defer r.live.mu.Unlock()
-	p, err := r.checkLocked(next, validated)
+	p, err := r.checkLocked(next, validated, by.Via == ViaFleet)
 	if err != nil {
 		r.refusedLocked(by, err)
 		return Applied{Version: r.live.version, Plan: p, cfg: next}, err
@@ -237,6 +241,9 @@ func (r *Relay) change(next *Config, p *Plan) (ch bridge.Change, built []bridge.
 			tc.Change = append(tc.Change, bridge.TagUpdate{Config: tags[c.Tag].cfg, Resubscribe: c.resubscribes()})
 		}
 		ch.Tags = append(ch.Tags, tc)
+		if err := r.rebuildLeased(index[tp.Source], sc, &undo); err != nil {
+			return ch, built, restore, err
+		}
 		if sc.Type == TypeMxGateway {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -31,6 +32,9 @@ type ConfigReply struct {
 	Config any `json:"config,omitempty"`
 	// LastError is why the last change was not applied (get).
 	LastError string `json:"lastError,omitempty"`
+	// Fleet is, on a fleet relay, the fleet's config version it runs
+	// (0: its own file), the latest it tried and why that failed (get).
+	Fleet *fleet.AppliedVersion `json:"fleet,omitempty"`
 }
 
 // applyTimeout bounds a change applied through the service: deleting
@@ -84,7 +88,11 @@ func (r *Relay) configEndpoints(prefix string, trusted bool) []bridge.Endpoint {
 			if err != nil {
 				return ConfigReply{Version: v, Errors: []string{err.Error()}}
 			}
-			return ConfigReply{OK: true, Version: v, Config: red, LastError: r.ConfigError()}
+			rep := ConfigReply{OK: true, Version: v, Config: red, LastError: r.ConfigError()}
+			if fv, ok := r.FleetVersion(); ok {
+				rep.Fleet = &fv
+			}
+			return rep
 		}),
 		ep("validate", func(req micro.Request) ConfigReply {
 			rep := check(req)

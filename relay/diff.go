@@ -107,13 +107,25 @@ var restartOnly = []struct {
 // must be valid configs. It is a pure function of the two: the plan names
 // restart-only changes (Plan.Restart) beside the live ones, and Apply
 // refuses a plan that has any.
-func Diff(cur, next *Config) *Plan {
-	p := &Plan{}
+func Diff(cur, next *Config) *Plan { return diff(cur, next, false) }
+
+// restartFields names each restart-only field (restartOnly) that differs
+// between cur and next.
+func restartFields(cur, next *Config) []string {
+	var out []string
 	for _, f := range restartOnly {
 		if !reflect.DeepEqual(f.get(cur), f.get(next)) {
-			p.Restart = append(p.Restart, f.field+": changed; a restart applies it")
+			out = append(out, f.field+": changed; a restart applies it")
 		}
 	}
+	return out
+}
+
+// diff is Diff; fleetVersion is true for a fleet's config version
+// (docs/fleet.md#config-versions), which may change the tags of a fleet
+// relay's sources but not its source list.
+func diff(cur, next *Config, fleetVersion bool) *Plan {
+	p := &Plan{Restart: restartFields(cur, next)}
 	old := map[string]SourceConfig{}
 	for _, s := range cur.Sources {
 		old[s.Name] = s
@@ -156,10 +168,19 @@ func Diff(cur, next *Config) *Plan {
 		}
 		p.RemoveSources = append(p.RemoveSources, s.Name)
 	}
-	if cur.Fleet != nil && len(p.AddSources)+len(p.RemoveSources)+len(p.ReplaceSources)+len(p.Tags) > 0 {
-		// Every relay of a fleet must run the same source list, and one
-		// relay's file cannot change the others'.
-		p.Restart = append(p.Restart, "sources: a fleet relay's sources and tags change by a restart of every relay of the fleet")
+	if cur.Fleet == nil {
+		return p
+	}
+	// Every relay of a fleet must run the same sources and tags: one
+	// relay's file cannot change them, the fleet's version does. A
+	// source that starts or stops would change the leases every relay
+	// divides; a version changes that as each relay starts.
+	sources := len(p.AddSources) + len(p.RemoveSources) + len(p.ReplaceSources)
+	switch {
+	case !fleetVersion && sources+len(p.Tags) > 0:
+		p.Restart = append(p.Restart, "sources: a fleet relay's sources and tags change with the fleet's config version (apbridge fleet apply), or by a restart of every relay of the fleet")
+	case fleetVersion && sources > 0:
+		p.Restart = append(p.Restart, "sources: a fleet's sources are added, removed and replaced by a restart of its relays (each runs the fleet's version when it starts); only tags change live")
 	}
 	return p
 }

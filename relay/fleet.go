@@ -58,6 +58,8 @@ type fleetPart struct {
 	member atomic.Pointer[fleet.Member]
 	leased map[string]*leasedSource
 	fenced atomic.Uint64
+	// versions follows the fleet's config versions (fleet_version.go).
+	versions versionFollower
 }
 
 func newFleetPart(c *FleetConfig, log zerolog.Logger) *fleetPart {
@@ -85,9 +87,9 @@ func (f *fleetPart) lease(name string, first bridge.Source, build SourceFactory)
 	return ls
 }
 
-// join connects to the cluster and joins the fleet; ownership events start
-// and stop the leased sources.
-func (f *fleetPart) join(ctx context.Context, servers []string, name string, opts []nats.Option) error {
+// connect opens the fleet's own connection to the cluster: the bucket's
+// renewals must not queue behind the sink's publishes.
+func (f *fleetPart) connect(servers []string, name string, opts []nats.Option) error {
 	nopts := append([]nats.Option{
 		nats.Name(name), nats.MaxReconnects(-1),
 		// Lease renewals must not stall for long: a relay whose last
@@ -109,16 +111,21 @@ func (f *fleetPart) join(ctx context.Context, servers []string, name string, opt
 	if err != nil {
 		return fmt.Errorf("fleet: connect: %w", err)
 	}
+	f.nc = nc
+	return nil
+}
+
+// join joins the fleet over the connection connect opened; ownership
+// events start and stop the leased sources.
+func (f *fleetPart) join(ctx context.Context) error {
 	pairs := make([]string, 0, len(f.leased))
 	for p := range f.leased {
 		pairs = append(pairs, p)
 	}
-	m, err := fleet.Join(ctx, nc, f.cfg.fleetConfig(pairs), fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent))
+	m, err := fleet.Join(ctx, f.nc, f.cfg.fleetConfig(pairs), fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent))
 	if err != nil {
-		nc.Close()
 		return err
 	}
-	f.nc = nc
 	f.member.Store(m)
 	return nil
 }
@@ -138,14 +145,20 @@ func (f *fleetPart) onEvent(e fleet.Event) {
 
 // leave hands every source over, then closes the fleet connection.
 func (f *fleetPart) leave(ctx context.Context) error {
+	f.versions.stop(ctx)
 	var err error
 	if m := f.member.Load(); m != nil {
 		err = m.Close(ctx)
 	}
+	f.closeConn()
+	return err
+}
+
+// closeConn closes the fleet's connection, if it was opened.
+func (f *fleetPart) closeConn() {
 	if f.nc != nil {
 		f.nc.Close()
 	}
-	return err
 }
 
 // Fleet returns the relay's fleet member, or nil when the relay is not in a
@@ -172,17 +185,19 @@ func (r *Relay) FleetFenced() uint64 {
 // the relay's lifetime; behind it an instance runs while the relay owns the
 // lease, and none otherwise.
 type leasedSource struct {
-	name  string
-	build SourceFactory
-	f     *fleetPart
-	log   zerolog.Logger
+	name string
+	f    *fleetPart
+	log  zerolog.Logger
 
 	// ctx ends with Close; each gain's instance starts under a child of
 	// it, which the loss ends, so that neither waits for a Start.
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
+	mu sync.Mutex
+	// build makes each gain's instance; a fleet version that changes
+	// the source's tags sets it to the new config's (setBuild).
+	build  SourceFactory
 	h      bridge.Handler
 	gen    uint64 // counts gains and losses; a handler of an older gen is dead
 	endGen context.CancelFunc
@@ -199,6 +214,16 @@ type leasedSource struct {
 }
 
 func (s *leasedSource) Name() string { return s.name }
+
+// setBuild makes f build the instances of later gains and returns the
+// factory before it.
+func (s *leasedSource) setBuild(f SourceFactory) SourceFactory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.build
+	s.build = f
+	return prev
+}
 
 // SubscribeReplyBound implements bridge.ReplyBounder with the instances'
 // bound, so that a gateway source's subscribe is given its command timeout
@@ -264,7 +289,10 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 	s.mu.Unlock()
 	var err error
 	if src == nil {
-		src, err = s.build()
+		s.mu.Lock()
+		build := s.build
+		s.mu.Unlock()
+		src, err = build()
 	}
 	if err == nil {
 		err = src.Start(ctx, &gatedHandler{s: s, gen: gen})

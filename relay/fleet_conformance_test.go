@@ -43,7 +43,11 @@ func (h *leaseHarness) leased(t *testing.T, name string, build SourceFactory) br
 	ls := f.lease(name, first, build)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := f.join(ctx, h.urls, "conformance-"+name, nil); err != nil {
+	if err := f.connect(h.urls, "conformance-"+name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.join(ctx); err != nil {
+		f.closeConn()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -146,8 +146,21 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	fail := func(err error) (*Relay, error) {
 		r.b.Close()
 		r.closeSink()
+		if r.fl != nil {
+			r.fl.closeConn()
+		}
 		conn.Close()
 		return nil, err
+	}
+	if r.fl != nil {
+		// The fleet's config version, when one was written, is what the
+		// sources are built from (fleet_version.go).
+		if err := r.fl.connect(c.NATS.Servers, c.connName()+"-fleet", append(natsOpts, o.natsOpts...)); err != nil {
+			return fail(err)
+		}
+		if c, err = r.startVersion(ctx, c); err != nil {
+			return fail(err)
+		}
 	}
 	for i, sc := range c.Sources {
 		if err := r.addSource(i, sc); err != nil {
@@ -169,7 +182,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		// is refused before this relay serves or publishes anything. A
 		// lease won now is held for the bridge's start (leasedSource).
 		o.progress("joining fleet " + c.Fleet.Bucket)
-		if err := r.fl.join(ctx, c.NATS.Servers, c.connName()+"-fleet", append(natsOpts, o.natsOpts...)); err != nil {
+		if err := r.fl.join(ctx); err != nil {
 			return fail(err)
 		}
 	}
@@ -187,6 +200,9 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	}
 	r.browser = newBrowser(o.log)
 	r.browser.start(r.b, r.browseJobs)
+	if r.fl != nil {
+		r.fl.versions.follow(r)
+	}
 	o.log.Info().Int("sources", len(c.Sources)+len(o.sources)).Str("nats", conn.Status().String()).Msg("relay running")
 	return r, nil
 }

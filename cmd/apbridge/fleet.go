@@ -14,8 +14,12 @@ import (
 )
 
 // runFleet is `apbridge fleet status --config FILE [--json]`: the fleet's
-// leases as its bucket shows them.
+// leases as its bucket shows them, and each relay's config version; and
+// `apbridge fleet apply` (runFleetApply).
 func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "apply" {
+		return runFleetApply(ctx, args[1:], stdout, stderr)
+	}
 	c, asJSON, err := parseStatus("fleet", "the config file of any relay of the fleet (YAML)", args, stderr)
 	if err != nil {
 		return err
@@ -31,14 +35,9 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	fmt.Fprintf(stdout, "bucket %s, lease TTL %v, %d relays live\n", st.Bucket, st.LeaseTTL, len(st.Relays))
+	fmt.Fprintf(stdout, "bucket %s, lease TTL %v, %d relays live, config version %s\n", st.Bucket, st.LeaseTTL, len(st.Relays), strings.TrimSuffix(versionText(st.ConfigVersion), " (own file)"))
+	printRelays(stdout, st)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "relay\tjoined\trenewed ago\t")
-	for _, r := range st.Relays {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t\n", r.ID, r.Since.Format(time.RFC3339), r.Renewed.Round(time.Millisecond))
-	}
-	tw.Flush()
-	tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "source\towner\trevision\trenewed ago\tplacement (first owns, next stands by)\t")
 	for _, p := range st.Pairs {
 		owner, ago := p.Owner, p.Renewed.Round(time.Millisecond).String()

@@ -78,3 +78,64 @@ func statusRefusedWithout(t *testing.T, sub, cfg, section string) {
 		t.Errorf("config without %s: exit %d, %q", sub, code, errOut.String())
 	}
 }
+
+// `apbridge fleet apply` writes the file as the fleet's version, says so
+// once and writes nothing for the same file again; a file with problems
+// is refused with each; --wait fails naming a live relay that does not
+// report the version; `fleet status` shows the version.
+func TestFleetApply(t *testing.T) {
+	cl := testutil.StartCluster(t, natstest.WithNodes(1), natstest.WithJetStream())
+	cfg := fmt.Sprintf(`
+nats: {servers: [%s]}
+fleet: {relayId: admin, leaseTTL: 1s, replicas: 1}
+sources:
+  - name: line1
+    endpoints: [opc.tcp://127.0.0.1:1]
+    tags: [{name: t, address: "ns=2;s=T"}]
+`, cl.URLs()[0])
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	path := write("fleet.yaml", cfg)
+	apply := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(append([]string{"fleet", "apply"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := apply("--config", path, "--wait", "0"); code != 0 || !strings.Contains(out, "written (the fleet's first)") {
+		t.Fatalf("first version: exit %d: %s%s", code, out, errOut)
+	}
+	if code, out, errOut := apply("--config", path, "--wait", "0"); code != 0 || !strings.Contains(out, "unchanged") {
+		t.Fatalf("same file: exit %d: %s%s", code, out, errOut)
+	}
+	bad := write("bad.yaml", strings.Replace(strings.Replace(cfg, "leaseTTL: 1s", "leaseTTL: 1500ms", 1), "ns=2;s=T", "", 1))
+	if code, _, errOut := apply("--config", bad); code != 1 || strings.Count(errOut, "\n") < 2 || !strings.Contains(errOut, "leaseTTL") {
+		t.Fatalf("a file with problems: exit %d: %s", code, errOut)
+	}
+
+	nc, err := nats.Connect(cl.URLs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := fleet.Join(ctx, nc, fleet.Config{RelayID: "mute", LeaseTTL: time.Second, Replicas: 1, Pairs: []string{"line1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	next := write("next.yaml", strings.Replace(cfg, "ns=2;s=T", "ns=2;s=U", 1))
+	if code, out, errOut := apply("--config", next, "--wait", "300ms"); code != 1 || !strings.Contains(errOut, "relay mute: has not reported") || !strings.Contains(out, "tags +0 -0 ~1") {
+		t.Fatalf("a relay that does not report: exit %d: %s%s", code, out, errOut)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"fleet", "status", "--config", path}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "config version ") || strings.Contains(out.String(), "config version none") {
+		t.Fatalf("status: exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}

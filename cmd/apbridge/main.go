@@ -4,7 +4,8 @@
 //
 //	apbridge run --config FILE         relay the configured tags
 //	apbridge validate --config FILE    check a config without connecting
-//	apbridge fleet status --config FILE  which relay of a fleet owns which source
+//	apbridge fleet status --config FILE  which relay of a fleet owns which source, the config version each runs
+//	apbridge fleet apply --config FILE   make the file the config version every relay of the fleet runs
 //	apbridge edge status --config FILE   an edge site's stream, the hub's sourcing, the outage it absorbs
 //	apbridge health [--url URL]        ask a relay's /healthz (a container's HEALTHCHECK)
 //	apbridge service install|uninstall|start|stop   the relay as a Windows service
@@ -30,7 +31,7 @@ func commands() []cli.Command {
 	return []cli.Command{
 		{Name: "run", Summary: "relay the configured OPC UA tags to NATS (--config FILE)", Run: runRun},
 		{Name: "validate", Summary: "check a config file without connecting (--config FILE)", Run: runValidate},
-		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json])", Run: runFleet},
+		{Name: "fleet", Summary: "fleet status: which relay owns which source (--config FILE [--json]); fleet apply: the config version every relay runs (--config FILE [--wait D])", Run: runFleet},
 		{Name: "edge", Summary: "edge site status: the site stream, the hub's sourcing, the outage it absorbs (--config FILE [--json])", Run: runEdge},
 		{Name: "health", Summary: "ask a relay's health endpoint; exit 0 when it answers 2xx (--url URL)", Run: runHealth},
 		{Name: "service", Summary: "Windows: install, uninstall, start or stop the relay as a service", Run: runService},
