@@ -223,6 +223,8 @@ func (p *Pair) handle(ev event) {
 		p.onWrite(ev)
 	case evPartner:
 		p.onPartner(ev, now)
+	case evStored:
+		p.onStored(ev)
 	}
 }
 
@@ -259,7 +261,7 @@ func (p *Pair) onTimer(now time.Time) {
 	// While the handlers are behind, the publishers hold back and the
 	// subscriptions are silent on purpose: the gap checks stand down and
 	// the polls alone watch the links.
-	holding := p.out.full()
+	holding := p.out.full() || p.store.full()
 	for _, s := range p.sess {
 		if s == nil || !s.up() {
 			continue

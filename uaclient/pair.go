@@ -56,6 +56,9 @@ type Pair struct {
 	log zerolog.Logger
 	pol *servicelevel.Policy
 	out *output
+	// store bounds the data messages handed on and not yet stored
+	// (WithAckAfterStore); nil without.
+	store *storeGate
 
 	mu       sync.Mutex
 	started  bool
@@ -182,6 +185,9 @@ func (p *Pair) Start(ctx context.Context) error {
 	p.items = p.preItems
 	p.preItems = nil
 	p.out = newOutput(p.opt.onData, p.opt.onEvent, p.opt.backlog)
+	if p.opt.afterStore != nil {
+		p.store = newStoreGate(p.opt.unstored)
+	}
 	go p.loop()
 	return nil
 }

@@ -96,9 +96,11 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			sb.resumed(now)
 		}
 	} else {
+		data := newSubscription(s.conn.dataSub, "data")
+		data.afterStore = p.opt.afterStore != nil
 		s.subs = map[uint32]*subscription{
 			s.conn.healthSub: newSubscription(s.conn.healthSub, "health"),
-			s.conn.dataSub:   newSubscription(s.conn.dataSub, "data"),
+			s.conn.dataSub:   data,
 		}
 		if s.conn.from != nil {
 			p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
