@@ -71,6 +71,7 @@ type (
 		status      map[uint32]ua.StatusCode
 		snapshotted bool // every snapshot part has been posted
 		err         error
+		items       []HandoffItem // the items now, for the Handoff
 	}
 	// evSnapshotPart is one batch of a snapshot: the values of the
 	// desire's items from start on, read as soon as the batch was in

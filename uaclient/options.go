@@ -36,6 +36,7 @@ type options struct {
 	// bounds the messages waiting for it.
 	afterStore func(done func())
 	unstored   int
+	onHandoff  func(Handoff)
 	// selectEndpoint picks the partner's endpoint among those its server
 	// offers (partner discovery); partnerRetry is how long after a
 	// discovery that found nothing the next one starts.
@@ -169,6 +170,18 @@ func WithUnstoredLimit(n int) PairOption {
 			return fmt.Errorf("unstored limit: %d is out of range (valid 4-100000)", n)
 		}
 		o.unstored = n
+		return nil
+	}
+}
+
+// WithHandoffRecorder calls f with what a successor of the Pair needs to
+// take its data subscription over (Handoff), each time it changes: a new
+// serving session, its items reconciled, more of its messages
+// acknowledged. f runs on the Pair's loop: it must not block (keep the
+// latest and write it elsewhere, throttled). Default: none.
+func WithHandoffRecorder(f func(Handoff)) PairOption {
+	return func(o *options) error {
+		o.onHandoff = f
 		return nil
 	}
 }

@@ -107,6 +107,7 @@ type Pair struct {
 	urls    [2]string
 	single  bool
 	partner partnerState
+	handoff Handoff // the last one recorded
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does

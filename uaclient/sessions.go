@@ -92,6 +92,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		// Republish round of the old session will never be answered: its
 		// numbers are asked for again.
 		s.subs, s.fence, s.lastMsgs = s.conn.from.from.subs, s.conn.from.from.fence, s.conn.from.from.lastMsgs
+		s.items = s.conn.from.from.items
 		for _, sb := range s.subs {
 			sb.resumed(now)
 		}
@@ -228,6 +229,7 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	}
 	s.resumed = r
 	p.pushDesires()
+	p.recordHandoff()
 	if p.tellPolicyServing(s, now) {
 		p.checkRecovered(s, now)
 	}

@@ -66,6 +66,7 @@ func (p *Pair) onStored(ev evStored) {
 	for _, s := range p.sess {
 		if s != nil && !s.dead() && s.subs[ev.sb.id] == ev.sb {
 			s.conn.ack(ev.sb.id, acks...)
+			p.recordHandoff()
 			return
 		}
 	}

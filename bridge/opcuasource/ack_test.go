@@ -228,3 +228,63 @@ func TestOPCUAUnstoredBacklogBounded(t *testing.T) {
 		t.Fatalf("relay lost %d and duplicated %d updates", lost, dup)
 	}
 }
+
+// handoffs keeps the latest Handoff a Pair recorded.
+type handoffs struct {
+	mu   sync.Mutex
+	last uaclient.Handoff
+	n    int
+}
+
+func (h *handoffs) record(x uaclient.Handoff) {
+	h.mu.Lock()
+	h.last, h.n = x, h.n+1
+	h.mu.Unlock()
+}
+
+func (h *handoffs) get() (uaclient.Handoff, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last, h.n
+}
+
+// TestOPCUARecordsHandoff: what a successor needs is recorded: the
+// server's subscription IDs, every tag's item, and how far the data
+// messages are acknowledged, which stays at the first while the sink
+// withholds its confirmation (the server holding them) and moves once it
+// confirms.
+func TestOPCUARecordsHandoff(t *testing.T) {
+	ws := &withholdingSink{held: make(chan struct{})}
+	var rec handoffs
+	e := startAckEnv(t, func(cs *bridge.CoreSink) bridge.Sink { ws.CoreSink = cs; return ws },
+		opcuasource.WithPairOptions(uaclient.WithHandoffRecorder(rec.record)))
+	var data, health uaserver.SubscriptionInfo
+	testutil.WaitFor(t, "the server holding 5 data messages", 20*time.Second, func() bool {
+		var ok bool
+		data, health, ok = e.subs()
+		h, _ := rec.get()
+		return ok && len(data.Retained) >= 5 && len(h.Items) == len(e.pair.Tags())
+	})
+	h, _ := rec.get()
+	if h.DataSub != data.ID || h.HealthSub != health.ID || h.URL != e.pair.A().Endpoint() {
+		t.Fatalf("handoff %+v: want data subscription %d and health %d on %s", h, data.ID, health.ID, e.pair.A().Endpoint())
+	}
+	if h.NextUnacked != 1 {
+		t.Fatalf("handoff says messages before %d are acknowledged, but the sink confirmed none", h.NextUnacked)
+	}
+	nodes := map[string]bool{}
+	for _, it := range h.Items {
+		nodes[it.Node] = it.ID != 0
+	}
+	for _, tg := range e.pair.Tags() {
+		if !nodes[tg.NodeID().String()] {
+			t.Fatalf("handoff items %+v lack tag %s or its server ID", h.Items, tg.Name)
+		}
+	}
+	ws.release()
+	testutil.WaitFor(t, "the handoff following the acknowledgements", 10*time.Second, func() bool {
+		h, _ := rec.get()
+		data, _, _ = e.subs()
+		return h.NextUnacked > 10 && (len(data.Retained) == 0 || data.Retained[0] >= h.NextUnacked-1)
+	})
+}
