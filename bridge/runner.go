@@ -58,6 +58,8 @@ type runner struct {
 	startDone chan struct{}
 
 	counters sourceCounters
+	// marks are the source's AfterStored calls (stored.go).
+	marks storeMarks
 }
 
 type sourceCounters struct {
@@ -86,6 +88,7 @@ func newRunner(b *Bridge, src Source) *runner {
 		b: b, src: src, byHandle: map[uint32]*tagState{}, nextHandle: 1,
 		events: make(chan guardEvent, 16), wants: make(chan struct{}, 1),
 		startDone: make(chan struct{}), done: make(chan struct{}),
+		marks:  storeMarks{wake: make(chan struct{}, 1)},
 		health: Health{State: StateConnecting, Level: -1},
 	}
 	gc := b.cfg.Guard
@@ -217,6 +220,16 @@ func (r *runner) want() {
 func (r *runner) run(ctx context.Context) {
 	defer r.b.wg.Done()
 	defer close(r.done)
+	sctx, stop := context.WithCancel(ctx)
+	stored := make(chan struct{})
+	go func() {
+		defer close(stored)
+		r.storeLoop(sctx)
+	}()
+	defer func() {
+		stop()
+		<-stored
+	}()
 	err := r.src.Start(ctx, r)
 	close(r.startDone)
 	if err != nil {

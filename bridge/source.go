@@ -96,6 +96,22 @@ type Handler interface {
 	Restored()
 }
 
+// StoreNotifier is implemented by the bridge's Handler: a source that can
+// leave what it received with its server until it is stored (an OPC UA
+// subscription keeps each message until it is acknowledged) asks to hear
+// when that is. A wrapper of the Handler that does not forward it makes
+// the source acknowledge on receipt, as without it.
+type StoreNotifier interface {
+	// AfterStored calls f once every update the source handed to Update
+	// before the call is stored by the sink (its Flush returned: the core
+	// sink's broker confirmation, the JetStream sink's acknowledgement
+	// by the stream, or an update the sink gave up on, which it logged
+	// and counted). It never blocks; f runs on a goroutine of the
+	// bridge, never the source's, and not at all if the source is
+	// stopped or removed first.
+	AfterStored(f func())
+}
+
 // State is a source's connection state.
 type State string
 

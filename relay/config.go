@@ -50,6 +50,10 @@ type Config struct {
 	// and watches the hub stream that sources it (config_edge.go,
 	// docs/edge.md).
 	Edge *edge.Config `yaml:"edge"`
+	// StateDir is a directory the relay owns, where it keeps per OPC UA
+	// source what a successor (the relay restarted) needs to take the
+	// servers' subscriptions over (state.go). Empty: none is kept.
+	StateDir string `yaml:"stateDir"`
 
 	// subs are the values Parse took from the environment, which the
 	// config service never shows (Redacted).
@@ -234,6 +238,7 @@ func (c *Config) validate(withSources bool) error {
 	}
 	c.checkListen(add)
 	c.checkNATS(add)
+	checkStateDir(c.StateDir, add)
 	if c.NATS.LameDuckHandling != nil {
 		if _, err := ldm.Parse(*c.NATS.LameDuckHandling); err != nil {
 			add("nats.lameDuckHandling: %q is not valid (valid: NONE, SWITCH_TO_PASSIVE, PASSIVE_ONLY)", *c.NATS.LameDuckHandling)

@@ -101,6 +101,7 @@ var restartOnly = []struct {
 	{"sink", func(c *Config) any { return c.Sink == SinkJetStream }},
 	{"jetstream", func(c *Config) any { return c.JetStream }},
 	{"fleet", func(c *Config) any { return c.Fleet }},
+	{"stateDir", func(c *Config) any { return c.StateDir }},
 }
 
 // Diff works out what applying next to a relay running cur changes. Both

@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/edge"
 	"github.com/apbridge/apbridge/internal/tlsconf"
+	"github.com/apbridge/apbridge/uaclient"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -28,6 +29,8 @@ type Relay struct {
 	js   *jetstreamsink.Sink // nil with the core sink
 	b    *bridge.Bridge
 	fl   *fleetPart // nil unless the relay is one of a fleet
+	// state keeps the sources' handoffs in stateDir; nil without one.
+	state *stateStore
 	// edge watches the site stream and the hub's sourcing of it; nil
 	// without an edge section.
 	edge *edge.Monitor
@@ -94,6 +97,10 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	}
 	r := &Relay{log: o.log, conn: conn, built: map[string]*opcuasource.Source{},
 		live: liveConfig{cfg: c, version: 1, extras: len(o.sources) + len(o.factories)}}
+	if c.StateDir != "" && c.Fleet == nil {
+		// A fleet keeps a source's state with its lease (not yet).
+		r.state = newStateStore(c.StateDir, o.log)
+	}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
 	prefix := c.Service.Prefix
 	if prefix == "" {
@@ -266,7 +273,11 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 	}
 	tags, monitoring := sc.tagsAndMonitoring()
 	return func() (bridge.Source, error) {
-		src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(secOpts...),
+		pairOpts := secOpts
+		if r.state != nil {
+			pairOpts = append(slices.Clip(secOpts), uaclient.WithHandoffRecorder(r.state.recorder(sc.Name)))
+		}
+		src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
 			opcuasource.WithMonitoring(monitoring))
 		if err != nil {
 			return nil, err
@@ -349,6 +360,9 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 		}
 		if err := r.b.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		if r.state != nil {
+			r.state.close() // the sources are closed: their last state is final
 		}
 		r.closeSink()
 		if err := r.conn.Drain(ctx); err != nil && !errors.Is(err, apconn.ErrClosed) {

@@ -111,6 +111,7 @@ func (p *Pair) onPublish(ev evPublish, now time.Time) {
 	st := sb.published(ev.publishAnswer, now)
 	p.handOn(s, sb, st.msgs, now)
 	s.conn.ack(sb.id, st.acks...)
+	p.markStored(sb, st)
 	p.recoverGaps(s, now)
 	p.checkRecovered(s, now)
 }
@@ -185,6 +186,7 @@ func (p *Pair) onRepublished(ev evRepublished, now time.Time) {
 				s.ep, sb.name, ev.sub, seqList(rc.lost), rc.cause)})
 	}
 	p.handOn(s, sb, st.msgs, now)
+	p.markStored(sb, st)
 	p.recoverGaps(s, now)
 	p.checkRecovered(s, now)
 }

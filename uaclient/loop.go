@@ -71,6 +71,7 @@ type (
 		status      map[uint32]ua.StatusCode
 		snapshotted bool // every snapshot part has been posted
 		err         error
+		items       []HandoffItem // the items now, for the Handoff
 	}
 	// evSnapshotPart is one batch of a snapshot: the values of the
 	// desire's items from start on, read as soon as the batch was in
@@ -223,6 +224,8 @@ func (p *Pair) handle(ev event) {
 		p.onWrite(ev)
 	case evPartner:
 		p.onPartner(ev, now)
+	case evStored:
+		p.onStored(ev)
 	}
 }
 
@@ -259,7 +262,7 @@ func (p *Pair) onTimer(now time.Time) {
 	// While the handlers are behind, the publishers hold back and the
 	// subscriptions are silent on purpose: the gap checks stand down and
 	// the polls alone watch the links.
-	holding := p.out.full()
+	holding := p.out.full() || p.store.full()
 	for _, s := range p.sess {
 		if s == nil || !s.up() {
 			continue

@@ -31,6 +31,12 @@ type options struct {
 	dialOpts   DialOptionsFunc   // per connection, after endpOpts
 	backlog    int
 	publishers int // Publish requests outstanding per session
+	// afterStore, if set, defers the data messages' acknowledgements
+	// until what they carried is stored (WithAckAfterStore); unstored
+	// bounds the messages waiting for it.
+	afterStore func(done func())
+	unstored   int
+	onHandoff  func(Handoff)
 	// selectEndpoint picks the partner's endpoint among those its server
 	// offers (partner discovery); partnerRetry is how long after a
 	// discovery that found nothing the next one starts.
@@ -51,6 +57,7 @@ func defaultOptions() options {
 		name:           "apbridge",
 		logger:         zerolog.Nop(),
 		backlog:        1 << 16,
+		unstored:       DefaultUnstoredLimit,
 		publishers:     defaultPublishers,
 		selectEndpoint: SelectNoneEndpoint,
 		partnerRetry:   PartnerRetryInterval,
@@ -117,6 +124,64 @@ func WithBacklog(n int) PairOption {
 			return fmt.Errorf("backlog: %d is out of range (valid 16-16777216)", n)
 		}
 		o.backlog = n
+		return nil
+	}
+}
+
+// DefaultUnstoredLimit is how many data messages the Pair hands on and
+// waits to see stored (WithAckAfterStore) before it holds its Publish
+// requests back: below node-opcua's retransmission queue (100 messages per
+// subscription) with room for the Publish requests outstanding, each of
+// which can bring one more.
+const DefaultUnstoredLimit = 64
+
+// WithAckAfterStore makes the Pair acknowledge a data NotificationMessage
+// to the server only once every update it carried is stored, not when it
+// is handed to the data handler: a server keeps each message until it is
+// acknowledged, so what the Pair's user holds unstored when it dies is
+// still the server's, for a successor to ask for again. after is called
+// on the data handler's goroutine, after the updates of one or more
+// messages were handed to the data handler; it must not block, and must
+// arrange for done to be called (on any goroutine, once; later calls do
+// nothing) when every update handed to the data handler before the call
+// is stored. A done never called holds the messages' acknowledgements,
+// and at the limit (WithUnstoredLimit) the Publish requests, back.
+// Keep-alives and the health subscription's messages are acknowledged as
+// before. Default: off.
+func WithAckAfterStore(after func(done func())) PairOption {
+	return func(o *options) error {
+		o.afterStore = after
+		return nil
+	}
+}
+
+// WithUnstoredLimit bounds the data messages handed on and not yet
+// stored (WithAckAfterStore): above it the Pair sends no Publish request
+// until some are stored, so the servers keep the rest in their
+// retransmission queues and their items' queues. Keep it below the
+// servers' retransmission queue (node-opcua keeps 100 messages per
+// subscription; Part 4 asks at least twice the Publish requests a
+// session keeps outstanding): a server drops the oldest message it holds
+// beyond it, and a successor can no longer ask for it. Default
+// DefaultUnstoredLimit; valid 4-100000.
+func WithUnstoredLimit(n int) PairOption {
+	return func(o *options) error {
+		if n < 4 || n > 100000 {
+			return fmt.Errorf("unstored limit: %d is out of range (valid 4-100000)", n)
+		}
+		o.unstored = n
+		return nil
+	}
+}
+
+// WithHandoffRecorder calls f with what a successor of the Pair needs to
+// take its data subscription over (Handoff), each time it changes: a new
+// serving session, its items reconciled, more of its messages
+// acknowledged. f runs on the Pair's loop: it must not block (keep the
+// latest and write it elsewhere, throttled). Default: none.
+func WithHandoffRecorder(f func(Handoff)) PairOption {
+	return func(o *options) error {
+		o.onHandoff = f
 		return nil
 	}
 }

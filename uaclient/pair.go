@@ -56,6 +56,9 @@ type Pair struct {
 	log zerolog.Logger
 	pol *servicelevel.Policy
 	out *output
+	// store bounds the data messages handed on and not yet stored
+	// (WithAckAfterStore); nil without.
+	store *storeGate
 
 	mu       sync.Mutex
 	started  bool
@@ -104,6 +107,7 @@ type Pair struct {
 	urls    [2]string
 	single  bool
 	partner partnerState
+	handoff Handoff // the last one recorded
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does
@@ -182,6 +186,9 @@ func (p *Pair) Start(ctx context.Context) error {
 	p.items = p.preItems
 	p.preItems = nil
 	p.out = newOutput(p.opt.onData, p.opt.onEvent, p.opt.backlog)
+	if p.opt.afterStore != nil {
+		p.store = newStoreGate(p.opt.unstored)
+	}
 	go p.loop()
 	return nil
 }

@@ -143,6 +143,10 @@ func (p *Pair) onReconciled(ev evReconciled, now time.Time) {
 		return
 	}
 	p.answerWaiters(s, ev)
+	if ev.items != nil {
+		s.items = ev.items
+		defer p.recordHandoff()
+	}
 	if s.promoting() && ev.snapshotted && ev.version >= s.promotion.ver {
 		if s.phase != phaseCutOver {
 			p.cutOver(s, now) // no items: an empty snapshot

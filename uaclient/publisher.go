@@ -52,7 +52,7 @@ func (c *conn) ack(sub uint32, seqs ...uint32) {
 // sequence-number order (see sequencer).
 func (c *conn) publisher() {
 	for {
-		if c.p.out.waitRoom(c.ctx) != nil {
+		if c.p.out.waitRoom(c.ctx) != nil || c.p.store.waitRoom(c.ctx) != nil {
 			return
 		}
 		res, err := send[*ua.PublishResponse](c.ctx, c.client, &ua.PublishRequest{SubscriptionAcknowledgements: c.takeAcks()})

@@ -45,6 +45,7 @@ type session struct {
 	fence    map[uint32]*ua.DataValue
 	attempt  int
 	lastMsgs [2][]dataNote // the last two data messages handed on while serving
+	items    []HandoffItem // the data items as last reconciled, for the Handoff
 }
 
 func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.Duration) *session {

@@ -92,13 +92,16 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		// Republish round of the old session will never be answered: its
 		// numbers are asked for again.
 		s.subs, s.fence, s.lastMsgs = s.conn.from.from.subs, s.conn.from.from.fence, s.conn.from.from.lastMsgs
+		s.items = s.conn.from.from.items
 		for _, sb := range s.subs {
 			sb.resumed(now)
 		}
 	} else {
+		data := newSubscription(s.conn.dataSub, "data")
+		data.afterStore = p.opt.afterStore != nil
 		s.subs = map[uint32]*subscription{
 			s.conn.healthSub: newSubscription(s.conn.healthSub, "health"),
-			s.conn.dataSub:   newSubscription(s.conn.dataSub, "data"),
+			s.conn.dataSub:   data,
 		}
 		if s.conn.from != nil {
 			p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
@@ -226,6 +229,7 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	}
 	s.resumed = r
 	p.pushDesires()
+	p.recordHandoff()
 	if p.tellPolicyServing(s, now) {
 		p.checkRecovered(s, now)
 	}

@@ -29,10 +29,19 @@ type subscription struct {
 	id   uint32
 	name string // "health" or "data", for messages
 	seq  *sequencer[[]dataNote]
+	// afterStore: a number handed on is acknowledged only once what it
+	// carried is stored (stored), not when it is handed on; the server
+	// keeps the message until then, for a successor to ask for again.
+	afterStore bool
+	// acked is the first number not acknowledged (nor queued for it):
+	// every number before it was handed on, or given up, and may be
+	// forgotten by the server. Up to seq.next with afterStore; equal to
+	// it without.
+	acked uint32
 }
 
 func newSubscription(id uint32, name string) *subscription {
-	return &subscription{id: id, name: name, seq: newSequencer[[]dataNote](reorderWait)}
+	return &subscription{id: id, name: name, seq: newSequencer[[]dataNote](reorderWait), acked: 1}
 }
 
 // publishAnswer is what one Publish response said of a subscription.
@@ -44,10 +53,40 @@ type publishAnswer struct {
 }
 
 // step is what the loop does after a subscription took an answer: hand
-// msgs on, in order, and acknowledge acks.
+// msgs on, in order, and acknowledge acks. With afterStore, the numbers
+// handed on are not in acks: once what msgs carried is stored, the loop
+// calls stored(mark); handed is how many numbers that covers.
 type step struct {
-	msgs [][]dataNote
-	acks []uint32
+	msgs   [][]dataNote
+	acks   []uint32
+	mark   uint32 // 0: nothing to wait for
+	handed int
+}
+
+// settle acknowledges, or with afterStore marks for acknowledgement once
+// stored, the numbers handed on or given up since from.
+func (sb *subscription) settle(st *step, from uint32) {
+	to := sb.seq.next
+	if to == from {
+		return
+	}
+	if sb.afterStore {
+		st.mark, st.handed = to, int(seqDiff(to, from))
+		return
+	}
+	st.acks = append(st.acks, handedOn(from, to)...)
+	sb.acked = to
+}
+
+// stored reports that everything handed on before number to is stored:
+// it returns the numbers the server may now forget.
+func (sb *subscription) stored(to uint32) []uint32 {
+	if seqDiff(to, sb.acked) <= 0 || seqDiff(to, sb.seq.next) > 0 {
+		return nil
+	}
+	acks := handedOn(sb.acked, to)
+	sb.acked = to
+	return acks
 }
 
 // published takes a Publish response for the subscription.
@@ -56,9 +95,11 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 	q := sb.seq
 	sb.raiseHorizon(r.avail, now)
 	for _, n := range r.avail {
-		if seqDiff(n, q.next) < 0 {
-			// Handed on, and its acknowledgement went out on a channel
-			// that broke: the server would keep it for ever.
+		if seqDiff(n, sb.acked) < 0 {
+			// Acknowledged, and the acknowledgement went out on a
+			// channel that broke: the server would keep it for ever. A
+			// number handed on and not yet stored (afterStore) waits
+			// for stored.
 			st.acks = append(st.acks, n)
 		}
 	}
@@ -73,7 +114,7 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 	default:
 		st.msgs, _ = q.data(r.seq, r.notes, now)
 	}
-	st.acks = append(st.acks, handedOn(from, q.next)...)
+	sb.settle(&st, from)
 	return st
 }
 
@@ -120,7 +161,7 @@ func (sb *subscription) republished(answers []republished, now time.Time) (step,
 		}
 	}
 	q.asked(now)
-	st.acks = handedOn(from, q.next)
+	sb.settle(&st, from)
 	return st, rc
 }
 

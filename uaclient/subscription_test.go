@@ -156,3 +156,67 @@ func TestSubscriptionAvailableAndResumed(t *testing.T) {
 		t.Fatalf("after resuming, asked for %v, want [2 3] again", ask)
 	}
 }
+
+// With afterStore, a number handed on is acknowledged only once it is
+// stored: the server listing it as held before then does not get it
+// acknowledged, after then it is acknowledged again; stored acknowledges
+// everything before its mark once, whatever order the marks come in.
+func TestSubscriptionAcknowledgesAfterStore(t *testing.T) {
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	type op struct {
+		pub      *publishAnswer // a Publish answer, or
+		stored   uint32         // a mark stored
+		acks     []uint32
+		mark     uint32
+		handedOn int
+	}
+	pa := func(a publishAnswer) *publishAnswer { return &a }
+	for _, tc := range []struct {
+		name string
+		ops  []op
+	}{
+		{"marked, then acknowledged once stored", []op{
+			{pub: pa(msg(1)), mark: 2, handedOn: 1},
+			{pub: pa(msg(2)), mark: 3, handedOn: 1},
+			{stored: 2, acks: []uint32{1}},
+			{stored: 3, acks: []uint32{2}},
+		}},
+		{"held by the server and not stored: not acknowledged", []op{
+			{pub: pa(msg(1)), mark: 2, handedOn: 1},
+			{pub: pa(keepAlive(2, 1))},
+			{stored: 2, acks: []uint32{1}},
+			{pub: pa(keepAlive(2, 1)), acks: []uint32{1}}, // the ack went into a broken channel
+		}},
+		{"a later mark stored first covers the earlier", []op{
+			{pub: pa(msg(1)), mark: 2, handedOn: 1},
+			{pub: pa(msg(2)), mark: 3, handedOn: 1},
+			{stored: 3, acks: []uint32{1, 2}},
+			{stored: 2},
+		}},
+		{"a gap filled: one mark for both", []op{
+			{pub: pa(msg(2))},
+			{pub: pa(msg(1)), mark: 3, handedOn: 2},
+			{stored: 3, acks: []uint32{1, 2}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sb := newSubscription(7, "data")
+			sb.afterStore = true
+			for i, o := range tc.ops {
+				var acks []uint32
+				if o.pub != nil {
+					st := sb.published(*o.pub, at)
+					acks = st.acks
+					if st.mark != o.mark || st.handed != o.handedOn {
+						t.Fatalf("op %d: mark %d covering %d, want %d covering %d", i, st.mark, st.handed, o.mark, o.handedOn)
+					}
+				} else {
+					acks = sb.stored(o.stored)
+				}
+				if !slices.Equal(acks, o.acks) {
+					t.Fatalf("op %d: acks %v, want %v", i, acks, o.acks)
+				}
+			}
+		})
+	}
+}

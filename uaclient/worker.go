@@ -83,6 +83,9 @@ func (c *conn) worker() {
 		}
 		for d := c.takeDesire(); d != nil; d = c.takeDesire() {
 			res := c.reconcile(d, have, failed)
+			if res.err == nil && c.p.opt.onHandoff != nil {
+				res.items = itemsOf(have)
+			}
 			if !c.p.post(res) || res.err != nil {
 				return
 			}

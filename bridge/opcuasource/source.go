@@ -104,6 +104,14 @@ func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 		uaclient.WithDataHandler(s.onData),
 		uaclient.WithEventHandler(s.onEvent),
 	}, s.opts...)
+	if sn, ok := h.(bridge.StoreNotifier); ok {
+		// A data message is acknowledged to the server only once the
+		// sink stored its updates: until then the server keeps it, for
+		// this Pair after a link blip or a successor to ask for again.
+		// The updates reach h on the Pair's output goroutine before
+		// its mark does, so the mark follows them into the sink.
+		opts = append(opts, uaclient.WithAckAfterStore(sn.AfterStored))
+	}
 	p, err := uaclient.NewPair(s.cfg, opts...)
 	if err != nil {
 		return err

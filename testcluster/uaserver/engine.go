@@ -168,6 +168,9 @@ type SubscriptionInfo struct {
 	Priority byte          // as the client asked for it
 	Interval time.Duration // the revised publishing interval
 	Items    int           // monitored items
+	// Retained are the sequence numbers of the data messages sent and
+	// not yet acknowledged, oldest first: what Republish can give back.
+	Retained []uint32
 }
 
 func (e *uaEngine) subscriptions() []SubscriptionInfo {
@@ -175,7 +178,7 @@ func (e *uaEngine) subscriptions() []SubscriptionInfo {
 	defer e.mu.Unlock()
 	out := make([]SubscriptionInfo, 0, len(e.subs))
 	for _, sub := range e.subs {
-		out = append(out, SubscriptionInfo{ID: sub.id, Priority: sub.priority, Interval: sub.interval, Items: len(sub.items)})
+		out = append(out, SubscriptionInfo{ID: sub.id, Priority: sub.priority, Interval: sub.interval, Items: len(sub.items), Retained: sub.available()})
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out

@@ -1,0 +1,203 @@
+package relay
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/uaclient"
+	"github.com/rs/zerolog"
+)
+
+// The relay's state directory (stateDir) keeps, per OPC UA source, what a
+// successor of the relay (the same relay restarted) needs to take the
+// source's subscriptions over rather than create new ones: per endpoint,
+// the server's subscription IDs, the first data message not acknowledged
+// (with acknowledge after store, every one before it is stored) and the
+// monitored items. Nothing in it is secret. One file per source, written
+// whole and atomically (a temporary file, fsynced, renamed over the old,
+// the directory fsynced), at most every stateWriteInterval while it
+// changes, and at the relay's close.
+
+// stateWriteInterval bounds how often a source's state file is written
+// while it changes: a successor that reads an older one asks the server
+// for a few messages the relay had stored, which the stream's duplicate
+// window drops.
+const stateWriteInterval = 250 * time.Millisecond
+
+// sourceState is the content of a source's state file.
+type sourceState struct {
+	Version int    `json:"version"`
+	Source  string `json:"source"`
+	// Endpoints holds the latest handoff per endpoint ("primary",
+	// "backup").
+	Endpoints map[string]uaclient.Handoff `json:"endpoints"`
+}
+
+// stateStore writes the sources' state files. Its recorders never block:
+// they note the latest handoff and wake the writer.
+type stateStore struct {
+	dir string
+	log zerolog.Logger
+
+	mu    sync.Mutex
+	state map[string]*sourceState
+	dirty map[string]bool
+
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	started bool // the writer runs: from the first record on
+	closed  bool
+}
+
+// newStateStore returns the store of dir; its writer starts with the
+// first record, so that a relay that fails to start leaves nothing
+// running.
+func newStateStore(dir string, log zerolog.Logger) *stateStore {
+	return &stateStore{dir: dir, log: log, state: map[string]*sourceState{}, dirty: map[string]bool{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// recorder returns the handoff recorder of source.
+func (st *stateStore) recorder(source string) func(uaclient.Handoff) {
+	return func(h uaclient.Handoff) {
+		st.mu.Lock()
+		s := st.state[source]
+		if s == nil {
+			s = &sourceState{Version: 1, Source: source, Endpoints: map[string]uaclient.Handoff{}}
+			st.state[source] = s
+		}
+		s.Endpoints[h.Endpoint] = h
+		st.dirty[source] = true
+		if !st.started && !st.closed {
+			st.started = true
+			go st.run()
+		}
+		st.mu.Unlock()
+		select {
+		case st.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (st *stateStore) run() {
+	defer close(st.done)
+	for {
+		select {
+		case <-st.stop:
+			st.flush()
+			return
+		case <-st.wake:
+		}
+		st.flush()
+		t := time.NewTimer(stateWriteInterval)
+		select {
+		case <-st.stop:
+			t.Stop()
+			st.flush()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// flush writes every source whose state changed since its last write.
+func (st *stateStore) flush() {
+	st.mu.Lock()
+	var names []string
+	var data [][]byte
+	for name := range st.dirty {
+		b, err := json.MarshalIndent(st.state[name], "", "  ")
+		if err != nil {
+			continue
+		}
+		names, data = append(names, name), append(data, b)
+	}
+	clear(st.dirty)
+	st.mu.Unlock()
+	for i, name := range names {
+		if err := writeAtomic(st.dir, stateFileName(name), data[i]); err != nil {
+			st.log.Warn().Err(err).Str("source", name).Msg("state not written: a successor will create new subscriptions for this source")
+		}
+	}
+}
+
+// close writes what changed last and stops the writer; idempotent.
+func (st *stateStore) close() {
+	st.mu.Lock()
+	started, closed := st.started, st.closed
+	st.closed = true
+	st.mu.Unlock()
+	if closed || !started {
+		return
+	}
+	close(st.stop)
+	<-st.done
+}
+
+// stateFileName is a source's state file: its name, which the config
+// limits to characters a subject token takes.
+func stateFileName(source string) string { return source + ".state.json" }
+
+// writeAtomic replaces dir/name with data so that a reader (or a crash at
+// any point) sees the old file or the new one, never a part: a temporary
+// file in dir, fsynced, renamed over name, and dir fsynced so that the
+// rename itself survives a power loss.
+func writeAtomic(dir, name string, data []byte) error {
+	f, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, name))
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// checkStateDir checks that the relay can keep its state in dir: it
+// creates the directory if need be and a file in it.
+func checkStateDir(dir string, add func(string, ...any)) {
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		add("stateDir: %q cannot be created: %v (want a directory the relay can create and write)", dir, err)
+		return
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		add("stateDir: %q is not a directory (want a directory the relay can create and write)", dir)
+		return
+	}
+	f, err := os.CreateTemp(dir, ".probe.*")
+	if err != nil {
+		add("stateDir: %q is not writable: %v (want a directory the relay can create and write)", dir, err)
+		return
+	}
+	f.Close()
+	_ = os.Remove(f.Name())
+}
