@@ -272,12 +272,17 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 		return nil, nil, fmt.Errorf("sources[%d].security: %w", i, err)
 	}
 	tags, monitoring := sc.tagsAndMonitoring()
+	var fc *FleetConfig
+	if r.fl != nil {
+		fc = r.fl.cfg
+	}
+	pc := pairConfig(fc, sc)
 	return func() (bridge.Source, error) {
 		pairOpts := secOpts
 		if r.state != nil {
 			pairOpts = append(slices.Clip(secOpts), uaclient.WithHandoffRecorder(r.state.recorder(sc.Name)))
 		}
-		src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
+		src, err := opcuasource.New(sc.Name, pc, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
 			opcuasource.WithMonitoring(monitoring))
 		if err != nil {
 			return nil, err
