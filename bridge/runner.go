@@ -132,12 +132,27 @@ func (r *runner) Update(handle uint32, u wire.Update) {
 	// Outside r.mu: a sink may block here (backpressure), and status,
 	// snapshot and write-back must not wait for it. The order of a tag's
 	// updates is kept by the source calling Update one at a time.
-	if err := r.b.sink.Publish(r.src.Name(), m, &u); err != nil {
+	if err := r.publish(m, u); err != nil {
 		r.counters.publishErrors.Add(1)
 		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
 		return
 	}
 	r.counters.published.Add(1)
+}
+
+// publish hands m, which carries u, to the sink. The core sink is called
+// directly: through the interface u would move to the heap on every update
+// (the compiler cannot see that a sink keeps no pointer to it), for a sink
+// that does not even read it. Other sinks get a copy of their own.
+func (r *runner) publish(m *nats.Msg, u wire.Update) error {
+	if cs, ok := r.b.sink.(*CoreSink); ok {
+		return cs.Publish(r.src.Name(), m, &u)
+	}
+	return r.publishVia(m, u)
+}
+
+func (r *runner) publishVia(m *nats.Msg, u wire.Update) error {
+	return r.b.sink.Publish(r.src.Name(), m, &u)
 }
 
 // tagLocked returns the tag of handle, nil for none; r.mu is held.
