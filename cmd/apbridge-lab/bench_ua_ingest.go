@@ -172,8 +172,10 @@ func benchUAIngest(ctx context.Context, cfg benchConfig) (*result, error) {
 	plainArgs := append([]string{"--plain", "--endpoint", endpoint, "--nodes", nodesPath,
 		"--publishing", ingestPublishing.String(), "--sampling", ingestPublishing.String()}, common...)
 	if cfg.childCPUProfiles != "" {
-		relayArgs = append(relayArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-relay.pprof"))
-		plainArgs = append(plainArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-plain.pprof"))
+		relayArgs = append(relayArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-relay.pprof"),
+			"--memprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-relay.heap.pprof"))
+		plainArgs = append(plainArgs, "--cpuprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-plain.pprof"),
+			"--memprofile", filepath.Join(cfg.childCPUProfiles, "ua-ingest-plain.heap.pprof"))
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()

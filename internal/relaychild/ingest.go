@@ -55,6 +55,7 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sampling := fs.Duration("sampling", 100*time.Millisecond, "--plain: the sampling interval")
 	window := fs.Duration("window", 10*time.Second, "how long one measured window lasts")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured windows to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile (what is held, and what was allocated since the start) to this file at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,6 +123,15 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		// After the last window; deferred last, so it runs before the
+		// relay or the client closes.
+		defer func() {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				fmt.Fprintf(stderr, "ingest-child: %v\n", err)
+			}
+		}()
 	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
