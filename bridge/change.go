@@ -454,6 +454,7 @@ func (b *Bridge) commitLocked(p *applyPlan) {
 		for _, rep := range rp.replace {
 			b.bySubject[rep.subj] = r.byHandle[rep.hdl]
 		}
+		r.reindexLocked()
 		r.mu.Unlock()
 		b.addTagsLocked(r, rp.add)
 		r.mu.Lock()

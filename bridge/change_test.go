@@ -163,6 +163,16 @@ func TestApplyTagChanges(t *testing.T) {
 	if n := rec.count("gone"); n != goneCount {
 		t.Fatalf("the removed tag published %d updates after Apply", n-goneCount)
 	}
+	// Late updates of the old items (the removed tag's, the moved tag's
+	// old handle) are dropped; one for a kept tag, sent after them, is
+	// published (the control: the source's updates arrive in order).
+	e.src.Emit(before["gone"].Handle, wire.Update{Value: int64(99), Status: wire.StatusGood})
+	e.src.Emit(before["readdr"].Handle, wire.Update{Value: int64(99), Status: wire.StatusGood})
+	e.src.Emit(after["keep"].Handle, wire.Update{Value: int64(99), Status: wire.StatusGood})
+	testutil.WaitFor(t, "the kept tag's update", 5*time.Second, func() bool { return rec.count("keep") == 6 })
+	if n, m := rec.count("gone"), rec.count("readdr"); n != goneCount || m != 5 {
+		t.Fatalf("late updates of old items published: gone %d (want %d), readdr %d (want 5)", n, goneCount, m)
+	}
 	if s, _ := e.b.Subject("sim1", "resubj"); s != "moved.resubj" {
 		t.Fatalf("resubj on %q", s)
 	}
@@ -192,6 +202,29 @@ func TestApplyTagChanges(t *testing.T) {
 // TestApplyRefusedChangesNothing: a change with problems reports every one
 // of them and changes nothing; the same change without them applies
 // (the positive control).
+// A change that only removes a tag drops the late updates of its item,
+// while a kept tag's, sent after them, is published.
+func TestApplyRemoveDropsLateUpdates(t *testing.T) {
+	e := setup(t, bridge.Config{}, []bridge.TagConfig{{Name: "keep", Address: "ns=1;s=keep"}, {Name: "gone", Address: "ns=1;s=gone"}})
+	rec := record(t, e)
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 2 })
+	e.src.EmitAll()
+	testutil.WaitFor(t, "first updates", 5*time.Second, func() bool { return rec.count("gone") == 1 && rec.count("keep") == 1 })
+	before := e.src.SubscribedTags()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := e.b.Apply(ctx, bridge.Change{Tags: []bridge.TagChanges{{Source: "sim1", Remove: []string{"gone"}}}})
+	if err != nil || len(res.Problems) > 0 {
+		t.Fatalf("Apply: %v %v", err, res.Problems)
+	}
+	e.src.Emit(before["gone"].Handle, wire.Update{Value: int64(99), Status: wire.StatusGood})
+	e.src.Emit(before["keep"].Handle, wire.Update{Value: int64(99), Status: wire.StatusGood})
+	testutil.WaitFor(t, "the kept tag's update", 5*time.Second, func() bool { return rec.count("keep") == 2 })
+	if n := rec.count("gone"); n != 1 {
+		t.Fatalf("the removed tag published %d updates after Apply", n-1)
+	}
+}
+
 func TestApplyRefusedChangesNothing(t *testing.T) {
 	e := setup(t, bridge.Config{}, tagsN(3, false))
 	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })

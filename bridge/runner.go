@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,14 @@ type runner struct {
 	src      Source
 	tags     []*tagState
 	byHandle map[uint32]*tagState
+	// dense is byHandle as a slice indexed by handle - denseBase, for
+	// Update: a tag's lookup on every update costs an index instead of a
+	// hash probe into a map of thousands. reindexLocked rebuilds it after
+	// every change of byHandle; nil while the handles are too sparse
+	// (changes leave holes, handles are never used again), and Update
+	// falls back to the map.
+	dense     []*tagState
+	denseBase uint32
 
 	// tagsLater: the source gets tags by AddTags (WithTagsLater).
 	tagsLater bool
@@ -104,7 +113,7 @@ func newRunner(b *Bridge, src Source) *runner {
 func (r *runner) Update(handle uint32, u wire.Update) {
 	r.counters.updates.Add(1)
 	r.mu.Lock()
-	ts := r.byHandle[handle]
+	ts := r.tagLocked(handle)
 	if ts == nil {
 		r.mu.Unlock()
 		return
@@ -123,12 +132,62 @@ func (r *runner) Update(handle uint32, u wire.Update) {
 	// Outside r.mu: a sink may block here (backpressure), and status,
 	// snapshot and write-back must not wait for it. The order of a tag's
 	// updates is kept by the source calling Update one at a time.
-	if err := r.b.sink.Publish(r.src.Name(), m, &u); err != nil {
+	if err := r.publish(m, u); err != nil {
 		r.counters.publishErrors.Add(1)
 		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
 		return
 	}
 	r.counters.published.Add(1)
+}
+
+// publish hands m, which carries u, to the sink. The core sink is called
+// directly: through the interface u would move to the heap on every update
+// (the compiler cannot see that a sink keeps no pointer to it), for a sink
+// that does not even read it. Other sinks get a copy of their own.
+func (r *runner) publish(m *nats.Msg, u wire.Update) error {
+	if cs, ok := r.b.sink.(*CoreSink); ok {
+		return cs.Publish(r.src.Name(), m, &u)
+	}
+	return r.publishVia(m, u)
+}
+
+func (r *runner) publishVia(m *nats.Msg, u wire.Update) error {
+	return r.b.sink.Publish(r.src.Name(), m, &u)
+}
+
+// tagLocked returns the tag of handle, nil for none; r.mu is held.
+func (r *runner) tagLocked(handle uint32) *tagState {
+	if r.dense != nil {
+		if i := handle - r.denseBase; i < uint32(len(r.dense)) {
+			return r.dense[i]
+		}
+		return nil
+	}
+	return r.byHandle[handle]
+}
+
+// reindexLocked rebuilds dense from byHandle; r.mu is held. The slice
+// spans the lowest handle to the highest and is kept only while at most
+// half of it is holes (plus a little slack for small sources), so that it
+// never holds much more than the map would.
+func (r *runner) reindexLocked() {
+	r.dense, r.denseBase = nil, 0
+	if len(r.byHandle) == 0 {
+		return
+	}
+	lo, hi := uint32(math.MaxUint32), uint32(0)
+	for h := range r.byHandle {
+		lo, hi = min(lo, h), max(hi, h)
+	}
+	span := uint64(hi-lo) + 1
+	if span > 2*uint64(len(r.byHandle))+64 {
+		return
+	}
+	dense := make([]*tagState, span)
+	for h, ts := range r.byHandle {
+		dense[h-lo] = ts
+	}
+	r.dense, r.denseBase = dense, lo
 }
 
 // encodeLocked encodes u, whose value is of type typ, as the message for

@@ -219,6 +219,7 @@ func (b *Bridge) addTagsLocked(r *runner, tags []*tagState) {
 		b.bySubject[ts.subject] = ts
 		r.nextHandle = max(r.nextHandle, ts.handle+1)
 	}
+	r.reindexLocked()
 }
 
 // Subject returns the subject a tag of a source is published on.

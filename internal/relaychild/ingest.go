@@ -55,6 +55,7 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	sampling := fs.Duration("sampling", 100*time.Millisecond, "--plain: the sampling interval")
 	window := fs.Duration("window", 10*time.Second, "how long one measured window lasts")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the measured windows to this file")
+	memProfile := fs.String("memprofile", "", "write a heap profile (what is held, and what was allocated since the start) to this file at the end")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -71,7 +72,11 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		rl, err := relay.Start(ctx, c, relay.WithLogger(zerolog.Nop()))
+		// The relay's warnings go to stderr, which the bench shows: a
+		// relay that loses its sessions or cannot subscribe says why
+		// instead of only counting nothing. Warnings are rare, so they
+		// cost the measured windows nothing.
+		rl, err := relay.Start(ctx, c, relay.WithLogger(zerolog.New(stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()))
 		if err != nil {
 			return err
 		}
@@ -88,14 +93,21 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		for _, s := range c.Sources {
 			want += len(s.Tags)
 		}
-		// Ready once every tag has its first value.
-		for valued := 0; valued < want; {
+		// Ready once every tag has a Good or Uncertain value: a Bad one
+		// (waiting for its initial data, out of service) is no sign that
+		// values flow, and a relay that cannot keep a session must fail
+		// here, with its log, not look ready and count nothing.
+		deadline := time.Now().Add(2 * time.Minute)
+		for good := 0; good < want; {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("ingest-child: %d of the relay's %d tags Good or Uncertain after 2m: see its log", good, want)
+			}
 			if err := ctxtime.Sleep(ctx, 20*time.Millisecond); err != nil {
 				return err
 			}
-			valued = 0
+			good = 0
 			for _, s := range b.Stats() {
-				valued += s.Good + s.Uncertain + s.Bad
+				good += s.Good + s.Uncertain
 			}
 		}
 	}
@@ -111,6 +123,15 @@ func RunIngest(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		// After the last window; deferred last, so it runs before the
+		// relay or the client closes.
+		defer func() {
+			if err := writeHeapProfile(*memProfile); err != nil {
+				fmt.Fprintf(stderr, "ingest-child: %v\n", err)
+			}
+		}()
 	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
