@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Change is a change of a running bridge's sources and tags, which Apply
@@ -116,9 +117,19 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 	for _, rp := range p.runners {
 		name := rp.r.src.Name()
 		if len(rp.unsubscribe) > 0 {
+			// With tags to add too, the additions go to the source first
+			// (the removals hold nothing up: the bridge publishes nothing
+			// of the removed tags from now on), so that a source serving
+			// one request at a time (an OPC UA Pair's item worker, a
+			// gateway's) gives the added tags their first values without
+			// deleting the removed ones first.
+			var first <-chan struct{}
+			if rp.subscribe {
+				first = rp.r.nextSubscribe()
+			}
 			go func() {
 				defer b.wg.Done()
-				removed <- b.removeTags(rp.r, rp.unsubscribe)
+				removed <- b.removeTags(rp.r, rp.unsubscribe, first)
 			}()
 		}
 		if rp.subscribe {
@@ -492,9 +503,20 @@ func (b *Bridge) commitLocked(p *applyPlan) {
 // the source answered it: once it is free, the removal cannot overtake a
 // creation. Later subscribes list none of them, and go at once, beside
 // the removal: a source may serve both in one round (an OPC UA Pair's
-// next desire). The removal is bounded like a subscribe (the guard's
+// next desire). When first is not nil, the removal waits for the
+// subscribe of the change's additions to list them, and then for it to
+// be answered. The removal is bounded like a subscribe (the guard's
 // ceiling, raised to the source's reply bound) and by the source's life.
-func (b *Bridge) removeTags(r *runner, tags []Tag) string {
+func (b *Bridge) removeTags(r *runner, tags []Tag, first <-chan struct{}) string {
+	if first != nil {
+		t := time.NewTimer(r.inFlightCeiling)
+		select {
+		case <-first:
+		case <-t.C:
+		case <-r.ctx.Done():
+		}
+		t.Stop()
+	}
 	r.awaitSubscribe()
 	ctx, cancel := context.WithTimeout(r.ctx, r.inFlightCeiling)
 	defer cancel()
