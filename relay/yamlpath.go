@@ -19,7 +19,9 @@ type yamlPathPart struct {
 }
 
 // push adds a field; pop takes the last part off.
-func (p *yamlPath) push(field string) { p.parts = append(p.parts, yamlPathPart{field: field, index: -1}) }
+func (p *yamlPath) push(field string) {
+	p.parts = append(p.parts, yamlPathPart{field: field, index: -1})
+}
 
 // pushIndex adds a list index.
 func (p *yamlPath) pushIndex(i int) { p.parts = append(p.parts, yamlPathPart{index: i}) }
