@@ -263,8 +263,8 @@ type apiRelay struct {
 
 func (a apiRelay) prepare(config string) (func(context.Context) error, error) {
 	data := []byte(config)
-	if max := a.nc.MaxPayload(); int64(len(data)) > max {
-		return nil, fmt.Errorf("--tags: the config is %d bytes, over the server's max payload of %d bytes for one request (use fewer tags)", len(data), max)
+	if limit := a.nc.MaxPayload(); int64(len(data)) > limit {
+		return nil, fmt.Errorf("--tags: the config is %d bytes, over the server's max payload of %d bytes for one request (use fewer tags)", len(data), limit)
 	}
 	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
