@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"time"
 )
 
 // Change is a change of a running bridge's sources and tags, which Apply
@@ -56,7 +56,9 @@ type TagUpdate struct {
 // was made: the bridge's own state is the new one either way.
 type ChangeResult struct {
 	// Problems are the removals that did not reach a source (the items
-	// may stay at the server until its next session), one line each.
+	// may stay at the server until its next session), or had not when
+	// Apply's ctx ended (they go on, and a failure is logged), one line
+	// each.
 	// Tags that cannot be subscribed are reported per tag, as at start:
 	// by the guard's log lines and Stats' FailedTags.
 	Problems []string
@@ -66,8 +68,10 @@ type ChangeResult struct {
 // Binder sink asked whether it takes the new subjects; an error lists
 // every problem and changes nothing. Then removed sources stop and are
 // closed, removed and moved tags are deleted at their source (no update
-// of them is published after Apply returns), and added and moved tags are
-// subscribed through their source's guard, which Apply does not wait for.
+// of them is published after Apply returns; Apply waits for the deletion
+// until ctx ends, and one still running then goes on and is reported in
+// Problems), and added and moved tags are subscribed through their
+// source's guard, which Apply does not wait for.
 // A moved tag keeps its sequence numbers. Each source touched gets an
 // event on <prefix>.events.<source>: source-added, source-removed, or
 // tags-changed with the names added, removed and changed. Changes are
@@ -92,6 +96,16 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		}
 	}
 	b.commitLocked(p)
+	// The removals at the sources may outlast Apply (its ctx): they are
+	// the bridge's goroutines then, which Close waits for. Counted under
+	// b.mu, before Close can be waiting.
+	removals := 0
+	for _, rp := range p.runners {
+		if len(rp.unsubscribe) > 0 {
+			removals++
+		}
+	}
+	b.wg.Add(removals)
 	b.mu.Unlock()
 
 	var res ChangeResult
@@ -99,29 +113,23 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		b.stopRunner(ctx, r)
 		b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "source-removed"})
 	}
-	var (
-		wg    sync.WaitGroup
-		resMu sync.Mutex
-	)
+	removed := make(chan string, removals) // a problem, or "" for a removal done
 	for _, rp := range p.runners {
 		name := rp.r.src.Name()
 		if len(rp.unsubscribe) > 0 {
-			// A subscribe that listed a removed tag before the commit
-			// holds subMu until the source answered it: once it is free,
-			// the removal cannot overtake a creation. Later subscribes
-			// list none of them, and go at once, beside the removal: a
-			// source may serve both in one round (an OPC UA Pair's next
-			// desire).
-			rp.r.awaitSubscribe()
-			wg.Add(1)
+			// With tags to add too, the additions go to the source first
+			// (the removals hold nothing up: the bridge publishes nothing
+			// of the removed tags from now on), so that a source serving
+			// one request at a time (an OPC UA Pair's item worker, a
+			// gateway's) gives the added tags their first values without
+			// deleting the removed ones first.
+			var first <-chan struct{}
+			if rp.subscribe {
+				first = rp.r.nextSubscribe()
+			}
 			go func() {
-				defer wg.Done()
-				if err := rp.r.src.Unsubscribe(ctx, rp.unsubscribe); err != nil {
-					b.log.Warn().Err(err).Str("source", name).Int("tags", len(rp.unsubscribe)).Msg("tags not removed at the source")
-					resMu.Lock()
-					res.Problems = append(res.Problems, fmt.Sprintf("source %q: %d tags not removed at the source: %v", name, len(rp.unsubscribe), err))
-					resMu.Unlock()
-				}
+				defer b.wg.Done()
+				removed <- b.removeTags(rp.r, rp.unsubscribe, first)
 			}()
 		}
 		if rp.subscribe {
@@ -135,7 +143,21 @@ func (b *Bridge) Apply(ctx context.Context, c Change) (ChangeResult, error) {
 		}
 		b.publishEvent(name, ev)
 	}
-	wg.Wait()
+	// Apply waits for the removals as long as ctx lets it: a source busy
+	// with a subscribe (a wedged gateway in a subscribe storm holds one
+	// for its whole command timeout) must not hold the change, and every
+	// later one, for that long.
+	for pending := removals; pending > 0; pending-- {
+		select {
+		case problem := <-removed:
+			if problem != "" {
+				res.Problems = append(res.Problems, problem)
+			}
+		case <-ctx.Done():
+			res.Problems = append(res.Problems, fmt.Sprintf("%d of the sources have not removed their tags yet (%v): the removal goes on, and a failure is logged", pending, ctx.Err()))
+			pending = 0
+		}
+	}
 	for _, r := range p.added {
 		b.publishEvent(r.src.Name(), map[string]any{"source": r.src.Name(), "event": "source-added"})
 	}
@@ -474,6 +496,37 @@ func (b *Bridge) commitLocked(p *applyPlan) {
 		// a Shutdown racing the change closes this source too.
 		b.startRunner(r)
 	}
+}
+
+// removeTags deletes tags at r's source once no subscribe that may list
+// them is on its way, and returns the problem, "" when there is none. A
+// subscribe that listed a removed tag before the commit holds subMu until
+// the source answered it: once it is free, the removal cannot overtake a
+// creation. Later subscribes list none of them, and go at once, beside
+// the removal: a source may serve both in one round (an OPC UA Pair's
+// next desire). When first is not nil, the removal waits for the
+// subscribe of the change's additions to list them, and then for it to
+// be answered. The removal is bounded like a subscribe (the guard's
+// ceiling, raised to the source's reply bound) and by the source's life.
+func (b *Bridge) removeTags(r *runner, tags []Tag, first <-chan struct{}) string {
+	if first != nil {
+		t := time.NewTimer(r.inFlightCeiling)
+		select {
+		case <-first:
+		case <-t.C:
+		case <-r.ctx.Done():
+		}
+		t.Stop()
+	}
+	r.awaitSubscribe()
+	ctx, cancel := context.WithTimeout(r.ctx, r.inFlightCeiling)
+	defer cancel()
+	name := r.src.Name()
+	if err := r.src.Unsubscribe(ctx, tags); err != nil {
+		b.log.Warn().Err(err).Str("source", name).Int("tags", len(tags)).Msg("tags not removed at the source")
+		return fmt.Sprintf("source %q: %d tags not removed at the source: %v", name, len(tags), err)
+	}
+	return ""
 }
 
 // stopRunner stops a removed source: its guard, then the source itself.

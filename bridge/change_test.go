@@ -350,3 +350,28 @@ func TestApplyWhileSubscribeInFlight(t *testing.T) {
 		t.Fatalf("%d subscribe failures counted for a request that succeeded", st.SubscribeFailures)
 	}
 }
+
+// TestApplyAddsBeforeRemoving: a change that adds and removes tags of a
+// source lets the additions go first: the removal waits until the
+// subscribe of the added tag has been answered (a source serving one
+// request at a time would otherwise delete before it creates), and Apply
+// returns once both are done. The removed tag publishes nothing from the
+// commit on, so waiting costs it nothing.
+func TestApplyAddsBeforeRemoving(t *testing.T) {
+	e := setup(t, bridge.Config{}, tagsN(3, false))
+	testutil.WaitFor(t, "tags subscribed", 5*time.Second, func() bool { return e.src.Subscribed() == 3 })
+	e.src.SetSubscribeDelay(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := e.b.Apply(ctx, bridge.Change{Tags: []bridge.TagChanges{{Source: "sim1",
+		Add: []bridge.TagConfig{{Name: "added", Address: "ns=1;s=added"}}, Remove: []string{"Line1.TB"}}}})
+	if err != nil || len(res.Problems) > 0 {
+		t.Fatalf("apply: %v, %v", err, res.Problems)
+	}
+	if e.src.Unsubscribed() != 1 {
+		t.Fatalf("%d tags removed at the source when Apply returned, want 1", e.src.Unsubscribed())
+	}
+	if _, ok := e.src.SubscribedTags()["added"]; !ok {
+		t.Fatal("the removal went to the source before the addition was answered")
+	}
+}

@@ -178,6 +178,10 @@ func (g *subscribeGuard) NextDeadline() (time.Time, bool) {
 // any other is superseded.
 func (g *subscribeGuard) current(id uint64) bool { return id == g.reqID && g.inFlight }
 
+// SendsNow reports whether a Want now would send at once: no request
+// is outstanding and no retry delay runs.
+func (g *subscribeGuard) SendsNow(now time.Time) bool { return !g.inFlight && !now.Before(g.retryAt) }
+
 // InFlight reports whether a request is outstanding.
 func (g *subscribeGuard) InFlight() bool { return g.inFlight }
 

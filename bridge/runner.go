@@ -47,6 +47,10 @@ type runner struct {
 	// at the source: an item removed while a subscribe that listed it is
 	// on its way would be created after its removal, and stay.
 	subMu sync.Mutex
+	// subStarted, when not nil, is closed by the next subscribe once it
+	// holds subMu and has listed its tags (guarded by mu): a change
+	// that adds and removes tags lets its additions go first.
+	subStarted chan struct{}
 
 	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
 	refreshing bool
@@ -264,6 +268,24 @@ func (r *runner) awaitSubscribe() {
 	_ = r.src // nothing to do under the lock: taking it was the wait
 }
 
+// nextSubscribe returns a channel the next subscribe closes once it has
+// listed its tags, or nil when the guard would not send one at once (a
+// request out, or a retry delay running): nothing to wait for then.
+func (r *runner) nextSubscribe() <-chan struct{} {
+	r.guardMu.Lock()
+	now := r.guard.SendsNow(time.Now())
+	r.guardMu.Unlock()
+	if !now {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.subStarted == nil {
+		r.subStarted = make(chan struct{})
+	}
+	return r.subStarted
+}
+
 // want asks the guard to subscribe the tags not yet subscribed. It never
 // blocks: AddTags calls it under the bridge's lock.
 func (r *runner) want() {
@@ -438,6 +460,10 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 		if !ts.subscribed {
 			tags = append(tags, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
 		}
+	}
+	if r.subStarted != nil {
+		close(r.subStarted)
+		r.subStarted = nil
 	}
 	r.mu.Unlock()
 	r.counters.subscribeRequests.Add(1)

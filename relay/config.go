@@ -327,7 +327,7 @@ func (c *Config) validate(withSources bool) error {
 				add("%v", e)
 			}
 		}
-		seen := map[string]bool{}
+		seen := make(map[string]bool, len(listed))
 		for _, e := range listed {
 			t := e.tag
 			if !t.Monitoring.IsZero() {

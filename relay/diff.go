@@ -202,16 +202,20 @@ type effectiveTag struct {
 
 // effectiveTags returns a source's tags by name, in order.
 func (s SourceConfig) effectiveTags() ([]string, map[string]effectiveTag) {
-	out := map[string]effectiveTag{}
-	var order []string
 	if s.Type == TypeMxGateway {
+		// Sized once: a change diffs sources of 10,000 tags.
+		out := make(map[string]effectiveTag, len(s.MxGateway.Tags))
+		order := make([]string, 0, len(s.MxGateway.Tags))
 		for _, t := range s.MxGateway.Tags {
 			out[t.Name] = effectiveTag{cfg: t}
 			order = append(order, t.Name)
 		}
 		return order, out
 	}
-	for _, e := range s.listedTags("") {
+	listed := s.listedTags("")
+	out := make(map[string]effectiveTag, len(listed))
+	order := make([]string, 0, len(listed))
+	for _, e := range listed {
 		out[e.tag.Name] = effectiveTag{cfg: e.tag.TagConfig, mon: e.mon}
 		order = append(order, e.tag.Name)
 	}
@@ -235,7 +239,9 @@ func diffTags(o, s SourceConfig) *SourceTagPlan {
 		if w.cfg.Address != t.cfg.Address {
 			fields = append(fields, "address")
 		}
-		if !reflect.DeepEqual(w.mon, t.mon) {
+		// The same pointers (as a rule none: no override) are the same
+		// settings, without reflect's boxing of 10,000 pairs.
+		if w.mon != t.mon && !reflect.DeepEqual(w.mon, t.mon) {
 			fields = append(fields, "monitoring")
 		}
 		if w.cfg.Subject != t.cfg.Subject {

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -98,19 +99,60 @@ var zeroRules = map[string]zeroRule{
 	"sources[].tls.serverName":          {kind: zeroString, valid: "the name the gateways' certificates carry", def: "the endpoint's host", only: TypeMxGateway},
 }
 
+// zeroTree is zeroRules as a tree of field names, which the walk of
+// checkWrittenZeros follows: it descends only where a rule lies below,
+// not into each of 10,000 tags' fields. Built once, never changed.
+var zeroTree = buildZeroTree(zeroRules)
+
+// zeroNode is a node of zeroTree: the rule of the field it stands for,
+// the fields below it and, for a list, its elements' node. source marks
+// the elements of sources, whose type the "only" of a rule reads.
+type zeroNode struct {
+	rule   *zeroRule
+	fields map[string]*zeroNode
+	elem   *zeroNode
+	source bool
+}
+
+func buildZeroTree(rules map[string]zeroRule) *zeroNode {
+	root := &zeroNode{}
+	for key, r := range rules {
+		n := root
+		for _, seg := range strings.Split(key, ".") {
+			name, list := strings.CutSuffix(seg, "[]")
+			if n.fields == nil {
+				n.fields = map[string]*zeroNode{}
+			}
+			if n.fields[name] == nil {
+				n.fields[name] = &zeroNode{}
+			}
+			n = n.fields[name]
+			if list {
+				if n.elem == nil {
+					n.elem = &zeroNode{source: n == root.fields["sources"]}
+				}
+				n = n.elem
+			}
+		}
+		n.rule = &r
+	}
+	return root
+}
+
 // checkWrittenZeros walks the parsed document and reports every field of
 // zeroRules written with its zero value (or with nothing: "leaseTTL:").
 // Values that do not decode are left to the decoder, which names them.
 func checkWrittenZeros(doc *yaml.Node) []error {
 	var errs []error
-	// path names the field (sources[1].tags[0].subject), key its rule
-	// (sources[].tags[].subject).
-	var walk func(n *yaml.Node, path, key, srcType string)
-	walk = func(n *yaml.Node, path, key, srcType string) {
+	// path names the field (sources[1].tags[0].subject), z its place in
+	// zeroTree (sources[].tags[].subject).
+	path := &yamlPath{}
+	var walk func(n *yaml.Node, z *zeroNode, srcType string)
+	walk = func(n *yaml.Node, z *zeroNode, srcType string) {
 		for n.Kind == yaml.AliasNode && n.Alias != nil {
 			n = n.Alias
 		}
-		if r, ok := zeroRules[key]; ok && (r.only == "" || r.only == srcType) {
+		if r := z.rule; r != nil && (r.only == "" || r.only == srcType) {
 			if what, zero := writtenZero(n, r.kind); zero {
 				errs = append(errs, fmt.Errorf("config: line %d: %s: %s (valid: %s); leave the field out for the default, %s",
 					n.Line, path, what, r.valid, r.def))
@@ -119,7 +161,10 @@ func checkWrittenZeros(doc *yaml.Node) []error {
 		}
 		switch n.Kind {
 		case yaml.MappingNode:
-			if key == "sources[]" {
+			if len(z.fields) == 0 {
+				return
+			}
+			if z.source {
 				srcType = yamlSourceType(n)
 			}
 			for i := 0; i+1 < len(n.Content); i += 2 {
@@ -128,20 +173,29 @@ func checkWrittenZeros(doc *yaml.Node) []error {
 					// A merge's fields are the mapping's own.
 					for _, m := range append([]*yaml.Node{v}, mergeList(v)...) {
 						if m.Kind != yaml.SequenceNode {
-							walk(m, path, key, srcType)
+							walk(m, z, srcType)
 						}
 					}
 					continue
 				}
-				walk(v, fieldPath(path, k.Value), fieldPath(key, k.Value), srcType)
+				if c := z.fields[k.Value]; c != nil {
+					path.push(k.Value)
+					walk(v, c, srcType)
+					path.pop()
+				}
 			}
 		case yaml.SequenceNode:
+			if z.elem == nil {
+				return
+			}
 			for i, c := range n.Content {
-				walk(c, fmt.Sprintf("%s[%d]", path, i), key+"[]", srcType)
+				path.pushIndex(i)
+				walk(c, z.elem, srcType)
+				path.pop()
 			}
 		}
 	}
-	walk(doc, "", "", "")
+	walk(doc, zeroTree, "")
 	return errs
 }
 

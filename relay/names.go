@@ -31,9 +31,17 @@ func (c *Config) checkNames(add func(string, ...any)) {
 		check(f+".name", s.Name)
 		switch s.Type {
 		case "", TypeOPCUA:
-			for _, e := range s.listedTags(f) {
-				if hasControl(e.tag.Name) {
-					check(e.field()+".name", e.tag.Name)
+			// Names only: the tags are not copied (listedTags) for it.
+			for j, t := range s.Tags {
+				if hasControl(t.Name) {
+					check(tagEntry{src: f, group: -1, idx: j}.field()+".name", t.Name)
+				}
+			}
+			for g, grp := range s.Groups {
+				for j, t := range grp.Tags {
+					if hasControl(t.Name) {
+						check(tagEntry{src: f, group: g, idx: j}.field()+".name", t.Name)
+					}
 				}
 			}
 			for g, grp := range s.Groups {

@@ -297,9 +297,10 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 // tagsAndMonitoring returns an OPC UA source's listed tags and their
 // monitoring overrides by name, its groups' applied.
 func (sc SourceConfig) tagsAndMonitoring() ([]bridge.TagConfig, map[string]opcuasource.Monitoring) {
-	var tags []bridge.TagConfig
+	listed := sc.listedTags("")
+	tags := make([]bridge.TagConfig, 0, len(listed))
 	monitoring := map[string]opcuasource.Monitoring{}
-	for _, e := range sc.listedTags("") {
+	for _, e := range listed {
 		tags = append(tags, e.tag.TagConfig)
 		if !e.mon.IsZero() {
 			monitoring[e.tag.Name] = e.mon

@@ -24,8 +24,9 @@ func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
 	// The fields of each type, worked out once per call: a config of
 	// 10,000 tags has 10,000 tags of one type.
 	known := map[reflect.Type]map[string]reflect.Type{}
-	var walk func(n *yaml.Node, t reflect.Type, path string)
-	walk = func(n *yaml.Node, t reflect.Type, path string) {
+	p := &yamlPath{base: path}
+	var walk func(n *yaml.Node, t reflect.Type)
+	walk = func(n *yaml.Node, t reflect.Type) {
 		for n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 			n = n.Content[0]
 		}
@@ -55,30 +56,36 @@ func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				if k.Value == "<<" && k.ShortTag() == "!!merge" {
-					walk(v, t, path)
+					walk(v, t)
 					continue
 				}
 				ft, ok := fields[k.Value]
 				if !ok {
 					errs = append(errs, fmt.Errorf("config: line %d: %s: unknown field (valid here: %s)",
-						k.Line, fieldPath(path, k.Value), strings.Join(fieldNames(fields), ", ")))
+						k.Line, p.with(k.Value), strings.Join(fieldNames(fields), ", ")))
 					continue
 				}
-				walk(v, ft, fieldPath(path, k.Value))
+				p.push(k.Value)
+				walk(v, ft)
+				p.pop()
 			}
 		case reflect.Slice, reflect.Array:
 			if n.Kind != yaml.SequenceNode {
 				return
 			}
 			for i, c := range n.Content {
-				walk(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+				p.pushIndex(i)
+				walk(c, t.Elem())
+				p.pop()
 			}
 		case reflect.Map:
 			if n.Kind != yaml.MappingNode {
 				return
 			}
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i+1], t.Elem(), fieldPath(path, n.Content[i].Value))
+				p.push(n.Content[i].Value)
+				walk(n.Content[i+1], t.Elem())
+				p.pop()
 			}
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
@@ -87,11 +94,11 @@ func checkFields(n *yaml.Node, t reflect.Type, path string) []error {
 			}
 			f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
 			if err != nil || f != math.Trunc(f) || math.IsInf(f, 0) {
-				errs = append(errs, fmt.Errorf("config: line %d: %s: %s is not a whole number", n.Line, path, n.Value))
+				errs = append(errs, fmt.Errorf("config: line %d: %s: %s is not a whole number", n.Line, p, n.Value))
 			}
 		}
 	}
-	walk(n, t, path)
+	walk(n, t)
 	return errs
 }
 
@@ -194,37 +201,42 @@ var standardTags = map[string]bool{
 // outside standardTags, with its line and path.
 func checkTags(doc *yaml.Node) []error {
 	var errs []error
-	report := func(n *yaml.Node, path, what string) {
+	p := &yamlPath{}
+	report := func(n *yaml.Node, what string) {
 		if n.Kind == yaml.AliasNode || n.Kind == yaml.DocumentNode || standardTags[n.ShortTag()] {
 			return
 		}
+		path := p.String()
 		if path == "" {
 			path = "the document"
 		}
 		errs = append(errs, fmt.Errorf("config: line %d: %s: the YAML tag %s on its %s means nothing to the relay (it would be ignored); write the plain value",
 			n.Line, path, n.Tag, what))
 	}
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		report(n, path, "value")
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		report(n, "value")
 		switch n.Kind {
 		case yaml.DocumentNode:
 			for _, c := range n.Content {
-				walk(c, path)
+				walk(c)
 			}
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := n.Content[i]
-				p := fieldPath(path, k.Value)
-				report(k, p, "key")
-				walk(n.Content[i+1], p)
+				p.push(k.Value)
+				report(k, "key")
+				walk(n.Content[i+1])
+				p.pop()
 			}
 		case yaml.SequenceNode:
 			for i, c := range n.Content {
-				walk(c, fmt.Sprintf("%s[%d]", path, i))
+				p.pushIndex(i)
+				walk(c)
+				p.pop()
 			}
 		}
 	}
-	walk(doc, "")
+	walk(doc)
 	return errs
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/jetstreamsink"
-	"github.com/apbridge/apbridge/bridge/opcuasource"
 	"github.com/apbridge/apbridge/wire"
 )
 
@@ -54,12 +54,22 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 	}
 	svcList := wire.ServiceSubjects(prefix)
 	svc := wire.NewPatterns(svcList...)
+	// Tags are held as where they are and a pointer to their fields, and
+	// the maps sized once: a config of 10,000 tags is checked at every
+	// change.
 	type tagSubject struct {
-		entry   tagEntry
+		entry   subjectTag
 		subject string
 	}
-	var all []tagSubject
-	owner := map[string]tagEntry{}
+	n := 0
+	for _, s := range c.Sources {
+		n += len(s.Tags) + len(s.MxGateway.Tags)
+		for _, g := range s.Groups {
+			n += len(g.Tags)
+		}
+	}
+	all := make([]tagSubject, 0, n)
+	owner := make(map[string]subjectTag, n)
 	bySource := map[string][]string{} // tag subjects, for a stream's subjects worked out
 	later := map[string]string{}      // sources with browse roots: what their tags fall under
 	// incomplete is set when a source or a tag's subject is refused: the
@@ -71,20 +81,16 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 			incomplete = true
 			continue
 		}
-		var tags []tagEntry
 		switch s.Type {
-		case "", TypeOPCUA:
-			tags = s.listedTags(f)
-		case TypeMxGateway:
-			for j, t := range s.MxGateway.Tags {
-				tags = append(tags, tagEntry{src: f, group: -1, idx: j, tag: opcuasource.TagConfig{TagConfig: t}})
-			}
+		case "", TypeOPCUA, TypeMxGateway:
 		default:
 			incomplete = true
 			continue
 		}
+		tags := s.subjectTags(f)
+		subjects := make([]string, 0, len(tags))
 		for _, e := range tags {
-			t := e.tag.TagConfig
+			t := e.t
 			subject, own := t.Subject, t.Subject != ""
 			if !own {
 				if t.Name == "" || (t.Address == "" && strings.Contains(tmpl, "{address}")) {
@@ -100,8 +106,9 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 				incomplete = true
 				continue
 			}
-			r, reserved := wire.Reserved(subject)
-			sv, overlaps := svc.Overlapping(subject)
+			toks := wire.Tokenize(subject)
+			r, reserved := toks.Reserved()
+			sv, overlaps := svc.OverlappingTokens(toks)
 			if overlaps || reserved {
 				incomplete = true
 			}
@@ -120,7 +127,10 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 			}
 			owner[subject] = e
 			all = append(all, tagSubject{e, subject})
-			bySource[s.Name] = append(bySource[s.Name], subject)
+			subjects = append(subjects, subject)
+		}
+		if len(subjects) > 0 {
+			bySource[s.Name] = append(bySource[s.Name], subjects...)
 		}
 		if len(s.Browse) > 0 && (s.Type == "" || s.Type == TypeOPCUA) {
 			later[s.Name] = m.SourcePattern(s.Name)
@@ -183,4 +193,41 @@ func checkDerivedSubjects(bySource map[string][]string, later map[string]string,
 			add("jetstream.subjects: not given, so the stream's subjects are worked out from the tags' subjects as %v, and %q would capture the service subject %q: set jetstream.subjects, or give each source's tags a subject root of their own", derived, p, sv)
 		}
 	}
+}
+
+// subjectTag is a tag as checkSubjects sees it: where it is, for
+// messages, and its fields, not copied.
+type subjectTag struct {
+	src        string
+	group, idx int
+	t          *bridge.TagConfig
+}
+
+// field is the path of the tag's config, as tagEntry.field writes it.
+func (e subjectTag) field() string { return tagEntry{src: e.src, group: e.group, idx: e.idx}.field() }
+
+// subjectTags lists the source's tags in listedTags' order (a gateway
+// source's in its list's); f is the source's path.
+func (s SourceConfig) subjectTags(f string) []subjectTag {
+	if s.Type == TypeMxGateway {
+		out := make([]subjectTag, len(s.MxGateway.Tags))
+		for j := range s.MxGateway.Tags {
+			out[j] = subjectTag{f, -1, j, &s.MxGateway.Tags[j]}
+		}
+		return out
+	}
+	n := len(s.Tags)
+	for _, g := range s.Groups {
+		n += len(g.Tags)
+	}
+	out := make([]subjectTag, 0, n)
+	for j := range s.Tags {
+		out = append(out, subjectTag{f, -1, j, &s.Tags[j].TagConfig})
+	}
+	for g, grp := range s.Groups {
+		for j := range grp.Tags {
+			out = append(out, subjectTag{f, g, j, &grp.Tags[j].TagConfig})
+		}
+	}
+	return out
 }

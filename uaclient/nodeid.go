@@ -26,7 +26,19 @@ type NodeID struct {
 // what has no type prefix: gopcua would read "Line1.Temp" as a string
 // identifier in namespace 0, and a configuration that says it more likely
 // forgot "ns=2;s=". It never panics, as gopcua's parser may.
-func ParseNodeID(s string) (NodeID, error) {
+func ParseNodeID(s string) (NodeID, error) { return parseNodeID(s, true) }
+
+// CheckNodeID returns the error ParseNodeID returns for s, or nil,
+// without working out the node ID's text: a config check calls it for
+// every tag, and a config has thousands.
+func CheckNodeID(s string) error {
+	_, err := parseNodeID(s, false)
+	return err
+}
+
+// parseNodeID is ParseNodeID; text works out the form String returns,
+// which no error depends on.
+func parseNodeID(s string, text bool) (NodeID, error) {
 	if s == "" {
 		return NodeID{}, errors.New("empty node ID")
 	}
@@ -41,17 +53,20 @@ func ParseNodeID(s string) (NodeID, error) {
 		return NodeID{nsURI: uri, text: s}, nil
 	}
 	n, err := parseUANodeID(s)
-	if err != nil {
+	switch {
+	case err != nil:
 		return NodeID{}, err
+	case !text:
+		return NodeID{node: n, text: s}, nil
 	}
-	text := n.String()
-	if _, err := parseUANodeID(text); err != nil || !nodeIDForm.MatchString(text) {
+	form := n.String()
+	if _, err := parseUANodeID(form); err != nil || !nodeIDForm.MatchString(form) {
 		// gopcua prints some node IDs in a form it cannot read back
 		// (a string identifier with a ';' in namespace 0 as "s=a;b", an
 		// empty ByteString as "b="): keep the form given.
-		text = s
+		form = s
 	}
-	return NodeID{node: n, text: text}, nil
+	return NodeID{node: n, text: form}, nil
 }
 
 // nodeIDForm is the string form of a node ID: a namespace index or URI,

@@ -54,3 +54,16 @@ func TestParseNodeIDRefuses(t *testing.T) {
 		t.Errorf("a name without a type prefix: %v, want the form shown", err)
 	}
 }
+
+// CheckNodeID, which a config check calls for every tag, refuses what
+// ParseNodeID refuses, with the same message, and accepts the rest.
+func TestCheckNodeIDAgrees(t *testing.T) {
+	for _, s := range []string{"", "nsu=;s=X", "nsu=urn:plant", "nsu=urn:plant;q=1", "Line1.Temp", "ns=x;s=A", "i=-1", "s=", "g=nope",
+		"nsu=urn:plant;s=Line1.Temp", "ns=3;s=X", "i=2258", "s=a;b", "b=", "ns=1;b=AAE=", "ns=3;g=72962B91-FA75-4AE6-8D28-B404DC7DAF63"} {
+		_, perr := ParseNodeID(s)
+		cerr := CheckNodeID(s)
+		if (perr == nil) != (cerr == nil) || perr != nil && perr.Error() != cerr.Error() {
+			t.Errorf("%q: ParseNodeID %v, CheckNodeID %v", s, perr, cerr)
+		}
+	}
+}

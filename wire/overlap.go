@@ -11,32 +11,56 @@ import "strings"
 // both), and is it within one (does the pattern match everything it
 // matches).
 type Patterns struct {
-	list []string
-	toks [][]ptok
+	list   []string
+	toks   [][]ptok
+	linear []bool // manyOnlyLast of each
 }
 
 // NewPatterns tokenizes list; the methods try its patterns in its order.
 func NewPatterns(list ...string) Patterns {
-	ps := Patterns{list: list, toks: make([][]ptok, len(list))}
+	ps := Patterns{list: list, toks: make([][]ptok, len(list)), linear: make([]bool, len(list))}
 	for i, p := range list {
 		ps.toks[i] = patternTokens(p)
+		ps.linear[i] = manyOnlyLast(ps.toks[i])
 	}
 	return ps
 }
 
+// Tokens is a subject or a pattern split into its tokens once, for
+// several checks: a config check asks of every tag's subject whether it
+// is reserved (Reserved) and whether it overlaps a service subject
+// (Patterns.OverlappingTokens).
+type Tokens struct {
+	toks   []ptok
+	linear bool
+}
+
+// Tokenize splits s, a subject or a pattern, into its tokens.
+func Tokenize(s string) Tokens {
+	t := patternTokens(s)
+	return Tokens{toks: t, linear: manyOnlyLast(t)}
+}
+
 // Overlapping returns the first of the patterns that some subject matched
 // by s (a subject or a pattern) matches too, and false when none does.
-func (ps Patterns) Overlapping(s string) (string, bool) { return ps.first(s, overlap) }
+func (ps Patterns) Overlapping(s string) (string, bool) { return ps.OverlappingTokens(Tokenize(s)) }
+
+// OverlappingTokens is Overlapping of a tokenized subject or pattern.
+func (ps Patterns) OverlappingTokens(t Tokens) (string, bool) {
+	for i, pt := range ps.toks {
+		if overlapOf(t.toks, pt, t.linear && ps.linear[i]) {
+			return ps.list[i], true
+		}
+	}
+	return "", false
+}
 
 // Covering returns the first of the patterns that matches every subject s
 // (a subject or a pattern) matches, and false when none does.
-func (ps Patterns) Covering(s string) (string, bool) { return ps.first(s, subset) }
-
-// first returns the first pattern p for which holds(s, p).
-func (ps Patterns) first(s string, holds func(s, p []ptok) bool) (string, bool) {
+func (ps Patterns) Covering(s string) (string, bool) {
 	st := patternTokens(s)
 	for i, pt := range ps.toks {
-		if holds(st, pt) {
+		if subset(st, pt) {
 			return ps.list[i], true
 		}
 	}
@@ -68,19 +92,29 @@ const (
 )
 
 func patternTokens(s string) []ptok {
-	parts := strings.Split(s, ".")
-	out := make([]ptok, len(parts))
-	for i, p := range parts {
+	// One allocation: the relay tokenizes every tag's subject at least
+	// twice (reserved spaces, service subjects) when it validates a
+	// config, and a change re-validates all of them.
+	out := make([]ptok, 0, strings.Count(s, ".")+1)
+	for {
+		i := strings.IndexByte(s, '.')
+		p := s
+		if i >= 0 {
+			p = s[:i]
+		}
 		switch p {
 		case "*":
-			out[i] = ptok{kind: tokOne}
+			out = append(out, ptok{kind: tokOne})
 		case ">":
-			out[i] = ptok{kind: tokMany}
+			out = append(out, ptok{kind: tokMany})
 		default:
-			out[i] = ptok{pre: p}
+			out = append(out, ptok{pre: p})
 		}
+		if i < 0 {
+			return out
+		}
+		s = s[i+1:]
 	}
-	return out
 }
 
 // SourcePattern returns a subject pattern that every subject the template
@@ -135,7 +169,20 @@ func (m *Mapper) tokens(source string) []ptok {
 }
 
 // overlap reports whether one token sequence matches both a and b.
-func overlap(a, b []ptok) bool {
+func overlap(a, b []ptok) bool { return overlapOf(a, b, manyOnlyLast(a) && manyOnlyLast(b)) }
+
+// overlapOf is overlap; linear says that neither a nor b has a "many"
+// token but as its last (manyOnlyLast), which the caller may know.
+func overlapOf(a, b []ptok, linear bool) bool {
+	if linear {
+		return overlapLinear(a, b)
+	}
+	return overlapSearch(a, b)
+}
+
+// overlapSearch is overlap of any sequences: a search over the positions
+// of both, each tried once.
+func overlapSearch(a, b []ptok) bool {
 	type pos struct{ i, j int }
 	seen := map[pos]bool{}
 	var rec func(i, j int) bool
@@ -160,6 +207,36 @@ func overlap(a, b []ptok) bool {
 		return b[j].kind == tokMany && rec(i+1, j)
 	}
 	return rec(0, 0)
+}
+
+// manyOnlyLast reports whether toks has no "many" token but, maybe, its
+// last: every subject and every valid pattern.
+func manyOnlyLast(toks []ptok) bool {
+	for _, t := range toks[:max(len(toks)-1, 0)] {
+		if t.kind == tokMany {
+			return false
+		}
+	}
+	return true
+}
+
+// overlapLinear is overlap of sequences whose only "many" token, if any,
+// is their last: token by token, without the search (and its memo) that
+// a "many" inside a template's tokens needs. A config check calls it for
+// every tag against every service subject and reserved space.
+func overlapLinear(a, b []ptok) bool {
+	for i := range a {
+		switch {
+		case i == len(b):
+			return false
+		case a[i].kind == tokMany || b[i].kind == tokMany:
+			// The "many" takes the rest of the other, one token or more.
+			return true
+		case !tokensMeet(a[i], b[i]):
+			return false
+		}
+	}
+	return len(a) == len(b)
 }
 
 // subset reports whether b matches every subject a matches. Both are

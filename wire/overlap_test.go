@@ -101,3 +101,46 @@ func TestMapperCanOverlap(t *testing.T) {
 		}
 	}
 }
+
+// The token-by-token overlap answers as the search does wherever it is
+// used: on every pair of subjects and patterns of a small alphabet, with
+// "*" and ">" and templates' partial tokens among them.
+func TestOverlapLinearAgrees(t *testing.T) {
+	toks := []ptok{{pre: "a"}, {pre: "b"}, {pre: "ab"}, {kind: tokOne}, {kind: tokMany},
+		{kind: tokOne, pre: "a"}, {kind: tokOne, suf: "b"}}
+	var seqs [][]ptok
+	var gen func(prefix []ptok)
+	gen = func(prefix []ptok) {
+		if len(prefix) > 0 {
+			seqs = append(seqs, prefix)
+		}
+		if len(prefix) == 3 || len(prefix) > 0 && prefix[len(prefix)-1].kind == tokMany {
+			return
+		}
+		for _, tk := range toks {
+			gen(append(append([]ptok(nil), prefix...), tk))
+		}
+	}
+	gen(nil)
+	checked := 0
+	for _, a := range seqs {
+		for _, b := range seqs {
+			if !manyOnlyLast(a) || !manyOnlyLast(b) {
+				t.Fatalf("the generator made a sequence with an inner '>': %v %v", a, b)
+			}
+			if got, want := overlapLinear(a, b), overlapSearch(a, b); got != want {
+				t.Fatalf("overlap of %v and %v: linear %v, search %v", a, b, got, want)
+			}
+			checked++
+		}
+	}
+	if checked < 1000 {
+		t.Fatalf("only %d pairs checked", checked)
+	}
+	// reservedOf takes the reserved spaces as linear.
+	for i, rt := range reservedToks {
+		if !manyOnlyLast(rt) {
+			t.Errorf("the reserved space %s has a '>' before its last token", reservedSpaces[i].Pattern)
+		}
+	}
+}

@@ -55,7 +55,10 @@ var reservedToks = func() [][]ptok {
 // reserved space or, for a pattern, could match a subject in one, and
 // which space: "$JS.API.STREAM.DELETE.X" is in "$JS.API.>", the pattern
 // ">" matches subjects in all of them.
-func Reserved(s string) (ReservedSpace, bool) { return reservedIn(patternTokens(s)) }
+func Reserved(s string) (ReservedSpace, bool) { return Tokenize(s).Reserved() }
+
+// Reserved is the package's Reserved of a tokenized subject or pattern.
+func (t Tokens) Reserved() (ReservedSpace, bool) { return reservedOf(t.toks, t.linear) }
 
 // CanBeReserved reports whether the template can give some tag of source a
 // subject in a reserved space, whatever the tag's name and address, and
@@ -102,9 +105,13 @@ func (m *Mapper) Reserved() (ReservedSpace, bool) {
 
 // reservedIn is Reserved for subjects given as pattern tokens, literal or
 // partly placeholders (Mapper.tokens).
-func reservedIn(toks []ptok) (ReservedSpace, bool) {
+func reservedIn(toks []ptok) (ReservedSpace, bool) { return reservedOf(toks, manyOnlyLast(toks)) }
+
+// reservedOf is reservedIn; linear is manyOnlyLast(toks). Every reserved
+// space is a pattern whose only "many" is its last.
+func reservedOf(toks []ptok, linear bool) (ReservedSpace, bool) {
 	for i, rt := range reservedToks {
-		if overlap(toks, rt) {
+		if overlapOf(toks, rt, linear) {
 			return reservedSpaces[i], true
 		}
 	}

@@ -91,6 +91,7 @@ func (m *Mapper) Subject(source, tag, address string) (string, error) {
 
 func (m *Mapper) expand(source, tag, address string) (string, error) {
 	var b strings.Builder
+	b.Grow(len(m.template) + len(source) + len(tag) + len(address))
 	for _, p := range m.parts {
 		switch p.ph {
 		case "":
@@ -101,15 +102,27 @@ func (m *Mapper) expand(source, tag, address string) (string, error) {
 			}
 			b.WriteString(EscapeToken(source))
 		case "tag":
-			toks := strings.FieldsFunc(tag, func(r rune) bool { return r == '.' || r == '/' })
-			if len(toks) == 0 {
-				return "", fmt.Errorf("tag name %q has no token for {tag}", tag)
-			}
-			for i, t := range toks {
-				if i > 0 {
+			// The name's tokens between '.' and '/', empty ones dropped
+			// (strings.FieldsFunc's, without its slice).
+			n := 0
+			for rest := tag; rest != ""; {
+				t := rest
+				if j := strings.IndexAny(rest, "./"); j >= 0 {
+					t, rest = rest[:j], rest[j+1:]
+				} else {
+					rest = ""
+				}
+				if t == "" {
+					continue
+				}
+				if n > 0 {
 					b.WriteByte('.')
 				}
 				b.WriteString(EscapeToken(t))
+				n++
+			}
+			if n == 0 {
+				return "", fmt.Errorf("tag name %q has no token for {tag}", tag)
 			}
 		case "tagid":
 			if tag == "" {
@@ -129,8 +142,17 @@ func (m *Mapper) expand(source, tag, address string) (string, error) {
 // EscapeToken makes s safe as one subject token.
 func EscapeToken(s string) string {
 	const hexd = "0123456789ABCDEF"
+	safe := 0
+	for safe < len(s) && tokenSafe(s[safe]) {
+		safe++
+	}
+	if safe == len(s) {
+		return s // the usual case: nothing to escape, nothing to copy
+	}
 	var b strings.Builder
-	for i := 0; i < len(s); i++ {
+	b.Grow(len(s) + 8)
+	b.WriteString(s[:safe])
+	for i := safe; i < len(s); i++ {
 		c := s[i]
 		if tokenSafe(c) {
 			b.WriteByte(c)
@@ -191,14 +213,23 @@ func checkSubject(s string, check func(i int, tok string, last bool) error) erro
 			return fmt.Errorf("subject %q contains whitespace or a control character at byte %d", s, i)
 		}
 	}
-	toks := strings.Split(s, ".")
-	for i, tok := range toks {
+	// Token by token, without a slice of them: every tag's subject is
+	// checked at every config change.
+	rest := s
+	for i := 0; ; i++ {
+		tok, more, last := rest, "", true
+		if j := strings.IndexByte(rest, '.'); j >= 0 {
+			tok, more, last = rest[:j], rest[j+1:], false
+		}
 		if tok == "" {
 			return fmt.Errorf("subject %q has an empty token at position %d", s, i+1)
 		}
-		if err := check(i, tok, i == len(toks)-1); err != nil {
+		if err := check(i, tok, last); err != nil {
 			return err
 		}
+		if last {
+			return nil
+		}
+		rest = more
 	}
-	return nil
 }

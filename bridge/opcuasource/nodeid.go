@@ -6,6 +6,5 @@ import "github.com/apbridge/apbridge/uaclient"
 // (ns=2;s=Line1.Temp, i=2258, ns=3;g=..., ns=1;b=...) or by namespace URI
 // (nsu=urn:plant;s=Line1.Temp), as uaclient.ParseNodeID takes it.
 func ValidateNodeID(s string) error {
-	_, err := uaclient.ParseNodeID(s)
-	return err
+	return uaclient.CheckNodeID(s)
 }

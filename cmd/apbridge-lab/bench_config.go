@@ -42,7 +42,7 @@ const (
 
 // Ways a config change reaches the relay (--via).
 const (
-	viaAPI    = "api"    // relay.Relay.Apply, in this process
+	viaAPI    = "api"    // the config service's apply, of a relay in this process
 	viaSIGHUP = "sighup" // the apbridge binary, its file rewritten and SIGHUP sent
 )
 
@@ -244,22 +244,43 @@ func (c *ccRecorder) goodSince(names []string) int {
 
 // ccRelay is the relay of one run, in this process or a child.
 type ccRelay interface {
-	// prepare readies config for apply, which the scenario times: the
-	// API takes a parsed config; SIGHUP makes the relay read its file.
+	// prepare readies config for apply, which the scenario times from
+	// the moment an operator would ask: the API's clock starts at the
+	// request that carries the config's text, SIGHUP's at the signal.
+	// Both include reading, parsing and validating the config.
 	prepare(config string) (apply func(context.Context) error, err error)
 	stop()
 }
 
-type apiRelay struct{ r *relay.Relay }
+// apiRelay is a relay in this process, changed through its config
+// service (<prefix>.config.apply) as an operator's tool does: the
+// request carries the file's text, which the relay parses, validates,
+// diffs and applies before it answers.
+type apiRelay struct {
+	r  *relay.Relay
+	nc *nats.Conn
+}
 
 func (a apiRelay) prepare(config string) (func(context.Context) error, error) {
-	c, err := relay.Parse([]byte(config))
-	if err != nil {
-		return nil, err
+	data := []byte(config)
+	if limit := a.nc.MaxPayload(); int64(len(data)) > limit {
+		return nil, fmt.Errorf("--tags: the config is %d bytes, over the server's max payload of %d bytes for one request (use fewer tags)", len(data), limit)
 	}
 	return func(ctx context.Context) error {
-		_, err := a.r.Apply(ctx, c, relay.Origin{Via: "bench"}, 0)
-		return err
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		m, err := a.nc.RequestWithContext(ctx, wire.ConfigSubject(wire.DefaultPrefix, "apply"), data)
+		if err != nil {
+			return fmt.Errorf("config apply: %w", err)
+		}
+		var rep relay.ConfigReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			return fmt.Errorf("config apply: the reply: %w", err)
+		}
+		if !rep.OK {
+			return fmt.Errorf("config apply refused: %s", strings.Join(rep.Errors, "; "))
+		}
+		return nil
 	}, nil
 }
 
@@ -488,7 +509,7 @@ func configChangeOnce(ctx context.Context, cfg benchConfig, cl *natstest.Cluster
 		if err != nil {
 			return o, err
 		}
-		r = apiRelay{rl}
+		r = apiRelay{rl, nc}
 	}
 	defer r.stop()
 	before := p.names[:p.n]

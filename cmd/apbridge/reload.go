@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/apbridge/apbridge/relay"
 	"github.com/rs/zerolog"
@@ -13,9 +14,15 @@ import (
 // (relay.Relay.ApplyYAML): a file with a problem, or with a change only a
 // restart applies, is logged and changes nothing. It runs in the main
 // loop (serve.go), so the watchdog's pings wait for it: a reload that
-// never returns is a hung relay, and systemd restarts it.
-func reloadHook(path string, r *running, log zerolog.Logger) func(ctx context.Context, trigger string) error {
+// never returns is a hung relay, and systemd restarts it. So the change
+// waits for no more than wait (the loop's period, half the watchdog
+// timeout at most) for what its sources do: tags removed at a source busy
+// with a subscribe (a wedged gateway holds one for its command timeout)
+// are removed after the reload returned.
+func reloadHook(path string, r *running, log zerolog.Logger, wait time.Duration) func(ctx context.Context, trigger string) error {
 	return func(ctx context.Context, trigger string) error {
+		ctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
 		rl := r.relay.Load()
 		if rl == nil {
 			return nil

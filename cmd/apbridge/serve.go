@@ -49,7 +49,7 @@ func serve(ctx context.Context, c *relay.Config, path string, log zerolog.Logger
 		notify:  lc.notify,
 		state:   r.statusLine,
 		passed:  r.markPass,
-		reload:  reloadHook(path, r, log),
+		reload:  reloadHook(path, r, log, every),
 		reloads: lc.reloads,
 		tick:    t.C,
 	}
