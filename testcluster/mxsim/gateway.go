@@ -226,7 +226,7 @@ func (g *Gateway) SetEventQueueSize(n int) {
 }
 
 // SetResumeWindow makes the gateway end a session whose event stream has
-// had no subscriber for d (default 0: it keeps the session until it is
+// had no subscriber for d (from its open, or its last subscriber's end) (default 0: it keeps the session until it is
 // closed, or the gateway stops): a client that died leaves its session
 // behind, and a gateway keeps it only so long for a successor to resume.
 // It applies to sessions opened afterwards. It panics if d < 0.
@@ -433,6 +433,9 @@ func (g *Gateway) newSession(client string, writeUser int32, timeout time.Durati
 		byAddr:     map[string]*mxItem{},
 	}
 	g.sessions[s.id] = s
+	s.mu.Lock()
+	s.armOrphanLocked() // a client may die before it streams
+	s.mu.Unlock()
 	g.workers.Add(1)
 	go s.work()
 	return s, s.openReply(g.name, g.caps)

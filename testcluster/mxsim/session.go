@@ -316,19 +316,26 @@ func (s *mxSession) unsubscribe() {
 	s.mu.Lock()
 	s.subscribed = false
 	close(s.subLeft)
-	if s.window > 0 && s.ended == mxOpen {
-		// The client may be gone for good: the session is kept for the
-		// window only. A subscriber that comes back in time stops it.
-		s.orphan = time.AfterFunc(s.window, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if !s.subscribed && s.ended == mxOpen {
-				s.g.log.Debug().Str("session", s.id).Msg("mxsim: session's resume window passed without a subscriber")
-				s.endLocked(mxEndClosed)
-			}
-		})
-	}
+	s.armOrphanLocked()
 	s.mu.Unlock()
+}
+
+// armOrphanLocked starts the session's resume window, on a gateway that
+// has one: the client may be gone for good, and the session is kept for
+// the window only. A subscriber that comes in time stops it. s.mu is
+// held.
+func (s *mxSession) armOrphanLocked() {
+	if s.window <= 0 || s.ended != mxOpen {
+		return
+	}
+	s.orphan = time.AfterFunc(s.window, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.subscribed && s.ended == mxOpen {
+			s.g.log.Debug().Str("session", s.id).Msg("mxsim: session's resume window passed without a subscriber")
+			s.endLocked(mxEndClosed)
+		}
+	})
 }
 
 // stream sends the session's events to out until the session ends or the
