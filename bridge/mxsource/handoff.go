@@ -302,6 +302,9 @@ func (s *Source) adoptFrom(m *member, st *stateFile) (*mxgateway.Session, map[st
 func (s *Source) resumeFailed(m *member, session string, why error) {
 	s.mu.Lock()
 	s.stats.ResumeFallbacks++
+	// The new session's first values are framed as a refresh, as after
+	// an outage: consumers missed what changed since the last store.
+	s.fallback = "predecessor's session not resumed on " + m.target + ": " + why.Error()
 	s.mu.Unlock()
 	s.log.Warn().Str("endpoint", m.target).Str("session", session).Str("reason", why.Error()).
 		Msg("predecessor's gateway session not resumed: opening a new one and subscribing again with a refresh; changes since its last stored event are lost")

@@ -110,6 +110,10 @@ func (s *Source) runMember(m *member) {
 			Data: func(d mxgateway.DataChange) { s.onData(m, gen, d) },
 			Alive: func(seq uint64) {
 				m.lastEvent.Store(time.Now().UnixNano())
+				if after > 0 && lastSeq == after {
+					// The gateway answered the resume with an event.
+					s.resumed(m, sess.ID(), after)
+				}
 				lastSeq = seq
 			},
 			Gap: func(want, got uint64) {
@@ -119,15 +123,11 @@ func (s *Source) runMember(m *member) {
 		}
 		err = sess.EventsAfter(sctx, after, handler)
 		resumeFailed := false
-		if after > 0 {
-			if lastSeq == after && (errors.Is(err, mxgateway.ErrSessionLost) || errors.Is(err, mxgateway.ErrCannotResume)) {
-				// The gateway forgot the session, or no longer holds
-				// the events: a new session, subscribed again.
-				resumeFailed = true
-				s.resumeFailed(m, sess.ID(), err)
-			} else {
-				s.resumed(m, sess.ID(), after)
-			}
+		if after > 0 && lastSeq == after && (errors.Is(err, mxgateway.ErrSessionLost) || errors.Is(err, mxgateway.ErrCannotResume)) {
+			// The gateway forgot the session, or no longer holds the
+			// events: a new session, subscribed again.
+			resumeFailed = true
+			s.resumeFailed(m, sess.ID(), err)
 		}
 		resumeUntil := time.Now().Add(resumeWindow)
 		for time.Now().Before(resumeUntil) && s.resumable(sctx, m, sess, err) {
@@ -280,7 +280,9 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	m.byGateway = map[int32]uint32{}
 	m.early = map[int32]mxgateway.DataChange{}
 	m.lastEvent.Store(time.Now().UnixNano())
-	s.stats.SessionsOpened++
+	if adopted == nil {
+		s.stats.SessionsOpened++
+	}
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx], it.last[m.idx], it.sent[m.idx] = 0, false, nil, 0
 	}

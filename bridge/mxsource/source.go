@@ -56,6 +56,9 @@ type Source struct {
 	// abandoned: the source stops as a killed process would, leaving
 	// its sessions open and its state file as it was.
 	abandoned atomic.Bool
+	// fallback is the reason of a predecessor's session not resumed: the
+	// next active session's first values are a refresh.
+	fallback string
 }
 
 // item is one tag and its state on each gateway's current session.
@@ -294,6 +297,8 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 	m := s.members[a]
 	sess, gen := m.sess, m.gen
 	adopting := m.adopting || m.adopted != nil
+	fallback := s.fallback
+	s.fallback = ""
 	var todo []*item
 	var idx []int
 	for i, t := range tags {
@@ -309,6 +314,11 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 		}
 	}
 	s.mu.Unlock()
+	if fallback != "" {
+		// A predecessor's session not resumed, on a relay starting:
+		// these first values follow changes consumers missed.
+		s.openRefresh(fallback)
+	}
 	if adopting {
 		// A predecessor's session: what it advised costs no command.
 		rest := s.adopt(m, gen, todo)

@@ -256,6 +256,12 @@ func (s *Source) handle(e memberEvent) {
 		m.lastErr = ""
 		becomes := s.active < 0
 		reopened := becomes && s.connected
+		reason := fmt.Sprintf("session reopened on %s", m.target)
+		if becomes && s.fallback != "" && len(s.items) > 0 {
+			// Without items yet (a relay starting) the bridge's first
+			// subscribe opens the refresh (Subscribe).
+			reopened, reason, s.fallback = true, s.fallback, ""
+		}
 		if becomes {
 			s.active = m.idx
 			s.connected = true
@@ -277,7 +283,7 @@ func (s *Source) handle(e memberEvent) {
 			if reopened {
 				// The values that follow are every tag's current one
 				// after an outage: a refresh, as after a switch.
-				s.openRefresh(fmt.Sprintf("session reopened on %s", m.target))
+				s.openRefresh(reason)
 			}
 			// A fresh session has nothing advised: the bridge subscribes
 			// every tag again, through its guard.
