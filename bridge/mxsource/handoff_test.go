@@ -11,6 +11,7 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/mxgateway"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 )
 
@@ -64,7 +65,7 @@ func TestBaseGatewayCapabilities(t *testing.T) {
 // the state file as last written) and a successor with the same state
 // file: on a gateway that resumes streams the successor resumes the dead
 // session's stream after its last stored event, and no counter value is
-// lost; it opens no session and sends no subscribe. Without resume, or
+// lost, not even those the gateway sent that never reached the dead relay; it opens no session and sends no subscribe. Without resume, or
 // with the session gone, the successor opens a new one, subscribes every
 // tag with a refresh and counts the fallback.
 func TestSuccessorResumesTheSession(t *testing.T) {
@@ -80,27 +81,34 @@ func TestSuccessorResumesTheSession(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "mx1.mx-state.json")
-			e1 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, setup: func(_ int, g *mxsim.Gateway) {
-				g.SetCapabilities(tc.caps)
-				g.SetResumeWindow(tc.window)
-			}})
+			var proxy *faultproxy.Proxy
+			e1 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, endpoint: proxiedPrimary(t, &proxy),
+				setup: func(_ int, g *mxsim.Gateway) {
+					g.SetCapabilities(tc.caps)
+					g.SetResumeWindow(tc.window)
+				}})
 			e1.flowing(t, 20)
 			// The state file names the session and a stored event.
 			testutil.WaitFor(t, "the state file", 5*time.Second, func() bool {
 				b, err := readFile(state)
 				return err == nil && strings.Contains(b, `"lastStored"`) && !strings.Contains(b, `"lastStored": 0`)
 			})
+			// The relay's last moments: what the gateway sends does not
+			// reach it (sent, so only a replay brings it back), and then
+			// it dies.
+			proxy.Freeze()
+			late := time.NewTimer(300 * time.Millisecond)
+			<-late.C
 			mxsource.Abandon(e1.src)
+			proxy.ResetAll()
+			proxy.Heal()
 			g := e1.gw[0]
 			if tc.window > 0 {
 				testutil.WaitFor(t, "the gateway forgot the session", 5*time.Second, func() bool { return g.Stats().Sessions == 0 })
-			} else {
-				// The gateway keeps producing for the dead session.
-				late := time.NewTimer(300 * time.Millisecond)
-				<-late.C
 			}
 			g.ResetStats()
-			e2 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, reuse: e1})
+			e2 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, reuse: e1,
+				endpoint: func(int, *mxsim.Gateway) string { return proxy.Addr() }})
 			e2.flowing(t, 20)
 			st, gst := e2.src.Stats(), g.Stats()
 			if !tc.resume {
