@@ -29,6 +29,9 @@ type EventHandler struct {
 	Alive func(seq uint64)
 	// Gap reports a jump in the worker sequence: events were lost.
 	Gap func(expected, got uint64)
+	// Done is called for every event after Data, with its worker
+	// sequence: the event has been handled.
+	Done func(seq uint64)
 }
 
 // Events streams the session's events to h until the stream ends, and
@@ -42,8 +45,14 @@ func (s *Session) Events(ctx context.Context, h EventHandler) error {
 // EventsAfter is Events resuming after worker sequence after, on a
 // session whose stream broke: a gateway with CapEventResume sends again
 // what the client did not receive. It returns ErrCannotResume when the
-// gateway no longer holds those events (or does not resume at all).
+// gateway no longer holds those events, and at once, without asking, when
+// it does not advertise CapEventResume (resume_after is apbridge's: a
+// gateway without it would start a new stream and so skip events
+// silently).
 func (s *Session) EventsAfter(ctx context.Context, after uint64, h EventHandler) error {
+	if after > 0 && !s.Has(CapEventResume) {
+		return fmt.Errorf("%w: %w %q", ErrCannotResume, ErrNoCapability, CapEventResume)
+	}
 	st, err := s.c.api.StreamEvents(ctx, &mxpb.StreamEventsRequest{SessionId: s.id, ResumeAfter: after})
 	if err != nil {
 		return rpcErr(ctx, "stream events", err)
@@ -76,6 +85,9 @@ func (s *Session) EventsAfter(ctx context.Context, after uint64, h EventHandler)
 			}
 		case *mxpb.MxEvent_Fault:
 			fault = &FaultError{Kind: e.Fault.GetKind(), Message: e.Fault.GetMessage()}
+		}
+		if h.Done != nil {
+			h.Done(ev.GetWorkerSequence())
 		}
 	}
 }

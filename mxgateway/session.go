@@ -20,6 +20,19 @@ const CapBulkSubscribeSupervisory = "bulk-subscribe-supervisory"
 // the client received (EventsAfter).
 const CapEventResume = "event-resume"
 
+// CapPing is the capability of a gateway that runs PingCommand: an empty
+// command whose round trip proves the session's worker alive. PingCommand
+// is apbridge's, not the gateway's published contract: Ping is sent only
+// to a gateway that advertises it.
+const CapPing = "ping-command"
+
+// CapHeartbeat is the capability of a gateway that sends Heartbeat events
+// on an idle stream, every heartbeat_interval of its open reply. Both are
+// apbridge's: without the capability the interval is not trusted (the
+// field may mean something else to the gateway, or nothing) and
+// HeartbeatInterval is zero.
+const CapHeartbeat = "stream-heartbeats"
+
 // DefaultGatewayCommandTimeout is the command timeout a gateway grants
 // when the session asks for none.
 const DefaultGatewayCommandTimeout = 30 * time.Second
@@ -69,8 +82,14 @@ func (s *Session) CommandTimeout() time.Duration {
 }
 
 // HeartbeatInterval returns how often the gateway sends a heartbeat on an
-// idle event stream; zero if it sends none.
-func (s *Session) HeartbeatInterval() time.Duration { return s.heartbeat }
+// idle event stream; zero if it sends none, or does not advertise
+// CapHeartbeat.
+func (s *Session) HeartbeatInterval() time.Duration {
+	if !s.Has(CapHeartbeat) {
+		return 0
+	}
+	return s.heartbeat
+}
 
 // ProtocolVersion returns the gateway's protocol version.
 func (s *Session) ProtocolVersion() int32 { return s.version }
@@ -247,8 +266,12 @@ func (s *Session) Read(ctx context.Context, handles []int32) ([]ItemValue, error
 }
 
 // Ping runs an empty command: its round trip proves the session's command
-// path, worker included, is alive.
+// path, worker included, is alive. It returns ErrNoCapability, without
+// sending anything, to a gateway that does not advertise CapPing.
 func (s *Session) Ping(ctx context.Context) error {
+	if !s.Has(CapPing) {
+		return fmt.Errorf("%w %q", ErrNoCapability, CapPing)
+	}
 	_, err := s.invoke(ctx, "ping", &mxpb.MxCommand{Command: &mxpb.MxCommand_Ping{Ping: &mxpb.PingCommand{}}})
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -260,7 +261,13 @@ func (r *Relay) addSource(i int, sc SourceConfig) error {
 func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.TagConfig, error) {
 	if sc.Type == TypeMxGateway {
 		return func() (bridge.Source, error) {
-			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mxsource.WithLogger(r.log))
+			mopts := []mxsource.Option{mxsource.WithLogger(r.log)}
+			if r.state != nil {
+				// The mx source keeps its handoff itself, in a file of
+				// its own beside the OPC UA sources' (mxsource.WithStateFile).
+				mopts = append(mopts, mxsource.WithStateFile(filepath.Join(r.state.dir, sc.Name+".mx-state.json")))
+			}
+			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mopts...)
 			if err != nil {
 				return nil, fmt.Errorf("sources[%d]: %w", i, err)
 			}

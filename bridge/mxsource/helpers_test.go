@@ -40,6 +40,10 @@ type envConfig struct {
 	setup    func(i int, g *mxsim.Gateway)
 	extra    []bridge.TagConfig // tags beyond the counters
 	endpoint func(i int, g *mxsim.Gateway) string
+	// reuse runs on the data and gateways of another env (a successor
+	// relay); stateFile is the source's WithStateFile.
+	reuse     *mxEnv
+	stateFile string
 }
 
 func startMx(t *testing.T, ec envConfig) *mxEnv {
@@ -53,8 +57,12 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	if ec.period == 0 {
 		ec.period = 50 * time.Millisecond
 	}
-	stop := e.data.RunCounters("Counter_", ec.tags, ec.period)
-	t.Cleanup(stop)
+	if ec.reuse != nil {
+		e.data = ec.reuse.data
+	} else {
+		stop := e.data.RunCounters("Counter_", ec.tags, ec.period)
+		t.Cleanup(stop)
+	}
 	for i := range ec.tags {
 		e.tags = append(e.tags, bridge.TagConfig{Name: fmt.Sprintf("c%d", i), Address: fmt.Sprintf("Counter_%d.Value", i), Writable: true})
 	}
@@ -62,14 +70,19 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 	cfg := ec.cfg
 	cfg.Endpoints = nil
 	for i := range max(ec.gateways, 1) {
-		g, err := mxsim.Start(e.data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Close)
-		g.SetName(fmt.Sprintf("gw%d", i))
-		if ec.setup != nil {
-			ec.setup(i, g)
+		var g *mxsim.Gateway
+		if ec.reuse != nil {
+			g = ec.reuse.gw[i]
+		} else {
+			var err error
+			if g, err = mxsim.Start(e.data); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(g.Close)
+			g.SetName(fmt.Sprintf("gw%d", i))
+			if ec.setup != nil {
+				ec.setup(i, g)
+			}
 		}
 		e.gw = append(e.gw, g)
 		ep := g.Addr()
@@ -104,13 +117,17 @@ func startMx(t *testing.T, ec envConfig) *mxEnv {
 		}
 	})
 	nc.Flush()
-	e.src, err = mxsource.New("mx1", cfg, mxsource.WithLogger(testutil.Logger(t)), mxsource.WithEventHandler(func(ev mxsource.Event) {
+	sopts := []mxsource.Option{mxsource.WithLogger(testutil.Logger(t)), mxsource.WithEventHandler(func(ev mxsource.Event) {
 		if ev.Kind == mxsource.EventSwitch {
 			e.mu.Lock()
 			e.switches = append(e.switches, ev)
 			e.mu.Unlock()
 		}
-	}))
+	})}
+	if ec.stateFile != "" {
+		sopts = append(sopts, mxsource.WithStateFile(ec.stateFile))
+	}
+	e.src, err = mxsource.New("mx1", cfg, sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,16 @@ type member struct {
 	early    map[int32]mxgateway.DataChange
 	openedAt time.Time
 	lastErr  string // the last open or stream error, logged once
+	// resume is the predecessor's state, for the first session (Start).
+	resume *stateFile
+	// adopted are the items of a predecessor's session resumed, by
+	// address, not yet mapped to tags; while adopting, the session's
+	// data changes are held, in order, until the bridge's first
+	// subscribe maps them (see adopt), and heldSeq is the last event.
+	adopted  map[string]int32
+	adopting bool
+	held     []mxgateway.DataChange
+	heldSeq  uint64
 
 	lastEvent atomic.Int64 // unix nanoseconds of the session's last event
 	// busy counts the subscribe requests of ours running on the session:
@@ -54,9 +64,10 @@ var (
 // one, streams its events until it ends, and opens the next.
 func (s *Source) runMember(m *member) {
 	defer s.wg.Done()
-	if m.idx > 0 {
-		// The primary gets the first chance to be the active: the backup
-		// opens once the primary's first attempt is over, or after
+	if m.idx != s.first {
+		// The primary (or the gateway of a predecessor's session to
+		// resume) gets the first chance to be the active: the other
+		// opens once its first attempt is over, or after
 		// primaryHeadStart.
 		t := time.NewTimer(primaryHeadStart)
 		select {
@@ -68,7 +79,19 @@ func (s *Source) runMember(m *member) {
 	}
 	delay := s.cfg.ReconnectDelay
 	for s.ctx.Err() == nil {
-		sess, err := s.open(m)
+		var (
+			sess    *mxgateway.Session
+			adopted map[string]int32
+			after   uint64 // where the stream starts: 0 for a new session
+			err     error
+		)
+		if st := m.resume; st != nil {
+			m.resume = nil
+			sess, adopted, after = s.adoptFrom(m, st)
+		}
+		if sess == nil {
+			sess, err = s.open(m)
+		}
 		if err != nil {
 			s.post(memberEvent{kind: evOpenFailed, m: m, err: err})
 			s.tried(m)
@@ -79,21 +102,33 @@ func (s *Source) runMember(m *member) {
 			continue
 		}
 		sctx, kill := context.WithCancelCause(s.ctx)
-		gen := s.attach(m, sess, kill)
+		gen := s.attach(m, sess, kill, adopted)
 		s.post(memberEvent{kind: evUp, m: m, gen: gen, sess: sess})
 		s.tried(m)
-		var lastSeq uint64 // the last event received: where a resume starts
+		lastSeq := after // the last event received: where a resume starts
 		handler := mxgateway.EventHandler{
 			Data: func(d mxgateway.DataChange) { s.onData(m, gen, d) },
 			Alive: func(seq uint64) {
 				m.lastEvent.Store(time.Now().UnixNano())
+				if after > 0 && lastSeq == after {
+					// The gateway answered the resume with an event.
+					s.resumed(m, sess.ID(), after)
+				}
 				lastSeq = seq
 			},
 			Gap: func(want, got uint64) {
 				s.log.Warn().Str("endpoint", m.target).Uint64("expected", want).Uint64("got", got).Msg("gateway event sequence skipped: events were lost")
 			},
+			Done: func(seq uint64) { s.eventDone(m, gen, seq) },
 		}
-		err = sess.Events(sctx, handler)
+		err = sess.EventsAfter(sctx, after, handler)
+		resumeFailed := false
+		if after > 0 && lastSeq == after && (errors.Is(err, mxgateway.ErrSessionLost) || errors.Is(err, mxgateway.ErrCannotResume)) {
+			// The gateway forgot the session, or no longer holds the
+			// events: a new session, subscribed again.
+			resumeFailed = true
+			s.resumeFailed(m, sess.ID(), err)
+		}
 		resumeUntil := time.Now().Add(resumeWindow)
 		for time.Now().Before(resumeUntil) && s.resumable(sctx, m, sess, err) {
 			// A blip: the gateway kept the session and sends again what
@@ -113,19 +148,27 @@ func (s *Source) runMember(m *member) {
 			err = cause
 		}
 		kill(nil)
+		keep := s.keepSession(m, gen)
 		lived := s.detach(m, gen)
 		s.post(memberEvent{kind: evDown, m: m, gen: gen, err: err})
 		// Best effort, and off this goroutine: on a gateway that is gone
 		// the call waits for the channel, and the next session must not.
 		// A gateway that keeps broken sessions for a resume would keep
-		// this one until its own timeout otherwise.
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
-			defer cancel()
-			sess.Close(cctx)
-		}()
+		// this one until its own timeout otherwise. The session a
+		// successor is to resume stays open.
+		if !keep {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Second)
+				defer cancel()
+				sess.Close(cctx)
+			}()
+		}
+		if resumeFailed {
+			delay = s.cfg.ReconnectDelay
+			continue
+		}
 		// A session that lived is a gateway that works: the backoff starts
 		// over. One that ends as soon as it opens keeps backing off, so
 		// that a gateway that keeps ending sessions is not hammered.
@@ -197,7 +240,7 @@ const primaryHeadStart = 2 * time.Second
 // backup open. Its event is posted already, so the supervisor sees the
 // primary up before the backup.
 func (s *Source) tried(m *member) {
-	if m.idx == 0 {
+	if m.idx == s.first {
 		s.primaryOnce.Do(func() { close(s.primaryTried) })
 	}
 }
@@ -226,16 +269,20 @@ func (s *Source) open(m *member) (*mxgateway.Session, error) {
 	return sess, nil
 }
 
-// attach makes sess m's session; its items are yet to be added.
-func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelCauseFunc) uint64 {
+// attach makes sess m's session; its items are yet to be added, or, for
+// a predecessor's session, adopted.
+func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelCauseFunc, adopted map[string]int32) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.gen++
+	m.adopted, m.adopting, m.held, m.heldSeq = adopted, adopted != nil, nil, 0
 	m.sess, m.kill, m.openedAt = sess, kill, time.Now()
 	m.byGateway = map[int32]uint32{}
 	m.early = map[int32]mxgateway.DataChange{}
 	m.lastEvent.Store(time.Now().UnixNano())
-	s.stats.SessionsOpened++
+	if adopted == nil {
+		s.stats.SessionsOpened++
+	}
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx], it.last[m.idx], it.sent[m.idx] = 0, false, nil, 0
 	}
@@ -250,6 +297,7 @@ func (s *Source) detach(m *member, gen uint64) time.Duration {
 		return 0
 	}
 	m.sess, m.kill = nil, nil
+	m.adopted, m.adopting, m.held = nil, false, nil
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx] = 0, false
 	}
@@ -270,6 +318,15 @@ func (s *Source) endSession(m *member, gen uint64, cause error) {
 func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
 	s.mu.Lock()
 	if m.gen != gen {
+		s.mu.Unlock()
+		return
+	}
+	if m.adopting {
+		// A predecessor's session: its items are mapped at the bridge's
+		// first subscribe; until then the changes wait, in order.
+		if len(m.held) < maxEarly {
+			m.held = append(m.held, d)
+		}
 		s.mu.Unlock()
 		return
 	}
@@ -322,6 +379,11 @@ func (s *Source) replayEarly(m *member, gen uint64, es []early) {
 func (s *Source) emit1(m *member, gen uint64, handle uint32, d mxgateway.DataChange) {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
+	s.emitLocked(m, gen, handle, d)
+}
+
+// emitLocked is emit1 with s.emitMu held.
+func (s *Source) emitLocked(m *member, gen uint64, handle uint32, d mxgateway.DataChange) {
 	// Again under emitMu: a promotion may have moved the active since.
 	s.mu.Lock()
 	active := s.active == m.idx && m.gen == gen
@@ -367,4 +429,42 @@ func toUpdate(d mxgateway.DataChange) wire.Update {
 	}
 	u.Value = d.Value
 	return u
+}
+
+// eventDone runs on m's event goroutine after each event of session gen:
+// with a state file, the active session's progress is recorded.
+func (s *Source) eventDone(m *member, gen uint64, seq uint64) {
+	if s.ho == nil || seq == 0 {
+		return
+	}
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	s.mu.Lock()
+	ok := s.active == m.idx && m.gen == gen
+	if m.gen == gen && m.adopting {
+		m.heldSeq, ok = seq, false
+	}
+	sess := m.sess
+	s.mu.Unlock()
+	if ok && sess != nil {
+		s.ho.handled(m, gen, sess, seq)
+	}
+}
+
+// keepSession reports whether m's session gen, ending because the source
+// stops, stays open on the gateway: every session of an abandoned source
+// (a dead process closes nothing), and with a state file the one it names.
+func (s *Source) keepSession(m *member, gen uint64) bool {
+	if s.ctx.Err() == nil {
+		return false
+	}
+	if s.abandoned.Load() {
+		return true
+	}
+	if s.ho == nil {
+		return false
+	}
+	s.ho.mu.Lock()
+	defer s.ho.mu.Unlock()
+	return s.ho.m == m && s.ho.gen == gen
 }

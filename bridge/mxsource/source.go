@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -46,6 +47,18 @@ type Source struct {
 	// promotion opened.
 	emitMu  sync.Mutex
 	refresh *refreshState
+
+	// ho keeps the state file for a successor; nil without one.
+	ho *handoff
+	// first is the member that opens first: the primary, or the gateway
+	// of the predecessor's session to resume.
+	first int
+	// abandoned: the source stops as a killed process would, leaving
+	// its sessions open and its state file as it was.
+	abandoned atomic.Bool
+	// fallback is the reason of a predecessor's session not resumed: the
+	// next active session's first values are a refresh.
+	fallback string
 }
 
 // item is one tag and its state on each gateway's current session.
@@ -86,9 +99,10 @@ func (it *item) relayed(d mxgateway.DataChange) {
 type Option func(*options) error
 
 type options struct {
-	log     zerolog.Logger
-	onEvent func(Event)
-	client  []mxgateway.Option
+	log       zerolog.Logger
+	onEvent   func(Event)
+	client    []mxgateway.Option
+	stateFile string
 }
 
 // WithLogger logs through l (default: no logging).
@@ -141,6 +155,9 @@ func New(name string, cfg Config, opts ...Option) (*Source, error) {
 		items: map[uint32]*item{}, active: -1,
 		health: bridge.Health{State: bridge.StateConnecting, Level: -1},
 	}
+	if o.stateFile != "" {
+		s.ho = newHandoff(o.stateFile)
+	}
 	for i, ep := range cfg.Endpoints {
 		c, err := mxgateway.NewClient(ep, append(copts, o.client...)...)
 		if err != nil {
@@ -169,6 +186,9 @@ func (s *Source) Start(ctx context.Context, h bridge.Handler) error {
 	s.started, s.h = true, h
 	// The source outlives ctx, which bounds the start only: Close stops it.
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if s.ho != nil {
+		s.startHandoff(h)
+	}
 	s.wg.Add(2 + len(s.members))
 	go s.supervise()
 	go s.prepareStandby()
@@ -206,6 +226,14 @@ type Stats struct {
 	// Resumes counts event streams resumed after a blip, with the
 	// session kept.
 	Resumes uint64
+	// SuccessorResumes counts predecessors' sessions resumed at start
+	// (WithStateFile): nothing lost.
+	SuccessorResumes uint64
+	// ResumeFallbacks counts predecessors' sessions that could not be
+	// resumed (the gateway does not resume, or forgot the session, or no
+	// longer holds the events): a new session, every tag subscribed
+	// again and refreshed, the changes since the last store lost.
+	ResumeFallbacks uint64
 	// Commands counts subscribe commands sent (bulk or per item), on
 	// either gateway, for the active or the standby.
 	Commands uint64
@@ -268,6 +296,9 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 	}
 	m := s.members[a]
 	sess, gen := m.sess, m.gen
+	adopting := m.adopting || m.adopted != nil
+	fallback := s.fallback
+	s.fallback = ""
 	var todo []*item
 	var idx []int
 	for i, t := range tags {
@@ -283,6 +314,26 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 		}
 	}
 	s.mu.Unlock()
+	if fallback != "" {
+		// A predecessor's session not resumed, on a relay starting:
+		// these first values follow changes consumers missed.
+		s.openRefresh(fallback)
+	}
+	if adopting {
+		// A predecessor's session: what it advised costs no command.
+		rest := s.adopt(m, gen, todo)
+		keep := make(map[*item]bool, len(rest))
+		for _, it := range rest {
+			keep[it] = true
+		}
+		todo2, idx2 := todo[:0:0], idx[:0:0]
+		for k, it := range todo {
+			if keep[it] {
+				todo2, idx2 = append(todo2, it), append(idx2, idx[k])
+			}
+		}
+		todo, idx = todo2, idx2
+	}
 	errs := make([]error, len(tags))
 	if len(todo) > 0 {
 		res, err := s.subscribeOn(ctx, m, sess, gen, todo, true)

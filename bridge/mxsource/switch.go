@@ -130,7 +130,10 @@ func (s *Source) supervise() {
 			if !probing && now.Sub(lastProbe) >= s.cfg.ProbeInterval {
 				// No ping behind our own subscribe: on a worker that runs
 				// one command at a time it would time the subscribe.
-				if m, sess, gen := s.activeSession(); sess != nil && m.busy.Load() == 0 {
+				// Nor to a gateway that does not advertise PingCommand,
+				// which is ours: the stream and the transport keepalive
+				// are what watch it then.
+				if m, sess, gen := s.activeSession(); sess != nil && m.busy.Load() == 0 && sess.Has(mxgateway.CapPing) {
 					probing, lastProbe = true, now
 					s.wg.Add(1)
 					go s.probe(m, sess, gen, probeDone)
@@ -253,6 +256,12 @@ func (s *Source) handle(e memberEvent) {
 		m.lastErr = ""
 		becomes := s.active < 0
 		reopened := becomes && s.connected
+		reason := fmt.Sprintf("session reopened on %s", m.target)
+		if becomes && s.fallback != "" && len(s.items) > 0 {
+			// Without items yet (a relay starting) the bridge's first
+			// subscribe opens the refresh (Subscribe).
+			reopened, reason, s.fallback = true, s.fallback, ""
+		}
 		if becomes {
 			s.active = m.idx
 			s.connected = true
@@ -261,6 +270,10 @@ func (s *Source) handle(e memberEvent) {
 		s.log.Info().Str("endpoint", m.target).Str("session", e.sess.ID()).Strs("capabilities", e.sess.Capabilities()).
 			Dur("command_timeout_ms", e.sess.CommandTimeout()).Bool("active", becomes).
 			Bool("supervisory", e.sess.Supervisory()).Msg("gateway session open")
+		if missing := missingOurs(e.sess); len(missing) > 0 {
+			s.log.Info().Str("endpoint", m.target).Strs("not_advertised", missing).
+				Msg("the gateway lacks apbridge's own capabilities: no health pings without ping-command, no silence watch without stream-heartbeats, a new session after a broken stream without event-resume")
+		}
 		if e.sess.CommandTimeout() != s.cfg.CommandTimeout {
 			s.log.Warn().Str("endpoint", m.target).Dur("asked_ms", s.cfg.CommandTimeout).Dur("granted_ms", e.sess.CommandTimeout()).
 				Msg("the gateway granted another command timeout than asked for")
@@ -270,7 +283,7 @@ func (s *Source) handle(e memberEvent) {
 			if reopened {
 				// The values that follow are every tag's current one
 				// after an outage: a refresh, as after a switch.
-				s.openRefresh(fmt.Sprintf("session reopened on %s", m.target))
+				s.openRefresh(reason)
 			}
 			// A fresh session has nothing advised: the bridge subscribes
 			// every tag again, through its guard.
@@ -477,4 +490,16 @@ func (s *Source) updateHealth() {
 	if changed && bh != nil {
 		bh.HealthChanged(h)
 	}
+}
+
+// missingOurs lists the capabilities of apbridge's own that sess's
+// gateway did not advertise: the source does without them.
+func missingOurs(sess *mxgateway.Session) []string {
+	var out []string
+	for _, c := range []string{mxgateway.CapPing, mxgateway.CapHeartbeat, mxgateway.CapEventResume} {
+		if !sess.Has(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

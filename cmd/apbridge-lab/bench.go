@@ -36,6 +36,10 @@ type benchConfig struct {
 	// blip is how long sl-blip freezes the primary's link; 0 resets it
 	// instead.
 	blip time.Duration
+	// gatewayCaps is what the mx-* scenarios' gateways advertise:
+	// "full" (the simulator's default) or "base" (today's nine
+	// capabilities, none of apbridge's own).
+	gatewayCaps string
 	// standbyLevel is the standby's ServiceLevel in the blip scenarios
 	// (slFault.standbyFlag); the others keep the levels they are about.
 	standbyLevel int
@@ -209,6 +213,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter), of config-change (100-20000, default 10000) and the counters of relay-restart (1-1000, default 20)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios and relay-restart: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")
 	fs.DurationVar(&cfg.blip, "blip", 0, "sl-blip: freeze the primary's link this long, then heal it (0: reset the connection instead)")
+	fs.StringVar(&cfg.gatewayCaps, "gateway-caps", "full", "mx-*: what the simulated gateways advertise: full, or base (today's nine capabilities: no event resume, ping or heartbeats, no supervisory bulk subscribe)")
 	fs.IntVar(&cfg.standbyLevel, "standby-level", 90, "sl-blip, sl-long-blip: the standby's ServiceLevel (0-250) beside the primary's 250: 90 is a Warm standby, below the Healthy band, 240 a Healthy one; the other sl-* scenarios keep the levels they are about")
 	fs.DurationVar(&cfg.delay, "delay", 500*time.Millisecond, "sl-late-peer: how long after the primary's ServiceLevel 0 the standby rises from 90 to 250 (0-1m)")
 	fs.DurationVar(&cfg.grace, "grace", 2*time.Second, "lame-duck grace period of the brokers")
@@ -267,6 +272,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.mode = uaclient.Mode(*mode)
 	if cfg.mode != uaclient.ModeWarm && cfg.mode != uaclient.ModeHot && cfg.mode != uaclient.ModePrepared {
 		return fmt.Errorf("--mode: %q is not valid (valid: warm, hot, prepared)", *mode)
+	}
+	if cfg.gatewayCaps != "full" && cfg.gatewayCaps != "base" {
+		return fmt.Errorf("--gateway-caps: %q is not valid (valid: full, base)", cfg.gatewayCaps)
 	}
 	if cfg.tags < 0 || cfg.tags > 20000 {
 		return fmt.Errorf("--tags: %d is out of range (valid 1-20000)", cfg.tags)

@@ -62,6 +62,21 @@ func mxMode(cfg benchConfig) (string, error) {
 	return "", fmt.Errorf("--mode: %q is not a gateway mode (valid for mx-*: warm, hot)", cfg.mode)
 }
 
+// startMxGateway starts a simulated gateway over data that advertises what
+// --gateway-caps says: with base, today's nine capabilities only, so that
+// the relay runs without apbridge's own (event resume, ping, heartbeats)
+// and without the supervisory bulk subscribe.
+func startMxGateway(cfg benchConfig, data *mxsim.Data) (*mxsim.Gateway, error) {
+	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+	if err != nil {
+		return nil, err
+	}
+	if cfg.gatewayCaps == "base" {
+		gw.SetCapabilities(mxsim.BaseCapabilities())
+	}
+	return gw, nil
+}
+
 // mxCounterTags names the tags of the items RunCounters(prefix, n, ...)
 // drives: tag prefixI on item prefixI.Value.
 func mxCounterTags(prefix string, n int) []bridge.TagConfig {

@@ -41,7 +41,7 @@ func benchMxFailover(ctx context.Context, cfg benchConfig) (*result, error) {
 	defer stopData()
 	var gws [2]*mxsim.Gateway
 	for i := range gws {
-		g, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+		g, err := startMxGateway(cfg, data)
 		if err != nil {
 			return nil, err
 		}

@@ -48,7 +48,7 @@ func benchMxRestart(ctx context.Context, cfg benchConfig) (*result, error) {
 	tick := mxTickFor(n)
 	stopData := data.RunCounters(prefix, n, tick)
 	defer stopData()
-	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+	gw, err := startMxGateway(cfg, data)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ type mxBlipCounts struct{ lost, resumes, sessions, bulk uint64 }
 // measures), and counts what the blips cost.
 func mxBlips(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data, tags []bridge.TagConfig) (mxBlipCounts, error) {
 	var b mxBlipCounts
-	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+	gw, err := startMxGateway(cfg, data)
 	if err != nil {
 		return b, err
 	}

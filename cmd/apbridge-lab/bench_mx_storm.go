@@ -91,7 +91,7 @@ func runMxStorm(ctx context.Context, cfg benchConfig, t stormTiming) (*result, e
 // meanwhile; then it recovers at once.
 func mxStormWedge(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data,
 	tags []bridge.TagConfig, t stormTiming, r *result) error {
-	gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+	gw, err := startMxGateway(cfg, data)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func mxStormWedge(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, da
 func mxStormCommands(ctx context.Context, cfg benchConfig, cl *natstest.Cluster, data *mxsim.Data,
 	tags []bridge.TagConfig, r *result) error {
 	once := func(name string, caps []string) (mxsim.Stats, error) {
-		gw, err := mxsim.Start(data, mxsim.WithLogger(cfg.log))
+		gw, err := startMxGateway(cfg, data)
 		if err != nil {
 			return mxsim.Stats{}, err
 		}

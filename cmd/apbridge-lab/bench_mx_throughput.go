@@ -84,7 +84,7 @@ func benchMxThroughput(ctx context.Context, cfg benchConfig) (*result, error) {
 			p.data.Define(t.Address, int64(0))
 		}
 	}
-	if p.gw, err = mxsim.Start(p.data, mxsim.WithLogger(cfg.log)); err != nil {
+	if p.gw, err = startMxGateway(cfg, p.data); err != nil {
 		return nil, err
 	}
 	defer p.gw.Close()

@@ -42,18 +42,33 @@ const (
 	// CapEventResume: a session whose event stream broke is kept, and a
 	// new stream may resume after the last event its client received.
 	CapEventResume = "event-resume"
+	// CapPing: the gateway runs PingCommand. Without it a Ping is refused
+	// INVALID_ARGUMENT, as a command the gateway does not know.
+	CapPing = "ping-command"
+	// CapHeartbeat: the gateway sends a Heartbeat on an idle stream.
+	// Without it it sends none, though its open reply still carries the
+	// heartbeat interval: a gateway that does not know the field may
+	// carry anything at its number, and a client must not trust it.
+	CapHeartbeat = "stream-heartbeats"
 )
 
-// DefaultCapabilities returns the capabilities a Gateway advertises
-// unless SetCapabilities says otherwise: those of a current gateway,
-// CapBulkSubscribeSupervisory included. The slice is the caller's.
-func DefaultCapabilities() []string {
+// BaseCapabilities returns the nine capabilities of today's gateway, with
+// none of apbridge's (event resume, ping, heartbeats) and without
+// CapBulkSubscribeSupervisory. The slice is the caller's.
+func BaseCapabilities() []string {
 	return []string{
 		"unary-open-session", "unary-close-session", "unary-invoke",
 		"server-stream-events", "bulk-subscribe-commands", "bulk-read-commands",
 		"bulk-write-commands", "unary-acknowledge-alarm", "server-stream-active-alarms",
-		CapBulkSubscribeSupervisory, CapEventResume,
 	}
+}
+
+// DefaultCapabilities returns the capabilities a Gateway advertises
+// unless SetCapabilities says otherwise: BaseCapabilities,
+// CapBulkSubscribeSupervisory and apbridge's own (CapEventResume, CapPing,
+// CapHeartbeat). The slice is the caller's.
+func DefaultCapabilities() []string {
+	return append(BaseCapabilities(), CapBulkSubscribeSupervisory, CapEventResume, CapPing, CapHeartbeat)
 }
 
 // Gateway simulates an MxAccess gateway: the gRPC service of
@@ -90,9 +105,12 @@ type Gateway struct {
 	timeout   time.Duration
 	heartbeat time.Duration
 	queueSize int
-	latency   time.Duration
-	latencyCh chan struct{} // closed and replaced when the latency changes
-	onCommand func(session, kind string)
+	// resumeWindow is how long a session whose stream went is kept; 0
+	// keeps it until it is closed.
+	resumeWindow time.Duration
+	latency      time.Duration
+	latencyCh    chan struct{} // closed and replaced when the latency changes
+	onCommand    func(session, kind string)
 
 	nextServer atomic.Int32 // server handles, unique on the gateway
 	workers    sync.WaitGroup
@@ -204,6 +222,20 @@ func (g *Gateway) SetEventQueueSize(n int) {
 	}
 	g.mu.Lock()
 	g.queueSize = n
+	g.mu.Unlock()
+}
+
+// SetResumeWindow makes the gateway end a session whose event stream has
+// had no subscriber for d (from its open, or its last subscriber's end) (default 0: it keeps the session until it is
+// closed, or the gateway stops): a client that died leaves its session
+// behind, and a gateway keeps it only so long for a successor to resume.
+// It applies to sessions opened afterwards. It panics if d < 0.
+func (g *Gateway) SetResumeWindow(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("mxsim: SetResumeWindow(%v): the window cannot be negative", d))
+	}
+	g.mu.Lock()
+	g.resumeWindow = d
 	g.mu.Unlock()
 }
 
@@ -390,6 +422,9 @@ func (g *Gateway) newSession(client string, writeUser int32, timeout time.Durati
 		heartbeat:  g.heartbeat,
 		bulkSup:    slices.Contains(g.caps, CapBulkSubscribeSupervisory),
 		resumable:  slices.Contains(g.caps, CapEventResume),
+		ping:       slices.Contains(g.caps, CapPing),
+		beats:      slices.Contains(g.caps, CapHeartbeat),
+		window:     g.resumeWindow,
 		cmds:       make(chan *mxCall, MaxPending),
 		events:     make(chan *mxpb.MxEvent, g.queueSize),
 		done:       make(chan struct{}),
@@ -398,6 +433,9 @@ func (g *Gateway) newSession(client string, writeUser int32, timeout time.Durati
 		byAddr:     map[string]*mxItem{},
 	}
 	g.sessions[s.id] = s
+	s.mu.Lock()
+	s.armOrphanLocked() // a client may die before it streams
+	s.mu.Unlock()
 	g.workers.Add(1)
 	go s.work()
 	return s, s.openReply(g.name, g.caps)

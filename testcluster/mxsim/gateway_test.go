@@ -37,8 +37,14 @@ func TestMxOpenSession(t *testing.T) {
 		r.GetGatewayProtocolVersion() != 1 || r.GetHeartbeatInterval().AsDuration() != time.Second || r.GetSessionId() == "" {
 		t.Fatalf("default session: %v", r)
 	}
-	if len(DefaultCapabilities()) != 11 || !slices.Contains(DefaultCapabilities(), "bulk-subscribe-supervisory") {
+	if len(DefaultCapabilities()) != 13 || !slices.Contains(DefaultCapabilities(), "bulk-subscribe-supervisory") {
 		t.Fatalf("default capabilities %v", DefaultCapabilities())
+	}
+	// Today's gateway: nine, none of apbridge's own.
+	if base := BaseCapabilities(); len(base) != 9 || slices.ContainsFunc(base, func(c string) bool {
+		return c == CapBulkSubscribeSupervisory || c == CapEventResume || c == CapPing || c == CapHeartbeat
+	}) {
+		t.Fatalf("base capabilities %v", base)
 	}
 	if r := openMx(t, c, 0, 2*time.Second).open; r.GetDefaultCommandTimeout().AsDuration() != 2*time.Second {
 		t.Fatalf("command_timeout 2s echoed as %v", r.GetDefaultCommandTimeout().AsDuration())

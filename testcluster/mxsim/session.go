@@ -63,6 +63,9 @@ type mxSession struct {
 	heartbeat time.Duration
 	bulkSup   bool // the gateway advertised CapBulkSubscribeSupervisory at open
 	resumable bool // the gateway advertised CapEventResume at open
+	ping      bool // the gateway advertised CapPing at open
+	beats     bool // the gateway advertised CapHeartbeat at open
+	window    time.Duration
 
 	cmds       chan *mxCall       // capacity MaxPending: pending is checked first, so a send never blocks
 	events     chan *mxpb.MxEvent // the event queue; a full one faults the session
@@ -77,6 +80,7 @@ type mxSession struct {
 	subscribed bool
 	takeover   chan struct{} // closed to make the subscriber leave
 	subLeft    chan struct{} // closed when it left
+	orphan     *time.Timer   // ends the session when its resume window passes without a subscriber
 	// sent holds the last events sent, oldest first, for a subscriber
 	// that resumes after a broken stream (CapEventResume): a sent event
 	// may be lost in transit.
@@ -298,6 +302,10 @@ func (s *mxSession) subscribe(resume bool) (<-chan struct{}, error) {
 		}
 	}
 	s.subscribed = true
+	if s.orphan != nil {
+		s.orphan.Stop()
+		s.orphan = nil
+	}
 	s.takeover, s.subLeft = make(chan struct{}), make(chan struct{})
 	stop := s.takeover
 	s.mu.Unlock()
@@ -308,13 +316,35 @@ func (s *mxSession) unsubscribe() {
 	s.mu.Lock()
 	s.subscribed = false
 	close(s.subLeft)
+	s.armOrphanLocked()
 	s.mu.Unlock()
+}
+
+// armOrphanLocked starts the session's resume window, on a gateway that
+// has one: the client may be gone for good, and the session is kept for
+// the window only. A subscriber that comes in time stops it. s.mu is
+// held.
+func (s *mxSession) armOrphanLocked() {
+	if s.window <= 0 || s.ended != mxOpen {
+		return
+	}
+	s.orphan = time.AfterFunc(s.window, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.subscribed && s.ended == mxOpen {
+			s.g.log.Debug().Str("session", s.id).Msg("mxsim: session's resume window passed without a subscriber")
+			s.endLocked(mxEndClosed)
+		}
+	})
 }
 
 // stream sends the session's events to out until the session ends or the
 // client goes, with a Heartbeat whenever the stream was idle for the
 // heartbeat interval.
 func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent], after uint64) error {
+	if after > 0 {
+		s.g.stats.add(func(st *Stats) { st.ResumeRequests++ })
+	}
 	takenOver, err := s.subscribe(after > 0)
 	if err != nil {
 		return err
@@ -333,7 +363,7 @@ func (s *mxSession) stream(out grpc.ServerStreamingServer[mxpb.MxEvent], after u
 	}
 	var beat <-chan time.Time
 	var timer *time.Timer
-	if s.heartbeat > 0 {
+	if s.heartbeat > 0 && s.beats {
 		timer = time.NewTimer(s.heartbeat)
 		defer timer.Stop()
 		beat = timer.C
@@ -491,6 +521,12 @@ func (x *mxService) Invoke(ctx context.Context, req *mxpb.MxCommandRequest) (*mx
 	}
 	kind := mxKind(req.GetCommand())
 	if kind == "" {
+		return nil, status.Error(codes.InvalidArgument, "no command")
+	}
+	if kind == "Ping" && !s.ping {
+		// A gateway without PingCommand does not know its field: to it
+		// the command is empty.
+		x.g.stats.add(func(st *Stats) { st.Unadvertised[kind]++ })
 		return nil, status.Error(codes.InvalidArgument, "no command")
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -42,6 +42,12 @@ type Stats struct {
 	// worker. Anything but 0 or 1 would be a bug of the simulator: MXAccess
 	// runs one command at a time.
 	MaxConcurrent int
+	// Unadvertised counts, by kind, the commands refused because the
+	// gateway did not advertise them (a Ping without CapPing).
+	Unadvertised map[string]uint64
+	// ResumeRequests counts the StreamEvents calls that asked to resume
+	// (resume_after > 0), granted or refused.
+	ResumeRequests uint64
 	// Faults counts the sessions faulted by an event queue overflow.
 	Faults uint64
 	// Sessions is the number of sessions open now.
@@ -59,7 +65,7 @@ type mxStats struct {
 
 func (m *mxStats) reset() {
 	m.mu.Lock()
-	m.s = Stats{CommandsByKind: map[string]uint64{}, Items: map[string]uint64{}}
+	m.s = Stats{CommandsByKind: map[string]uint64{}, Items: map[string]uint64{}, Unadvertised: map[string]uint64{}}
 	m.mu.Unlock()
 }
 
@@ -103,6 +109,7 @@ func (g *Gateway) Stats() Stats {
 	st := g.stats.s
 	st.CommandsByKind = maps.Clone(st.CommandsByKind)
 	st.Items = maps.Clone(st.Items)
+	st.Unadvertised = maps.Clone(st.Unadvertised)
 	g.stats.mu.Unlock()
 	for _, s := range g.openSessions() {
 		s.mu.Lock()

@@ -1,0 +1,394 @@
+package mxsource
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/mxgateway"
+)
+
+// A source with a state file (WithStateFile) keeps there what a successor
+// (the same relay restarted, after a crash or not) needs to resume the
+// active session's event stream instead of opening a new session and
+// subscribing every tag again: the gateway's session id and what the
+// gateway said at open, the item handles of the tags advised on it, and
+// the last worker sequence whose events are handled and, when the bridge
+// tells (bridge.StoreNotifier), whose updates the sink stored. The
+// gateway contract has no acknowledgement: the gateway keeps a session
+// whose stream went for its resume window and replays what it still holds
+// after the sequence asked for, so the sequence recorded is the
+// acknowledgement, and it moves only after the store.
+//
+// The file is written whole and atomically (a temporary file, fsynced,
+// renamed over the old one, the directory fsynced), at most every
+// stateWriteInterval while it changes. Nothing in it is secret.
+
+// stateWriteInterval bounds how often the state file is written while it
+// changes: a successor that reads an older one gets a few events again,
+// which the sink stores twice (the JetStream sink's duplicate window
+// drops them).
+const stateWriteInterval = 250 * time.Millisecond
+
+// stateVersion is the state file's format.
+const stateVersion = 1
+
+// stateFile is the content of the state file.
+type stateFile struct {
+	Version int    `json:"version"`
+	Source  string `json:"source"`
+	// Endpoint is the gateway of the session, as configured.
+	Endpoint string                  `json:"endpoint"`
+	Session  mxgateway.SessionRecord `json:"session"`
+	// LastStored is the worker sequence up to which every event of the
+	// session is handled and its updates stored: a successor resumes
+	// after it.
+	LastStored uint64 `json:"lastStored"`
+	// Items are the session's advised items: address -> item handle.
+	Items map[string]int32 `json:"items"`
+}
+
+// WithStateFile keeps the active session's handoff in path (see
+// docs/mxgateway.md): a source started with the file of a predecessor
+// resumes that session's event stream when the gateway advertises
+// event-resume and still holds the session, and otherwise opens a new
+// session and subscribes again, counting the loss (Stats.ResumeFallbacks).
+// The directory must exist. With a state file, Close leaves the active
+// session open on the gateway, for the successor.
+func WithStateFile(path string) Option {
+	return func(o *options) error {
+		if path == "" {
+			return errors.New("WithStateFile: empty path")
+		}
+		o.stateFile = path
+		return nil
+	}
+}
+
+// handoff tracks the active session for the state file.
+type handoff struct {
+	path string
+	wake chan struct{}
+
+	mu      sync.Mutex
+	sn      bridge.StoreNotifier // nil: an event counts as stored once handed to the bridge
+	m       *member
+	gen     uint64
+	rec     mxgateway.SessionRecord
+	handed  uint64 // the last event handled on the tracked session
+	stored  uint64 // the last whose updates are stored
+	marking bool   // a store mark is out
+	dirty   bool
+	stopped bool // abandoned: a dead process writes nothing more
+}
+
+func newHandoff(path string) *handoff {
+	return &handoff{path: path, wake: make(chan struct{}, 1)}
+}
+
+// readState reads the state file; a missing one is no error.
+func readState(path string) (*stateFile, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("%s: version %d (this relay reads %d)", path, st.Version, stateVersion)
+	}
+	return &st, nil
+}
+
+// handled records that the events of m's session gen up to seq are handed
+// to the bridge (or dropped as repeats); s.emitMu is held, so that every
+// update of those events is with the bridge before a store mark is set.
+func (h *handoff) handled(m *member, gen uint64, sess *mxgateway.Session, seq uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m != m || h.gen != gen {
+		// The active changed: a mark of the old session still out is
+		// ignored when it comes back.
+		h.m, h.gen, h.rec = m, gen, sess.Record()
+		h.handed, h.stored, h.marking = 0, 0, false
+	}
+	h.handed = seq
+	if !h.marking {
+		h.markLocked(m, gen, seq)
+	}
+}
+
+// markLocked asks the bridge to say when what was handed up to seq is
+// stored; one mark is out at a time, so a busy source costs one per round
+// trip of the sink. h.mu is held.
+func (h *handoff) markLocked(m *member, gen uint64, seq uint64) {
+	if h.sn == nil {
+		h.storedLocked(seq)
+		return
+	}
+	h.marking = true
+	h.sn.AfterStored(func() { h.storedAt(m, gen, seq) })
+}
+
+func (h *handoff) storedAt(m *member, gen uint64, seq uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m != m || h.gen != gen {
+		return
+	}
+	h.marking = false
+	h.storedLocked(seq)
+	if h.handed > seq {
+		h.markLocked(m, gen, h.handed)
+	}
+}
+
+func (h *handoff) storedLocked(seq uint64) {
+	if seq <= h.stored {
+		return
+	}
+	h.stored, h.dirty = seq, true
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop makes the handoff write nothing more: the source is abandoned.
+func (h *handoff) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
+}
+
+// writeState writes the state file whenever it changed, at most every
+// stateWriteInterval, and once more when the source closes (not when it is
+// abandoned).
+func (s *Source) writeState() {
+	defer s.wg.Done()
+	h := s.ho
+	for {
+		select {
+		case <-s.ctx.Done():
+			s.flushState()
+			return
+		case <-h.wake:
+		}
+		s.flushState()
+		t := time.NewTimer(stateWriteInterval)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			s.flushState()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// flushState writes the state file if it changed.
+func (s *Source) flushState() {
+	h := s.ho
+	h.mu.Lock()
+	if !h.dirty || h.stopped || h.stored == 0 {
+		h.mu.Unlock()
+		return
+	}
+	st := stateFile{Version: stateVersion, Source: s.name, Endpoint: h.m.target, Session: h.rec, LastStored: h.stored}
+	m, gen := h.m, h.gen
+	h.dirty = false
+	h.mu.Unlock()
+	s.mu.Lock()
+	if m.gen != gen {
+		// The session ended: the file keeps naming its last state, which
+		// a successor will find gone.
+		s.mu.Unlock()
+		return
+	}
+	st.Items = make(map[string]int32, len(s.items))
+	for _, it := range s.items {
+		if it.advised[m.idx] && it.handle[m.idx] != 0 {
+			st.Items[it.tag.Address] = it.handle[m.idx]
+		}
+	}
+	for addr, handle := range m.adopted {
+		// Adopted from the predecessor and not subscribed yet here.
+		st.Items[addr] = handle
+	}
+	s.mu.Unlock()
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err == nil {
+		err = writeAtomic(h.path, b)
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Str("file", h.path).Msg("state not written: a successor will open a new gateway session and subscribe again")
+	}
+}
+
+// writeAtomic replaces path with data so that a reader (or a crash at any
+// point) sees the old file or the new one, never a part.
+func writeAtomic(path string, data []byte) error {
+	dir, name := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// adoptFrom returns the predecessor's session on m's gateway, its item
+// handles and where to resume, or nil when it cannot be resumed (the
+// reason is logged and counted: the successor subscribes again, and the
+// events since the predecessor's last store are lost).
+func (s *Source) adoptFrom(m *member, st *stateFile) (*mxgateway.Session, map[string]int32, uint64) {
+	var why string
+	sess, err := m.client.Adopt(st.Session)
+	switch {
+	case err != nil:
+		why = err.Error()
+	case !sess.Has(mxgateway.CapEventResume):
+		why = "the gateway does not advertise " + mxgateway.CapEventResume
+	case st.LastStored == 0:
+		why = "nothing of the session was stored"
+	}
+	if why != "" {
+		s.resumeFailed(m, st.Session.ID, errors.New(why))
+		return nil, nil, 0
+	}
+	items := make(map[string]int32, len(st.Items))
+	for a, h := range st.Items {
+		items[a] = h
+	}
+	return sess, items, st.LastStored
+}
+
+// resumeFailed logs and counts a predecessor's session not resumed.
+func (s *Source) resumeFailed(m *member, session string, why error) {
+	s.mu.Lock()
+	s.stats.ResumeFallbacks++
+	// The new session's first values are framed as a refresh, as after
+	// an outage: consumers missed what changed since the last store.
+	s.fallback = "predecessor's session not resumed on " + m.target + ": " + why.Error()
+	s.mu.Unlock()
+	s.log.Warn().Str("endpoint", m.target).Str("session", session).Str("reason", why.Error()).
+		Msg("predecessor's gateway session not resumed: opening a new one and subscribing again with a refresh; changes since its last stored event are lost")
+}
+
+// resumed logs and counts a predecessor's session resumed.
+func (s *Source) resumed(m *member, session string, after uint64) {
+	s.mu.Lock()
+	s.stats.SuccessorResumes++
+	s.mu.Unlock()
+	s.log.Info().Str("endpoint", m.target).Str("session", session).Uint64("after", after).
+		Msg("predecessor's gateway session resumed")
+}
+
+// adopt maps the items of todo that the predecessor's session has advised
+// already (no command), relays the events held until then in order, and
+// returns the items left to subscribe.
+func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
+	s.emitMu.Lock()
+	defer s.emitMu.Unlock()
+	s.mu.Lock()
+	if m.gen != gen || m.adopted == nil {
+		s.mu.Unlock()
+		return todo
+	}
+	var rest []*item
+	for _, it := range todo {
+		h, ok := m.adopted[it.tag.Address]
+		if !ok {
+			rest = append(rest, it)
+			continue
+		}
+		delete(m.adopted, it.tag.Address)
+		it.handle[m.idx], it.advised[m.idx] = h, true
+		m.byGateway[h] = it.tag.Handle
+	}
+	held := m.held
+	m.held, m.adopting = nil, false
+	if len(m.adopted) == 0 {
+		m.adopted = nil
+	}
+	s.mu.Unlock()
+	var last uint64
+	for _, d := range held {
+		s.mu.Lock()
+		handle, ok := m.byGateway[d.Handle]
+		if it := s.items[handle]; ok && it != nil {
+			dd := d
+			it.last[m.idx] = &dd
+		}
+		s.mu.Unlock()
+		if ok {
+			s.emitLocked(m, gen, handle, d)
+		}
+		last = d.Seq
+	}
+	if s.ho != nil && last > 0 {
+		s.mu.Lock()
+		sess := m.sess
+		s.mu.Unlock()
+		if sess != nil {
+			s.ho.handled(m, gen, sess, max(last, m.heldSeq))
+		}
+	}
+	return rest
+}
+
+// startHandoff reads the predecessor's state (Start, s.mu held) and starts
+// the writer.
+func (s *Source) startHandoff(h bridge.Handler) {
+	if sn, ok := h.(bridge.StoreNotifier); ok {
+		s.ho.sn = sn
+	}
+	st, err := readState(s.ho.path)
+	if err != nil {
+		s.log.Warn().Err(err).Msg("state file not read: opening new gateway sessions")
+	}
+	if st != nil && st.Source == s.name {
+		for _, m := range s.members {
+			if m.target == st.Endpoint {
+				m.resume, s.first = st, m.idx
+			}
+		}
+	}
+	s.wg.Add(1)
+	go s.writeState()
+}

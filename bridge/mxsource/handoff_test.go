@@ -1,0 +1,159 @@
+package mxsource_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge/mxsource"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/mxgateway"
+	"github.com/apbridge/apbridge/testcluster/faultproxy"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
+)
+
+// Against a gateway that advertises only today's nine capabilities the
+// source works with default settings: no Ping is sent (the gateway would
+// refuse it), the heartbeat interval its reply carries is not trusted
+// (it sends no heartbeats: a watch would end every quiet session), and
+// writes go through per-item supervisory advises. The positive control is
+// the same gateway with apbridge's capabilities: pinged.
+func TestBaseGatewayCapabilities(t *testing.T) {
+	for _, base := range []bool{true, false} {
+		t.Run(map[bool]string{true: "base", false: "default"}[base], func(t *testing.T) {
+			e := startMx(t, envConfig{period: 700 * time.Millisecond,
+				setup: func(_ int, g *mxsim.Gateway) {
+					g.SetHeartbeatInterval(50 * time.Millisecond)
+					if base {
+						g.SetCapabilities(mxsim.BaseCapabilities())
+					}
+				},
+				cfg: mxsource.Config{ProbeInterval: 100 * time.Millisecond, HeartbeatTimeout: 300 * time.Millisecond}})
+			testutil.WaitFor(t, "every tag Good", 10*time.Second, func() bool { return e.sourceStats().Good == 4 })
+			// Counters that change every 700 ms leave the stream silent
+			// longer than the heartbeat timeout: two changes' worth.
+			quiet := time.NewTimer(1500 * time.Millisecond)
+			<-quiet.C
+			st := e.gw[0].Stats()
+			if base {
+				if st.CommandsByKind["Ping"] != 0 || st.Unadvertised["Ping"] != 0 {
+					t.Fatalf("commands %v, unadvertised %v: no Ping to a gateway without %s", st.CommandsByKind, st.Unadvertised, mxgateway.CapPing)
+				}
+				if n := e.src.Stats().SessionsOpened; n != 1 {
+					t.Fatalf("%d sessions opened: a quiet stream of a gateway without heartbeats was taken for dead", n)
+				}
+				if st.CommandsByKind["AdviseSupervisory"] != 4 || st.SupervisoryBulk != 0 {
+					t.Fatalf("commands %v: want per-item supervisory advises", st.CommandsByKind)
+				}
+			} else if st.CommandsByKind["Ping"] == 0 {
+				t.Fatalf("commands %v: a gateway with %s is pinged", st.CommandsByKind, mxgateway.CapPing)
+			}
+			if rep := e.write(t, "c1", "7"); !rep.OK {
+				t.Fatalf("write: %+v", rep)
+			}
+			if n := st.ResumeRequests; n != 0 {
+				t.Fatalf("%d resume requests without a blip", n)
+			}
+		})
+	}
+}
+
+// A relay that dies (its source abandoned: the gateway session left open,
+// the state file as last written) and a successor with the same state
+// file: on a gateway that resumes streams the successor resumes the dead
+// session's stream after its last stored event, and no counter value is
+// lost, not even those the gateway sent that never reached the dead relay; it opens no session and sends no subscribe. Without resume, or
+// with the session gone, the successor opens a new one, subscribes every
+// tag with a refresh and counts the fallback.
+func TestSuccessorResumesTheSession(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		caps   []string
+		window time.Duration
+		resume bool
+	}{
+		{"resume", mxsim.DefaultCapabilities(), 0, true},
+		{"no-resume", slices.DeleteFunc(mxsim.DefaultCapabilities(), func(c string) bool { return c == mxgateway.CapEventResume }), 0, false},
+		{"session-gone", mxsim.DefaultCapabilities(), 200 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := filepath.Join(t.TempDir(), "mx1.mx-state.json")
+			var proxy *faultproxy.Proxy
+			e1 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, endpoint: proxiedPrimary(t, &proxy),
+				setup: func(_ int, g *mxsim.Gateway) {
+					g.SetCapabilities(tc.caps)
+					g.SetResumeWindow(tc.window)
+				}})
+			e1.flowing(t, 20)
+			// The state file names the session and a stored event.
+			testutil.WaitFor(t, "the state file", 5*time.Second, func() bool {
+				b, err := readFile(state)
+				return err == nil && strings.Contains(b, `"lastStored"`) && !strings.Contains(b, `"lastStored": 0`)
+			})
+			// The relay's last moments: what the gateway sends does not
+			// reach it (sent, so only a replay brings it back), and then
+			// it dies.
+			proxy.Freeze()
+			late := time.NewTimer(300 * time.Millisecond)
+			<-late.C
+			mxsource.Abandon(e1.src)
+			proxy.ResetAll()
+			proxy.Heal()
+			g := e1.gw[0]
+			if tc.window > 0 {
+				testutil.WaitFor(t, "the gateway forgot the session", 5*time.Second, func() bool { return g.Stats().Sessions == 0 })
+			}
+			g.ResetStats()
+			e2 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state, reuse: e1,
+				endpoint: func(int, *mxsim.Gateway) string { return proxy.Addr() }})
+			e2.flowing(t, 20)
+			st, gst := e2.src.Stats(), g.Stats()
+			if !tc.resume {
+				if st.ResumeFallbacks != 1 || st.SuccessorResumes != 0 || st.SessionsOpened != 1 || gst.CommandsByKind["SubscribeBulk"] != 1 {
+					t.Fatalf("stats %+v, gateway commands %v: want the fallback counted, a new session subscribed", st, gst.CommandsByKind)
+				}
+				e2.mu.Lock()
+				refreshes := e2.refresh
+				e2.mu.Unlock()
+				if refreshes == 0 {
+					t.Fatal("the fallback's values were not framed as a refresh")
+				}
+				return
+			}
+			if st.SuccessorResumes != 1 || st.ResumeFallbacks != 0 || st.SessionsOpened != 0 || gst.Commands != 0 {
+				t.Fatalf("stats %+v, gateway commands %v: want the session resumed, no command", st, gst.CommandsByKind)
+			}
+			// Nothing lost: per counter, what both relays published
+			// covers every value from the first to the last.
+			for _, tg := range e1.tags {
+				seen := map[int64]bool{}
+				var lo, hi int64
+				for _, e := range []*mxEnv{e1, e2} {
+					e.mu.Lock()
+					for _, u := range e.updates[tg.Name] {
+						v := u.Value.(int64)
+						seen[v] = true
+						if lo == 0 || v < lo {
+							lo = v
+						}
+						hi = max(hi, v)
+					}
+					e.mu.Unlock()
+				}
+				for v := lo; v <= hi; v++ {
+					if !seen[v] {
+						t.Fatalf("%s: value %d lost across the successor (seen %d-%d)", tg.Name, v, lo, hi)
+					}
+				}
+			}
+		})
+	}
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
