@@ -38,6 +38,11 @@ type subscription struct {
 	// forgotten by the server. Up to seq.next with afterStore; equal to
 	// it without.
 	acked uint32
+	// quietFrom and quietTo bound, after a takeover whose server held no
+	// message, the numbers a predecessor acknowledged after its last
+	// record: not held, not lost (takenOver); quietTo is the first number
+	// the server sent since. Zero: none.
+	quietFrom, quietTo uint32
 }
 
 func newSubscription(id uint32, name string) *subscription {
@@ -103,6 +108,9 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 			st.acks = append(st.acks, n)
 		}
 	}
+	if sb.quietFrom != 0 && sb.quietTo == 0 && r.seq != 0 {
+		sb.quietTo = r.seq
+	}
 	from := q.next
 	switch {
 	case r.keepAlive:
@@ -152,7 +160,7 @@ func (sb *subscription) republished(answers []republished, now time.Time) (step,
 	for _, a := range answers {
 		out, gone := q.answered(a.seq, a.notes, a.ok, now)
 		st.msgs = append(st.msgs, out...)
-		if gone {
+		if gone && !sb.quiet(a.seq) {
 			rc.lost = append(rc.lost, a.seq)
 			rc.cause = cmp.Or(rc.cause, a.err)
 		}
