@@ -28,8 +28,8 @@ type benchConfig struct {
 	// queueSize is relay-restart's source queueSize (0: the relay's
 	// default).
 	queueSize int
-	rtt  time.Duration
-	tls  bool
+	rtt       time.Duration
+	tls       bool
 	// server is where the sl-* scenarios run: serverEmbedded or serverNode.
 	server string
 	// tags is the number of tags of the sl-* scenarios; 0 means slTags.

@@ -58,10 +58,10 @@ type rrTarget struct {
 	endpoints []string
 	// security is the source's security section (YAML, indented for
 	// it), empty for none.
-	security  string
-	counters  []rrTag
-	static    rrTag
-	close     func()
+	security string
+	counters []rrTag
+	static   rrTag
+	close    func()
 }
 
 // startRRTarget starts the pair with n counters ticking every 100 ms.
