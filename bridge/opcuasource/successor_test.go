@@ -42,6 +42,7 @@ type succEnv struct {
 	values   map[string][]int64 // counter values by tag, in arrival order
 	refresh  int                // updates inside a refresh
 	statics  int                // the static tag's updates
+	epochs   map[string]bool    // the Apb-Epoch values seen
 	received int
 }
 
@@ -125,6 +126,10 @@ func (e *succEnv) onMsg(m *nats.Msg) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.received++
+	if e.epochs == nil {
+		e.epochs = map[string]bool{}
+	}
+	e.epochs[m.Header.Get(wire.HeaderEpoch)] = true
 	if m.Header.Get(wire.HeaderRefresh) == "true" {
 		e.refresh++
 	}
@@ -340,6 +345,13 @@ func testSuccessor(t *testing.T, e *succEnv, takeover bool) {
 			}
 			if st.SuccessorTransfers != 1 || st.SuccessorFallbacks != 0 {
 				t.Fatalf("transfers %d, fallbacks %d; want 1, 0", st.SuccessorTransfers, st.SuccessorFallbacks)
+			}
+			// The successor's seq is a new sequence: a new epoch says so.
+			e.mu.Lock()
+			epochs := len(e.epochs)
+			e.mu.Unlock()
+			if epochs != 2 {
+				t.Fatalf("%d epochs seen, want the predecessor's and the successor's", epochs)
 			}
 			if bs := r2.b.Stats(); bs[0].SuccessorTransfers != 1 || bs[0].Refreshes != 0 {
 				t.Fatalf("bridge stats: successor transfers %d, refreshes %d; want 1, 0", bs[0].SuccessorTransfers, bs[0].Refreshes)
