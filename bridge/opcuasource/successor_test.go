@@ -28,7 +28,6 @@ type succEnv struct {
 	t        *testing.T
 	pair     *uaserver.Pair // nil on node-opcua
 	conn     *apconn.Conn
-	nc       *nats.Conn
 	endpoint string
 	// freeze, reset and heal are the faults of the link to the server.
 	freeze, reset, heal func()
