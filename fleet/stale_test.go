@@ -88,12 +88,15 @@ func TestFreeLeaseTakenDespiteStaleRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	won := 0
-	for range 20 {
+	// Up to 200 reads, a few seconds: on a loaded machine the bucket's
+	// answer can come first for a while.
+	won, tries := 0, 0
+	for deadline := time.Now().Add(3 * time.Second); won < 5 && tries < 200 && time.Now().Before(deadline); tries++ {
 		if e, err := pkv.Get("lease.p"); err == nil && e.Revision() == staleRev {
 			won++
 		}
 	}
+	t.Logf("the stale replica answered first %d of %d reads", won, tries)
 	if won == 0 {
 		t.Fatal("the stale replica never answered first: the read Create makes would not be stale")
 	}
@@ -121,7 +124,7 @@ func TestFreeLeaseTakenDespiteStaleRead(t *testing.T) {
 		t.Logf("round %d: b owned p %v after a's release", round, time.Since(start))
 		b.close()
 	}
-	if asked.Load() <= 20 {
+	if asked.Load() <= int32(tries) {
 		t.Fatalf("the stale replica answered %d direct gets, all of them the control's: no takeover read the deleted key", asked.Load())
 	}
 }

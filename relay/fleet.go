@@ -295,7 +295,7 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 		src, err = build()
 	}
 	if err == nil {
-		err = src.Start(ctx, &gatedHandler{s: s, gen: gen})
+		err = src.Start(ctx, s.handlerFor(ctx, gen))
 	}
 	s.mu.Lock()
 	switch {

@@ -272,6 +272,11 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 		return nil, nil, fmt.Errorf("sources[%d].security: %w", i, err)
 	}
 	tags, monitoring := sc.tagsAndMonitoring()
+	var fc *FleetConfig
+	if r.fl != nil {
+		fc = r.fl.cfg
+	}
+	pc := pairConfig(fc, sc)
 	return func() (bridge.Source, error) {
 		pairOpts := secOpts
 		if r.state != nil {
@@ -284,7 +289,7 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 				pairOpts = append(pairOpts, uaclient.WithTakeover(h))
 			}
 		}
-		src, err := opcuasource.New(sc.Name, sc.PairConfig, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
+		src, err := opcuasource.New(sc.Name, pc, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
 			opcuasource.WithMonitoring(monitoring))
 		if err != nil {
 			return nil, err

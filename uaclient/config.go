@@ -69,9 +69,8 @@ const (
 	MinSubscribeBatchSize     = 1
 	MaxSubscribeBatchSize     = 10000
 
-	DefaultQueueSize = 1
-	MinQueueSize     = 1
-	MaxQueueSize     = 65536
+	MinQueueSize = 1
+	MaxQueueSize = 65536
 
 	DefaultBlipToleranceMilliseconds = 30000
 	MinBlipToleranceMilliseconds     = 0
@@ -135,7 +134,10 @@ type PairConfig struct {
 	// 0-600000 (0 asks the server for its fastest rate).
 	SamplingIntervalMilliseconds *int `json:"samplingIntervalMilliseconds,omitempty" yaml:"samplingIntervalMilliseconds,omitempty"`
 	// QueueSize is the data items' queue size unless an Item sets its
-	// own. Default 1, valid 1-65536.
+	// own. Default: each item's own, QueueSizeFor its sampling interval,
+	// the publishing interval and the takeover window (102 at the default
+	// 100 ms intervals and 10 s), so that an item loses no value while no
+	// Publish request comes for the window; valid 1-65536.
 	QueueSize *int `json:"queueSize,omitempty" yaml:"queueSize,omitempty"`
 	// DiscardOldest is what a full item queue drops unless an Item says
 	// otherwise: the oldest sample (default true) or the newest.
@@ -156,6 +158,14 @@ type PairConfig struct {
 	// turns this off: a broken link always costs a new session. Default
 	// 30000, valid 0-3600000.
 	BlipToleranceMilliseconds *int `json:"blipToleranceMilliseconds,omitempty" yaml:"blipToleranceMilliseconds,omitempty"`
+	// TakeoverWindowMilliseconds is the longest the client may be gone
+	// (its process killed and started again, or a successor taking the
+	// subscription over) without a value lost: the default queue sizes
+	// hold this long at each item's sampling interval, and the data
+	// subscription's lifetime is asked for at least this plus 10 s.
+	// Default 10000 (a restart); a fleet relay sets its lease TTL + 1 s
+	// when that is longer. Valid 0-3600000.
+	TakeoverWindowMilliseconds *int `json:"takeoverWindowMilliseconds,omitempty" yaml:"takeoverWindowMilliseconds,omitempty"`
 }
 
 // PairSettings are a validated PairConfig with defaults applied.
@@ -171,11 +181,12 @@ type PairSettings struct {
 	ReadTimeout        time.Duration         // readTimeoutMilliseconds
 	PublishingInterval time.Duration         // publishingIntervalMilliseconds
 	SamplingInterval   time.Duration         // samplingIntervalMilliseconds
-	QueueSize          uint32                // queueSize
+	QueueSize          uint32                // queueSize; 0: each item's QueueSizeFor
 	DiscardOldest      bool                  // discardOldest
 	Filter             *DataChangeFilter     // filter; nil for the default
 	BatchSize          int                   // subscribeBatchSize
 	BlipTolerance      time.Duration         // blipToleranceMilliseconds
+	TakeoverWindow     time.Duration         // takeoverWindowMilliseconds
 }
 
 // ValueError is an invalid field whose problem is not a range: an endpoint
@@ -286,7 +297,7 @@ func (c PairConfig) Settings() (PairSettings, error) {
 	s.PublishingInterval = ms(pub)
 	s.SamplingInterval = ms(resolve("samplingIntervalMilliseconds", c.SamplingIntervalMilliseconds,
 		pub, MinSamplingIntervalMilliseconds, MaxSamplingIntervalMilliseconds))
-	s.QueueSize = uint32(resolve("queueSize", c.QueueSize, DefaultQueueSize, MinQueueSize, MaxQueueSize))
+	s.QueueSize = uint32(resolve("queueSize", c.QueueSize, 0, MinQueueSize, MaxQueueSize))
 	s.DiscardOldest = c.DiscardOldest == nil || *c.DiscardOldest
 	if c.Filter != nil {
 		if err := c.Filter.Validate("filter"); err != nil {
@@ -298,6 +309,8 @@ func (c PairConfig) Settings() (PairSettings, error) {
 	s.BatchSize = resolve("subscribeBatchSize", c.SubscribeBatchSize, DefaultSubscribeBatchSize, MinSubscribeBatchSize, MaxSubscribeBatchSize)
 	s.BlipTolerance = ms(resolve("blipToleranceMilliseconds", c.BlipToleranceMilliseconds,
 		DefaultBlipToleranceMilliseconds, MinBlipToleranceMilliseconds, MaxBlipToleranceMilliseconds))
+	s.TakeoverWindow = ms(resolve("takeoverWindowMilliseconds", c.TakeoverWindowMilliseconds,
+		DefaultTakeoverWindowMilliseconds, MinTakeoverWindowMilliseconds, MaxTakeoverWindowMilliseconds))
 
 	if len(errs) > 0 {
 		return PairSettings{}, errors.Join(errs...)

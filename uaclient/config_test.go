@@ -26,10 +26,11 @@ func TestPairConfigDefaults(t *testing.T) {
 		ReadTimeout:        500 * time.Millisecond,
 		PublishingInterval: 100 * time.Millisecond,
 		SamplingInterval:   100 * time.Millisecond,
-		QueueSize:          1,
+		QueueSize:          0, // each item's own: QueueSizeFor
 		DiscardOldest:      true,
 		BatchSize:          500,
 		BlipTolerance:      30 * time.Second,
+		TakeoverWindow:     10 * time.Second,
 	}
 	want.Failover, _ = servicelevel.FailoverConfig{}.Settings()
 	if s != want {

@@ -303,8 +303,11 @@ func (c *conn) subscribe(ctx context.Context, cl *opcua.Client) error {
 		return err
 	}
 	var err error
-	keepAlive := uint32(max(1, 5*time.Second/max(set.PublishingInterval, time.Millisecond)))
-	c.dataSub, c.link.Data, err = createSubscription(ctx, cl, set.PublishingInterval, keepAlive, c.link.SessionTimeout, priorityData)
+	// A subscription outlives its session (Part 4, 5.13.1): it must
+	// outlive a takeover too, for a successor to find it.
+	outlive := max(c.link.SessionTimeout, set.TakeoverWindow+resumeMargin)
+	keepAlive := dataKeepAlive(set.PublishingInterval)
+	c.dataSub, c.link.Data, err = createSubscription(ctx, cl, set.PublishingInterval, keepAlive, outlive, priorityData)
 	if err != nil {
 		return fmt.Errorf("create the data subscription: %w", err)
 	}
@@ -324,7 +327,9 @@ func (c *conn) subscribeHealth(ctx context.Context, cl *opcua.Client) error {
 	if cs := cl.Session(); cs != nil && cs.RevisedTimeout() > 0 {
 		c.link.SessionTimeout = cs.RevisedTimeout()
 	}
-	outlive := c.link.SessionTimeout
+	// A subscription outlives its session (Part 4, 5.13.1): it must
+	// outlive a takeover too, for a successor to find it.
+	outlive := max(c.link.SessionTimeout, set.TakeoverWindow+resumeMargin)
 	var err error
 	// Keep-alive count 1: every cycle of the health subscription answers,
 	// with a CurrentTime change or a keep-alive, so that the gap check

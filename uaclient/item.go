@@ -133,6 +133,11 @@ func specOf(it Item, set *PairSettings) (*itemSpec, error) {
 	if it.QueueSize > 0 {
 		spec.queue = it.QueueSize
 	}
+	if spec.queue == 0 {
+		// Not configured: enough for the takeover window at this
+		// item's own sampling interval.
+		spec.queue = QueueSizeFor(spec.sampling, set.PublishingInterval, set.TakeoverWindow)
+	}
 	return spec, nil
 }
 

@@ -63,7 +63,7 @@ func (p *Pair) takeoverRemnant(h Handoff, now time.Time) (servicelevel.Endpoint,
 	}
 	keepAlive := h.DataKeepAliveCount
 	if keepAlive == 0 {
-		keepAlive = uint32(max(1, 5*time.Second/max(p.set.PublishingInterval, time.Millisecond)))
+		keepAlive = dataKeepAlive(p.set.PublishingInterval)
 	}
 	exited := make(chan struct{})
 	close(exited)

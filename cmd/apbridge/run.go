@@ -42,6 +42,11 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d sources, %d tags listed, %d browse roots)\n", *path, len(c.Sources), tags, countBrowse(c))
+	// Warnings do not fail the check: the config runs, and loses data
+	// only when a relay dies (docs/reliability.md).
+	for _, w := range c.Warnings() {
+		fmt.Fprintln(stdout, "WARNING:", w)
+	}
 	return nil
 }
 
@@ -121,6 +126,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	log := cli.NewLogger(sink.w, *pretty, level).With().Str("instance", c.Instance).Logger()
 	log.Info().Str("version", readBuildInfo().String()).Msg("starting")
+	for _, w := range c.Warnings() {
+		log.Warn().Str("config", *path).Msg(w)
+	}
 	lc := lifecycle{notify: newNotifier(log), reloads: reloads}
 	if !asService {
 		return serve(ctx, c, *path, log, *drain, lc)

@@ -95,3 +95,31 @@ func TestHelpAndVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateWarnsSmallQueue: a queue too small for a takeover is a
+// warning on stdout, and the config is still valid (exit 0); the control:
+// the same config without it prints none.
+func TestValidateWarnsSmallQueue(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, cfg string
+		warn      bool
+	}{
+		{"defaults", validateConfig, false},
+		{"queueSize 1", strings.Replace(validateConfig, "    tags:\n", "    queueSize: 1\n    tags:\n", 1), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".yaml")
+			os.WriteFile(path, []byte(tc.cfg), 0o600)
+			var out, errOut strings.Builder
+			if code := run([]string{"validate", "--config", path}, &out, &errOut); code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut.String())
+			}
+			got := strings.Contains(out.String(), "WARNING: sources[0].queueSize: 1 holds") &&
+				strings.Contains(out.String(), "needs 102 or more")
+			if got != tc.warn || (!tc.warn && strings.Contains(out.String(), "WARNING")) {
+				t.Fatalf("output %q, want a queueSize warning: %v", out.String(), tc.warn)
+			}
+		})
+	}
+}
