@@ -108,7 +108,8 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 			st.acks = append(st.acks, n)
 		}
 	}
-	if sb.quietFrom != 0 && sb.quietTo == 0 && r.seq != 0 {
+	first := sb.quietFrom != 0 && sb.quietTo == 0 && r.seq != 0
+	if first {
 		sb.quietTo = r.seq
 	}
 	from := q.next
@@ -121,6 +122,13 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 		st.msgs = [][]dataNote{r.notes}
 	default:
 		st.msgs, _ = q.data(r.seq, r.notes, now)
+	}
+	if first && !q.since.IsZero() {
+		// The first answer after a takeover whose server held nothing:
+		// the numbers before it were acknowledged by the predecessor
+		// (or are on their way); one Republish round says which, at
+		// once rather than after the reorder wait.
+		q.since = now.Add(-q.wait)
 	}
 	sb.settle(&st, from)
 	return st
