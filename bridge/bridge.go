@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,10 @@ func WithLogger(l zerolog.Logger) Option {
 
 // Bridge relays the tags of its sources to NATS over an apconn.Conn.
 type Bridge struct {
+	// epoch is the value of every update's wire.HeaderEpoch: when the
+	// bridge was made, so that each run of a relay numbers its tags' seq
+	// in a sequence of its own. Read-only, shared by every message.
+	epoch  []string
 	conn   *apconn.Conn
 	sink   Sink
 	cfg    Config
@@ -227,7 +232,8 @@ func New(conn *apconn.Conn, cfg Config, opts ...Option) (*Bridge, error) {
 		}
 	}
 	return &Bridge{
-		conn: conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch, endpoints: o.endpoints,
+		epoch: []string{strconv.FormatInt(time.Now().UnixMilli(), 10)},
+		conn:  conn, sink: o.sink, cfg: cfg, mapper: m, onSwitch: o.onSwitch, endpoints: o.endpoints,
 		log:       o.log.With().Str("component", "bridge").Logger(),
 		bySubject: map[string]*tagState{}, svc: &service{}, healthCh: make(chan struct{}), done: make(chan struct{}),
 	}, nil

@@ -101,7 +101,8 @@ func TestUpdatesArriveWithValueQualityAndTimes(t *testing.T) {
 			t.Fatal(err)
 		}
 		byTag[u.Tag] = append(byTag[u.Tag], u)
-		if m.Header.Get(wire.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(wire.HeaderSeq) != strconv.FormatUint(u.Seq, 10) {
+		if m.Header.Get(wire.HeaderQuality) != u.Status.Quality().String() || m.Header.Get(wire.HeaderSeq) != strconv.FormatUint(u.Seq, 10) ||
+			m.Header.Get(wire.HeaderEpoch) == "" {
 			t.Errorf("headers %v do not match payload %s", m.Header, m.Data)
 		}
 	}

@@ -200,6 +200,9 @@ func (r *runner) encodeLocked(subject string, u *wire.Update, typ wire.Type) *na
 	// A fresh message per update: the sink keeps it until the broker
 	// confirms it. Sized from the last one, its payload rarely grows.
 	m := wire.EncodeMsg(subject, u, typ, r.lastLen+32, !r.b.cfg.NoHeaders, r.refreshing)
+	if m.Header != nil {
+		m.Header[wire.HeaderEpoch] = r.b.epoch
+	}
 	r.lastLen = len(m.Data)
 	return m
 }

@@ -67,6 +67,18 @@ type LinkReporter interface {
 	LinkRecoveries() (recovered, republished uint64)
 }
 
+// SuccessorReporter is implemented by a source that can take over what its
+// predecessor (the same relay before a restart) left on the server: an
+// OPC UA data subscription transferred to the new session, its held
+// messages asked for again, without a refresh. The bridge adds the counts
+// to the source's stats.
+type SuccessorReporter interface {
+	// SuccessorTakeovers returns how many of the predecessor's
+	// subscriptions were taken over, and how many takeovers failed and
+	// fell back to new subscriptions with a refresh.
+	SuccessorTakeovers() (transferred, fallbacks uint64)
+}
+
 // ReplyBounder is implemented by a source that knows how long its
 // Subscribe can take when the server is slow but alive (a gateway's
 // command deadline). The source's guard then presumes a reply lost no

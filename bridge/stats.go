@@ -35,6 +35,11 @@ type SourceStats struct {
 	// for again in them.
 	LinkRecoveries uint64 `json:"linkRecoveries"`
 	Republished    uint64 `json:"republished"`
+	// SuccessorTransfers and SuccessorFallbacks are a SuccessorReporter's
+	// counts: the predecessor's subscriptions taken over at start, and
+	// the takeovers that fell back to new subscriptions and a refresh.
+	SuccessorTransfers uint64 `json:"successorTransfers"`
+	SuccessorFallbacks uint64 `json:"successorFallbacks"`
 }
 
 // FailedTag is a tag the source could not subscribe, and why.
@@ -91,6 +96,9 @@ func (b *Bridge) Stats() []SourceStats {
 		s.Writes, s.WriteErrors, s.Refreshes = c.writes.Load(), c.writeErrors.Load(), c.refreshes.Load()
 		if lr, ok := r.src.(LinkReporter); ok {
 			s.LinkRecoveries, s.Republished = lr.LinkRecoveries()
+		}
+		if sr, ok := r.src.(SuccessorReporter); ok {
+			s.SuccessorTransfers, s.SuccessorFallbacks = sr.SuccessorTakeovers()
 		}
 		out = append(out, s)
 	}

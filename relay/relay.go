@@ -287,7 +287,14 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 	return func() (bridge.Source, error) {
 		pairOpts := secOpts
 		if r.state != nil {
-			pairOpts = append(slices.Clip(secOpts), uaclient.WithHandoffRecorder(r.state.recorder(sc.Name)))
+			// The source records what a successor needs, leaves its
+			// data subscription on the server at a graceful stop, and
+			// takes over what its predecessor left.
+			pairOpts = append(slices.Clip(secOpts), uaclient.WithHandoffRecorder(r.state.recorder(sc.Name)),
+				uaclient.WithKeepSubscriptionAtClose())
+			if h, ok := r.state.takeover(sc.Name); ok {
+				pairOpts = append(pairOpts, uaclient.WithTakeover(h))
+			}
 		}
 		src, err := opcuasource.New(sc.Name, pc, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
 			opcuasource.WithMonitoring(monitoring))

@@ -2,7 +2,9 @@ package relay
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,6 +23,15 @@ import (
 // whole and atomically (a temporary file, fsynced, renamed over the old,
 // the directory fsynced), at most every stateWriteInterval while it
 // changes, and at the relay's close.
+//
+// At start, a source whose state file is there, readable, of this
+// version and of this source is given its serving endpoint's handoff
+// (uaclient.WithTakeover): its first session takes the data subscription
+// over. Any other file is ignored, with one warning: the source creates
+// new subscriptions, with a refresh. At a graceful stop each source
+// leaves its data subscription on the server for the successor
+// (uaclient.WithKeepSubscriptionAtClose), and the state is written once
+// every source is closed.
 
 // stateWriteInterval bounds how often a source's state file is written
 // while it changes: a successor that reads an older one asks the server
@@ -28,10 +39,18 @@ import (
 // window drops.
 const stateWriteInterval = 250 * time.Millisecond
 
+// stateVersion is the version of the state file this relay writes and
+// reads: 2 adds the items' settings and the data subscription's
+// parameters, without which a successor would create every item again.
+const stateVersion = 2
+
 // sourceState is the content of a source's state file.
 type sourceState struct {
 	Version int    `json:"version"`
 	Source  string `json:"source"`
+	// Serving is the endpoint whose handoff was recorded last: the one
+	// that served the data.
+	Serving string `json:"serving"`
 	// Endpoints holds the latest handoff per endpoint ("primary",
 	// "backup").
 	Endpoints map[string]uaclient.Handoff `json:"endpoints"`
@@ -46,6 +65,7 @@ type stateStore struct {
 	mu    sync.Mutex
 	state map[string]*sourceState
 	dirty map[string]bool
+	read  map[string]bool // sources whose file was read for a takeover
 
 	wake    chan struct{}
 	stop    chan struct{}
@@ -58,7 +78,7 @@ type stateStore struct {
 // first record, so that a relay that fails to start leaves nothing
 // running.
 func newStateStore(dir string, log zerolog.Logger) *stateStore {
-	return &stateStore{dir: dir, log: log, state: map[string]*sourceState{}, dirty: map[string]bool{},
+	return &stateStore{dir: dir, log: log, state: map[string]*sourceState{}, dirty: map[string]bool{}, read: map[string]bool{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -68,10 +88,11 @@ func (st *stateStore) recorder(source string) func(uaclient.Handoff) {
 		st.mu.Lock()
 		s := st.state[source]
 		if s == nil {
-			s = &sourceState{Version: 1, Source: source, Endpoints: map[string]uaclient.Handoff{}}
+			s = &sourceState{Version: stateVersion, Source: source, Endpoints: map[string]uaclient.Handoff{}}
 			st.state[source] = s
 		}
 		s.Endpoints[h.Endpoint] = h
+		s.Serving = h.Endpoint
 		st.dirty[source] = true
 		if !st.started && !st.closed {
 			st.started = true
@@ -138,6 +159,51 @@ func (st *stateStore) close() {
 	}
 	close(st.stop)
 	<-st.done
+}
+
+// takeover returns the handoff the relay's predecessor recorded for
+// source, once per source (a source built again by a live change takes
+// nothing over): ok is false when there is none to take over. A file that
+// cannot be read, of another version or of another source is ignored with
+// a warning.
+func (st *stateStore) takeover(source string) (h uaclient.Handoff, ok bool) {
+	st.mu.Lock()
+	done := st.read[source]
+	st.read[source] = true
+	st.mu.Unlock()
+	if done {
+		return h, false
+	}
+	path := filepath.Join(st.dir, stateFileName(source))
+	warn := func(why string, err error) {
+		st.log.Warn().Err(err).Str("source", source).Str("file", path).
+			Msg("state file ignored (" + why + "): new subscriptions and a refresh for this source")
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return h, false
+	}
+	if err != nil {
+		warn("unreadable", err)
+		return h, false
+	}
+	var s sourceState
+	if err := json.Unmarshal(b, &s); err != nil {
+		warn("not a state file", err)
+		return h, false
+	}
+	switch {
+	case s.Version != stateVersion:
+		warn(fmt.Sprintf("version %d, this relay reads %d", s.Version, stateVersion), nil)
+		return h, false
+	case s.Source != source:
+		warn(fmt.Sprintf("written for source %q", s.Source), nil)
+		return h, false
+	}
+	if h, ok = s.Endpoints[s.Serving]; !ok {
+		warn(fmt.Sprintf("no handoff for its serving endpoint %q", s.Serving), nil)
+	}
+	return h, ok
 }
 
 // stateFileName is a source's state file: its name, which the config

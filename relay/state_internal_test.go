@@ -65,3 +65,49 @@ func TestCheckStateDir(t *testing.T) {
 		}
 	}
 }
+
+// A state file of this version and this source gives the source its
+// serving endpoint's handoff, once; any other file is ignored with one
+// warning each, and a missing one silently.
+func TestStateStoreTakeover(t *testing.T) {
+	dir := t.TempDir()
+	var logged strings.Builder
+	st := newStateStore(dir, zerolog.New(&logged))
+	rec := st.recorder("opc1")
+	rec(uaclient.Handoff{URL: "opc.tcp://b", Endpoint: "backup", DataSub: 3, NextUnacked: 4})
+	rec(uaclient.Handoff{URL: "opc.tcp://a", Endpoint: "primary", HealthSub: 1, DataSub: 2, NextUnacked: 7,
+		Items: []uaclient.HandoffItem{{Handle: 1, ID: 9, Node: "ns=1;s=C", SamplingMs: 50, QueueSize: 10}}})
+	st.close()
+
+	next := newStateStore(dir, zerolog.New(&logged))
+	h, ok := next.takeover("opc1")
+	if !ok || h.Endpoint != "primary" || h.NextUnacked != 7 || len(h.Items) != 1 || h.Items[0].QueueSize != 10 {
+		t.Fatalf("takeover = %+v, %v; want the primary's handoff, acknowledged up to 7, with its item's settings", h, ok)
+	}
+	if _, ok := next.takeover("opc1"); ok {
+		t.Fatal("a second takeover of the same source")
+	}
+	if logged.Len() != 0 {
+		t.Fatalf("warnings for a good file: %s", logged.String())
+	}
+
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, stateFileName(name)), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("garbage", "{not json")
+	write("old", `{"version": 1, "source": "old", "serving": "primary", "endpoints": {"primary": {"url": "opc.tcp://a", "dataSubscription": 2, "nextUnacked": 3}}}`)
+	write("foreign", fmt.Sprintf(`{"version": %d, "source": "other", "serving": "primary", "endpoints": {"primary": {"url": "opc.tcp://a"}}}`, stateVersion))
+	for _, name := range []string{"garbage", "old", "foreign", "missing"} {
+		logged.Reset()
+		st := newStateStore(dir, zerolog.New(&logged))
+		if h, ok := st.takeover(name); ok {
+			t.Fatalf("%s: takeover %+v from a file to ignore", name, h)
+		}
+		lines := strings.Count(logged.String(), "\n")
+		if want := map[bool]int{true: 0, false: 1}[name == "missing"]; lines != want {
+			t.Fatalf("%s: %d log lines (%s), want %d", name, lines, logged.String(), want)
+		}
+	}
+}

@@ -72,6 +72,7 @@ type conn struct {
 	dialTimeout time.Duration
 	polite      atomic.Bool // close the OPC UA session rather than just the socket
 	keep        atomic.Bool // leave the OPC UA session open on the server: a remnant takes it over
+	leave       atomic.Bool // close the session but leave the data subscription for a successor
 	from        *remnant    // a session this one may take over; nil: none
 	exited      chan struct{}
 
@@ -88,6 +89,9 @@ type conn struct {
 	lostAt    time.Time   // when the session taken over lost its link
 	link      LinkParams  // as the server revised them
 	items     *itemState  // the data items; the worker's
+	avail     []uint32    // a takeover's data messages the server held (takeover.go)
+	refused   error       // why a takeover fell back to new subscriptions; nil: it did not
+	successor bool        // took a predecessor's data subscription over (set by the loop)
 	first     firstValues // first samples of the items a promotion turns Reporting
 
 	mu      sync.Mutex
@@ -136,7 +140,9 @@ func (c *conn) run() {
 	c.closing = true
 	c.mu.Unlock()
 	c.wg.Wait()
-	if c.client != nil {
+	if c.client != nil && c.leave.Load() && c.polite.Load() && !c.keep.Load() {
+		c.leaveClose()
+	} else if c.client != nil {
 		if c.keep.Load() {
 			// Without a session the close ends only the channel.
 			_, _ = c.client.DetachSession(context.Background())
@@ -245,7 +251,14 @@ func (c *conn) connect() error {
 		closeClient(cl, false)
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if c.how == resumeNone && r != nil {
+	switch {
+	case c.how == resumeNone && r != nil && r.takeover:
+		if err := c.takeover(ctx, cl, r); errors.Is(err, errTransferRefused) {
+			c.refused = err
+		} else if err != nil {
+			return fail("take the predecessor's subscription over", err)
+		}
+	case c.how == resumeNone && r != nil:
 		// The subscriptions outlive the session, for this.
 		c.transfer(ctx, cl, r)
 	}
@@ -286,7 +299,31 @@ func (c *conn) connect() error {
 func (c *conn) subscribe(ctx context.Context, cl *opcua.Client) error {
 	set := &c.p.set
 	c.items = newItemState()
-	c.link = LinkParams{SessionTimeout: set.sessionTimeout()}
+	if err := c.subscribeHealth(ctx, cl); err != nil {
+		return err
+	}
+	var err error
+	// A subscription outlives its session (Part 4, 5.13.1): it must
+	// outlive a takeover too, for a successor to find it.
+	outlive := max(c.link.SessionTimeout, set.TakeoverWindow+resumeMargin)
+	keepAlive := dataKeepAlive(set.PublishingInterval)
+	c.dataSub, c.link.Data, err = createSubscription(ctx, cl, set.PublishingInterval, keepAlive, outlive, priorityData)
+	if err != nil {
+		return fmt.Errorf("create the data subscription: %w", err)
+	}
+	// It answers at least once per keep-alive period (a keep-alive when
+	// nothing changed); three periods of silence mean it is gone.
+	c.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
+	c.link.settle()
+	return nil
+}
+
+// subscribeHealth creates the health subscription (ServiceLevel and
+// CurrentTime) of a new session, and notes the session timeout and the
+// subscription's parameters the server granted.
+func (c *conn) subscribeHealth(ctx context.Context, cl *opcua.Client) error {
+	set := &c.p.set
+	c.link.SessionTimeout = set.sessionTimeout()
 	if cs := cl.Session(); cs != nil && cs.RevisedTimeout() > 0 {
 		c.link.SessionTimeout = cs.RevisedTimeout()
 	}
@@ -310,14 +347,5 @@ func (c *conn) subscribe(ctx context.Context, cl *opcua.Client) error {
 		return fmt.Errorf("monitor ServiceLevel and CurrentTime: %w", err)
 	}
 	_ = res // a rejected item shows as an unreadable level or as keep-alives
-	keepAlive := dataKeepAlive(set.PublishingInterval)
-	c.dataSub, c.link.Data, err = createSubscription(ctx, cl, set.PublishingInterval, keepAlive, outlive, priorityData)
-	if err != nil {
-		return fmt.Errorf("create the data subscription: %w", err)
-	}
-	// It answers at least once per keep-alive period (a keep-alive when
-	// nothing changed); three periods of silence mean it is gone.
-	c.dataQuiet = 3*time.Duration(keepAlive)*set.PublishingInterval + set.HeartbeatTimeout
-	c.link.settle()
 	return nil
 }

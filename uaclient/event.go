@@ -120,6 +120,14 @@ const (
 	// Pair runs on as a single server and asks again later. Logged as a
 	// warning, once while the reason holds (PairStatus.Partner.Problem).
 	EventPartnerNotFound
+	// EventTakeover: the first session on the endpoint of a predecessor's
+	// handoff (WithTakeover) took its data subscription over
+	// (Transferred: no snapshot; the server's held messages are asked for
+	// again), or could not (Err is the server's reason: new subscriptions
+	// and a snapshot follow, and what the server produced since the
+	// predecessor's last stored message is lost). The fallback is logged
+	// as a warning, once; both are counted in PairStatus.
+	EventTakeover
 )
 
 var eventKindNames = [...]string{
@@ -144,6 +152,7 @@ var eventKindNames = [...]string{
 	EventRedundancyWarning: "redundancy warning",
 	EventPartnerFound:      "partner found",
 	EventPartnerNotFound:   "partner not found",
+	EventTakeover:          "successor takeover",
 }
 
 // String returns the kind's name, for example "failover".
@@ -204,7 +213,8 @@ type Event struct {
 	// asked the server for again.
 	Republished int
 	// Transferred reports an EventLinkRecovered whose subscriptions moved
-	// to a new session.
+	// to a new session, or an EventTakeover that took the predecessor's
+	// data subscription over.
 	Transferred bool
 	// Err is the error behind a failure.
 	Err error

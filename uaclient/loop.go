@@ -313,6 +313,7 @@ type waiter struct {
 
 func (p *Pair) onAddItems(ev evAddItems) {
 	w := ev.w
+	p.releaseAdopted()
 	w.results, w.specs = p.items.register(ev.items, &p.set)
 	for i := range w.results {
 		if w.results[i].Err == nil {

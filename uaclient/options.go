@@ -37,6 +37,10 @@ type options struct {
 	afterStore func(done func())
 	unstored   int
 	onHandoff  func(Handoff)
+	// takeover is a predecessor's handoff (WithTakeover); keepAtClose
+	// leaves the data subscription at Close (WithKeepSubscriptionAtClose).
+	takeover    *Handoff
+	keepAtClose bool
 	// selectEndpoint picks the partner's endpoint among those its server
 	// offers (partner discovery); partnerRetry is how long after a
 	// discovery that found nothing the next one starts.
@@ -182,6 +186,41 @@ func WithUnstoredLimit(n int) PairOption {
 func WithHandoffRecorder(f func(Handoff)) PairOption {
 	return func(o *options) error {
 		o.onHandoff = f
+		return nil
+	}
+}
+
+// WithTakeover gives the Pair a predecessor's Handoff (the same relay
+// before it restarted): the first session on the handoff's endpoint takes
+// the predecessor's data subscription over instead of creating one
+// (TransferSubscriptions, with the same identity and security as
+// configured), asks the server again for every message from the first
+// the predecessor did not acknowledge on (Republish), hands them on in
+// order, and reaches Ready without a snapshot. Until the first AddItems
+// the handoff's items are the Pair's (so that what the server gives back
+// for them is relayed); that call's items then replace them, and only the
+// differences are changed at the server. A handoff for another URL is
+// ignored, with a warning. When the transfer fails the Pair creates new
+// subscriptions, with a snapshot (EventTakeover). Default: none.
+func WithTakeover(h Handoff) PairOption {
+	return func(o *options) error {
+		o.takeover = &h
+		return nil
+	}
+}
+
+// WithKeepSubscriptionAtClose makes Close leave the serving session's
+// data subscription on the server for a successor (WithTakeover): the
+// session is closed without deleting it (CloseSession with
+// DeleteSubscriptions false; the health subscription is deleted). The
+// server keeps the subscription, and queues its items' values, until its
+// lifetime (PairStatus.Link.Data.Lifetime) runs out without a Publish
+// request: a successor that comes within it loses nothing; one that never
+// comes costs the server that subscription until then. Default: Close
+// deletes every subscription.
+func WithKeepSubscriptionAtClose() PairOption {
+	return func(o *options) error {
+		o.keepAtClose = true
 		return nil
 	}
 }

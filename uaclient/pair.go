@@ -108,6 +108,11 @@ type Pair struct {
 	single  bool
 	partner partnerState
 	handoff Handoff // the last one recorded
+	// adopted are the items taken from a predecessor's handoff until the
+	// first AddItems (takeover.go); nil: none.
+	adopted            map[uint32]bool
+	successorTransfers int
+	successorFallbacks int
 }
 
 // NewPair validates cfg and returns a Pair that is not started yet. It does
@@ -189,6 +194,7 @@ func (p *Pair) Start(ctx context.Context) error {
 	if p.opt.afterStore != nil {
 		p.store = newStoreGate(p.opt.unstored)
 	}
+	p.startTakeover(time.Now())
 	go p.loop()
 	return nil
 }
@@ -257,6 +263,9 @@ func (p *Pair) shutdown() {
 			continue
 		}
 		s.conn.polite.Store(s.up())
+		// A successor takes the data subscription over: the session
+		// closes without deleting it (WithKeepSubscriptionAtClose).
+		s.conn.leave.Store(p.opt.keepAtClose && s.serves())
 		s.to(phaseDead)
 		s.conn.cancel()
 		p.sess[i] = nil
@@ -431,6 +440,9 @@ func (p *Pair) emit(e Event) {
 	default:
 		le = p.log.Info()
 	}
+	if e.Kind == EventTakeover && !e.Transferred {
+		le = p.log.Warn() // logged once: what the server produced meanwhile is lost
+	}
 	if e.Kind == EventConnectFailed && isRefusal(e.Err) {
 		le = p.log.Error() // a configuration or trust problem: someone has to act
 	}
@@ -486,6 +498,9 @@ func (p *Pair) publishStatus() {
 		Recoveries:  p.recoveries,
 		Republished: p.republished,
 		Policy:      ps,
+
+		SuccessorTransfers: p.successorTransfers,
+		SuccessorFallbacks: p.successorFallbacks,
 	}
 	if s := p.sess[ps.Active]; s != nil && s.up() {
 		st.Link = s.conn.link

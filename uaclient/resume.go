@@ -43,11 +43,14 @@ type remnant struct {
 	sess   *opcua.Session // detached from from's client
 	lostAt time.Time
 	gone   atomic.Bool // the server no longer has the session
+	// takeover: built from a predecessor's Handoff (takeover.go); there
+	// is no session to activate, only the data subscription to transfer.
+	takeover bool
 }
 
 // usable reports whether r may still be taken over at now.
 func (r *remnant) usable(now time.Time) bool {
-	return r != nil && !r.gone.Load() && now.Sub(r.lostAt) < r.from.conn.link.SessionTimeout
+	return r != nil && r.sess != nil && !r.gone.Load() && now.Sub(r.lostAt) < r.from.conn.link.SessionTimeout
 }
 
 // reattach opens a new secure channel on c and activates r's session on

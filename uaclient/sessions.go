@@ -43,10 +43,14 @@ func (p *Pair) startSession(e servicelevel.Endpoint, dialTimeout time.Duration, 
 		// The remnant stays with the Pair until a session is up: an
 		// attempt that fails on the link leaves it to the next one.
 		s.conn.from = p.remnants[e]
-	} else {
-		p.remnants[e] = nil // a standby has no data to recover
 	}
 	p.sess[e] = s
+	if r := p.remnants[e]; role != RoleActive && r != nil {
+		p.remnants[e] = nil // a standby has no data to recover
+		if r.takeover {
+			p.successorFallback(s, fmt.Errorf("the predecessor served from the %s, which this Pair starts as its standby", e), now)
+		}
+	}
 	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.conn.url, dialTimeout)
 	if attempt > 0 {
 		msg = fmt.Sprintf("connecting %s %s (%s, attempt %d, dial timeout %v)", role, e, s.conn.url, attempt, dialTimeout)
@@ -93,8 +97,17 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		// numbers are asked for again.
 		s.subs, s.fence, s.lastMsgs = s.conn.from.from.subs, s.conn.from.from.fence, s.conn.from.from.lastMsgs
 		s.items = s.conn.from.from.items
+		if s.subs[s.conn.healthSub] == nil {
+			// A takeover: the health subscription is the session's own.
+			s.subs[s.conn.healthSub] = newSubscription(s.conn.healthSub, "health")
+		}
 		for _, sb := range s.subs {
 			sb.resumed(now)
+		}
+		if s.conn.from.takeover {
+			s.conn.successor = true
+			sb := s.subs[s.conn.dataSub]
+			s.conn.ack(sb.id, sb.takenOver(s.conn.avail, now)...)
 		}
 	} else {
 		data := newSubscription(s.conn.dataSub, "data")
@@ -103,7 +116,10 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 			s.conn.healthSub: newSubscription(s.conn.healthSub, "health"),
 			s.conn.dataSub:   data,
 		}
-		if s.conn.from != nil {
+		switch {
+		case s.conn.from != nil && s.conn.from.takeover:
+			p.successorFallback(s, s.conn.refused, now)
+		case s.conn.from != nil:
 			p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
 				"a new session, and a snapshot, replace them; what the server produced meanwhile is lost")
 		}
@@ -230,6 +246,9 @@ func (p *Pair) resumeServing(s *session, now time.Time) {
 	s.resumed = r
 	p.pushDesires()
 	p.recordHandoff()
+	if s.conn.successor {
+		p.successorUp(s, len(s.conn.avail), now)
+	}
 	if p.tellPolicyServing(s, now) {
 		p.checkRecovered(s, now)
 	}
@@ -260,6 +279,11 @@ func (p *Pair) checkRecovered(s *session, now time.Time) {
 	}
 	s.resumed = nil
 	s.to(phaseServing)
+	if s.conn.successor {
+		p.log.Info().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Int("republished", r.republished).
+			Msg("the successor caught up with what the server held for its predecessor")
+		return
+	}
 	p.recoveries++
 	how := "the session was activated on a new connection"
 	if s.conn.how == resumeTransferred {

@@ -63,6 +63,12 @@ type PairStatus struct {
 	// server for again.
 	Recoveries  int
 	Republished uint64
+	// SuccessorTransfers counts the predecessor's data subscriptions
+	// taken over at start (WithTakeover, EventTakeover), and
+	// SuccessorFallbacks the takeovers that failed: new subscriptions
+	// and a snapshot instead.
+	SuccessorTransfers int
+	SuccessorFallbacks int
 	// Link are the active session's session and subscription parameters
 	// as its server revised them, and the longest blip they let recover.
 	Link LinkParams

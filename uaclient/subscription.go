@@ -38,6 +38,11 @@ type subscription struct {
 	// forgotten by the server. Up to seq.next with afterStore; equal to
 	// it without.
 	acked uint32
+	// quietFrom and quietTo bound, after a takeover whose server held no
+	// message, the numbers a predecessor acknowledged after its last
+	// record: not held, not lost (takenOver); quietTo is the first number
+	// the server sent since. Zero: none.
+	quietFrom, quietTo uint32
 }
 
 func newSubscription(id uint32, name string) *subscription {
@@ -103,6 +108,10 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 			st.acks = append(st.acks, n)
 		}
 	}
+	first := sb.quietFrom != 0 && sb.quietTo == 0 && r.seq != 0
+	if first {
+		sb.quietTo = r.seq
+	}
 	from := q.next
 	switch {
 	case r.keepAlive:
@@ -113,6 +122,13 @@ func (sb *subscription) published(r publishAnswer, now time.Time) step {
 		st.msgs = [][]dataNote{r.notes}
 	default:
 		st.msgs, _ = q.data(r.seq, r.notes, now)
+	}
+	if first && !q.since.IsZero() {
+		// The first answer after a takeover whose server held nothing:
+		// the numbers before it were acknowledged by the predecessor
+		// (or are on their way); one Republish round says which, at
+		// once rather than after the reorder wait.
+		q.since = now.Add(-q.wait)
 	}
 	sb.settle(&st, from)
 	return st
@@ -152,7 +168,7 @@ func (sb *subscription) republished(answers []republished, now time.Time) (step,
 	for _, a := range answers {
 		out, gone := q.answered(a.seq, a.notes, a.ok, now)
 		st.msgs = append(st.msgs, out...)
-		if gone {
+		if gone && !sb.quiet(a.seq) {
 			rc.lost = append(rc.lost, a.seq)
 			rc.cause = cmp.Or(rc.cause, a.err)
 		}

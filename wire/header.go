@@ -17,6 +17,11 @@ const (
 	HeaderServerTime = "Apb-Server-Time"
 	HeaderSeq        = "Apb-Seq"     // the per-tag sequence number
 	HeaderRefresh    = "Apb-Refresh" // "true" inside a snapshot refresh
+	// HeaderEpoch names the sequence Apb-Seq numbers: the relay's start
+	// (Unix milliseconds, decimal). A new value means a new sequence
+	// began, from 1 (the relay restarted, or a successor took over):
+	// a consumer tells a restart from a loss by it.
+	HeaderEpoch = "Apb-Epoch"
 )
 
 // Headers a relay of a fleet adds to every update (unless configured with

@@ -7,9 +7,10 @@ import (
 )
 
 // msgHeaderSlots is the size hint of an update's header map: the five
-// headers SetHeaders writes, HeaderRefresh, and the two a JetStream sink
-// or a fleet relay adds, so that the map is one group and never grows.
-const msgHeaderSlots = 8
+// headers SetHeaders writes, HeaderRefresh, HeaderEpoch (the bridge's),
+// and the two a JetStream sink or a fleet relay adds, so that the map
+// never grows.
+const msgHeaderSlots = 9
 
 // msgBox is an update's message and its header values in one allocation.
 type msgBox struct {

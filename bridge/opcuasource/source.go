@@ -165,6 +165,18 @@ func (s *Source) onEvent(e uaclient.Event) {
 	if p == nil || h == nil {
 		return
 	}
+	if e.Kind == uaclient.EventTakeover && e.Transferred {
+		// The predecessor's subscription was taken over: data flows
+		// without a snapshot, so no refresh end says that it does.
+		s.mu.Lock()
+		s.ready = true
+		restore := s.refused
+		s.refused = false
+		s.mu.Unlock()
+		if restore {
+			h.Restored()
+		}
+	}
 	hl := s.healthOf(p.Status())
 	if e.Kind == uaclient.EventFailover {
 		hl.LastSwitch, hl.LastAt = e.String(), e.At
@@ -265,6 +277,11 @@ type Stats struct {
 	// Partner is the partner discovery of a source with discoverPartner:
 	// the backup found, or why none was.
 	Partner uaclient.PartnerStatus
+	// SuccessorTransfers counts the predecessor's data subscriptions
+	// taken over at start, SuccessorFallbacks the takeovers that failed
+	// (uaclient.WithTakeover).
+	SuccessorTransfers int
+	SuccessorFallbacks int
 }
 
 // Stats returns the counters; zero before Start.
@@ -277,7 +294,16 @@ func (s *Source) Stats() Stats {
 	}
 	st := p.Status()
 	return Stats{Failovers: st.Failovers, Recoveries: st.Recoveries, Republished: st.Republished, Link: st.Link,
-		Redundancy: st.Redundancy, Servers: st.Servers, Partner: st.Partner}
+		Redundancy: st.Redundancy, Servers: st.Servers, Partner: st.Partner,
+		SuccessorTransfers: st.SuccessorTransfers, SuccessorFallbacks: st.SuccessorFallbacks}
+}
+
+var _ bridge.SuccessorReporter = (*Source)(nil)
+
+// SuccessorTakeovers implements bridge.SuccessorReporter.
+func (s *Source) SuccessorTakeovers() (transferred, fallbacks uint64) {
+	st := s.Stats()
+	return uint64(st.SuccessorTransfers), uint64(st.SuccessorFallbacks)
 }
 
 var _ bridge.LinkReporter = (*Source)(nil)

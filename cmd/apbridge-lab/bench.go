@@ -25,8 +25,11 @@ import (
 // benchConfig is what every scenario may read from the command line.
 type benchConfig struct {
 	runs int
-	rtt  time.Duration
-	tls  bool
+	// queueSize is relay-restart's source queueSize (0: the relay's
+	// default).
+	queueSize int
+	rtt       time.Duration
+	tls       bool
 	// server is where the sl-* scenarios run: serverEmbedded or serverNode.
 	server string
 	// tags is the number of tags of the sl-* scenarios; 0 means slTags.
@@ -209,6 +212,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.runs, "runs", 5, "runs per scenario (1-1000; relay-restart: default 10)")
 	fs.DurationVar(&cfg.rtt, "rtt", 0, "round-trip time added between clients and brokers by the fault proxy")
 	fs.BoolVar(&cfg.tls, "tls", false, "serve TLS on the brokers' client ports")
+	fs.IntVar(&cfg.queueSize, "queue-size", 0, "relay-restart: the source's queueSize in the relay's config, the samples each item's queue keeps while no relay runs (0: the relay's default; 1-65536)")
 	mode := fs.String("mode", "warm", "the Pair's mode in the sl-* scenarios: warm, hot or prepared")
 	fs.IntVar(&cfg.tags, "tags", 0, "tags of the sl-* scenarios (1-20000; default 16 on the embedded servers; with --server node, that many more beside its counter), of config-change (100-20000, default 10000) and the counters of relay-restart (1-1000, default 20)")
 	fs.StringVar(&cfg.server, "server", serverEmbedded, "OPC UA servers of the sl-* scenarios and relay-restart: embedded (the project's test pair) or node (node-opcua, an implementation we did not write)")

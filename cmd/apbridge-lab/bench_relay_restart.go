@@ -56,9 +56,12 @@ type rrTag struct{ name, address string }
 // standby at 90.
 type rrTarget struct {
 	endpoints []string
-	counters  []rrTag
-	static    rrTag
-	close     func()
+	// security is the source's security section (YAML, indented for
+	// it), empty for none.
+	security string
+	counters []rrTag
+	static   rrTag
+	close    func()
 }
 
 // startRRTarget starts the pair with n counters ticking every 100 ms.
@@ -83,6 +86,9 @@ func startRRTarget(ctx context.Context, cfg benchConfig, n int) (*rrTarget, erro
 	return t, nil
 }
 
+// rrPassword is the node-opcua servers' password of the relay's user.
+const rrPassword = "rr-relay-1"
+
 // startRRNode starts two node-opcua servers, Warm (Bad_OutOfService
 // below 200): its variables T0, T4, T8, ... count up every 100 ms, pushed
 // as they change; Setpoint does not change.
@@ -91,7 +97,12 @@ func startRRNode(ctx context.Context, n int) (*rrTarget, error) {
 	errs := make(chan error, 2)
 	for i, level := range []int{int(uaserver.LevelPrimary), int(uaserver.LevelStandby)} {
 		go func() {
-			s, err := nodeopcua.Start(ctx, nodeopcua.Config{ServiceLevel: level, Tags: 4 * n, TagMs: 100, RedundancySupport: "Warm"})
+			// A user on a signed and encrypted channel: node-opcua
+			// transfers a subscription to a session of the same user
+			// only (an anonymous one only on a secured channel of the
+			// same application, Part 4 5.13.7).
+			s, err := nodeopcua.Start(ctx, nodeopcua.Config{ServiceLevel: level, Tags: 4 * n, TagMs: 100, RedundancySupport: "Warm",
+				Policies: []string{"None", "Basic256Sha256"}, Modes: []string{"None", "SignAndEncrypt"}, Users: map[string]string{"relay": rrPassword}})
 			srv[i] = s
 			errs <- err
 		}()
@@ -114,6 +125,8 @@ func startRRNode(ctx context.Context, n int) (*rrTarget, error) {
 		return nil, first
 	}
 	t.endpoints = []string{srv[0].Endpoint, srv[1].Endpoint}
+	t.security = "    security:\n      policy: Basic256Sha256\n      mode: SignAndEncrypt\n      certFile: client.pem\n      keyFile: client.key\n" +
+		"      username: relay\n      password: " + rrPassword + "\n"
 	for i := range n {
 		t.counters = append(t.counters, rrTag{fmt.Sprintf("Counter%04d", i), fmt.Sprintf("nsu=urn:apbridge:interop;s=T%d", 4*i)})
 	}
@@ -144,6 +157,9 @@ func benchRelayRestart(ctx context.Context, cfg benchConfig) (_ *result, err err
 	n := cmp.Or(cfg.tags, rrDefaultTags)
 	if n > rrMaxTags {
 		return nil, fmt.Errorf("--tags: %d is out of range for relay-restart (valid 1-%d)", n, rrMaxTags)
+	}
+	if cfg.queueSize < 0 || cfg.queueSize > 65536 {
+		return nil, fmt.Errorf("--queue-size: %d is out of range for relay-restart (valid 0-65536; 0: the relay's default)", cfg.queueSize)
 	}
 	r := &rrRig{cfg: cfg, sink: soakSinkJetStream}
 	if cfg.sinkSet {
@@ -277,6 +293,10 @@ func (r *rrRig) relayConfig() (string, error) {
 	fmt.Fprintf(&b, "sources:\n  - name: %s\n    type: opcua\n    endpoints:\n", rrSource)
 	for _, e := range r.target.endpoints {
 		fmt.Fprintf(&b, "      - %s\n", q(e))
+	}
+	b.WriteString(strings.ReplaceAll(r.target.security, "client.", filepath.Join(r.dir, "client.")))
+	if r.cfg.queueSize > 0 {
+		fmt.Fprintf(&b, "    queueSize: %d\n", r.cfg.queueSize)
 	}
 	b.WriteString("    tags:\n")
 	for _, tg := range append(slices.Clone(r.target.counters), r.target.static) {
@@ -435,6 +455,9 @@ func (r *rrRig) report(runs []rrRestart, obs []rrObs, stored int, published []rr
 	res.set("server", r.cfg.server)
 	res.set("tags", len(r.target.counters))
 	res.set("state_dir", r.stateDir)
+	if r.cfg.queueSize > 0 {
+		res.set("queue_size", r.cfg.queueSize)
+	}
 	res.set("reordered", a.Reordered)
 	res.set("refreshes", refreshes)
 	res.set("new_subscriptions", newSubs)

@@ -55,6 +55,17 @@ func TestRelayRestartShort(t *testing.T) {
 			t.Error("without stateDir: nothing lost at the restart, want the values of the pause")
 		}
 	}
+	// With stateDir the successor takes the data subscription over and
+	// asks for what the server held: nothing lost at the restart, no
+	// new subscription, and the relay counts the transfer.
+	if got["state_dir"] == true {
+		if tr != 1 || got["relay_transfers"] != float64(1) {
+			t.Errorf("with stateDir: transferred %v, relay_transfers %v; want 1, 1", tr, got["relay_transfers"])
+		}
+		if n, _ := got["lost_at_restart"].(float64); n != 0 {
+			t.Errorf("with stateDir: %v values lost at the restart, want 0", n)
+		}
+	}
 	// Steady operation may skip a value now and then (a monitored
 	// item's queue of one overwritten when two ticks fall into one
 	// publishing interval): lost_steady is reported, not judged here.

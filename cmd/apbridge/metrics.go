@@ -75,6 +75,8 @@ var (
 		"Lost links a source rode out on the same session (an OPC UA session activated on a new channel, a gateway event stream resumed), without a refresh.", []string{"source"}, nil)
 	mRepublished = prometheus.NewDesc("apbridge_source_republished_total",
 		"Notifications a source asked its server for again after a lost link (OPC UA Republish).", []string{"source"}, nil)
+	mSuccessor = prometheus.NewDesc("apbridge_source_successor_takeovers_total",
+		"Takeovers at start of what the relay's predecessor left on a source's server (stateDir): result=transferred took its subscription over without a refresh, result=fallback created new subscriptions with a refresh.", []string{"source", "result"}, nil)
 	mJSAcked = prometheus.NewDesc("apbridge_jetstream_acked_total",
 		"Updates the stream acknowledged; kind=duplicate for those it already had.", []string{"kind"}, nil)
 	mJSRepublished = prometheus.NewDesc("apbridge_jetstream_republished_total",
@@ -115,7 +117,7 @@ var edgeDescs = []*prometheus.Desc{mEdgeFill, mEdgeRate, mEdgeAbsorb, mEdgeFloor
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mSwitches, mNATSUp, mReplayed, mLameDuck, mUpdatesIn, mUpdatesOut,
-		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes, mLinkRecoveries, mRepublished,
+		mPublishErrors, mUnsupported, mSourceState, mServiceLevel, mTags, mTagsFailed, mTagsNoValue, mSubRequests, mSubFailures, mSubLost, mWrites, mRefreshes, mLinkRecoveries, mRepublished, mSuccessor,
 		mJSAcked, mJSRepublished, mJSTimeouts, mJSRejected, mJSFenced, mJSBlocked, mJSPending, mJSReady} {
 		ch <- d
 	}
@@ -171,6 +173,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(mRefreshes, float64(s.Refreshes), s.Name)
 		counter(mLinkRecoveries, float64(s.LinkRecoveries), s.Name)
 		counter(mRepublished, float64(s.Republished), s.Name)
+		counter(mSuccessor, float64(s.SuccessorTransfers), s.Name, "transferred")
+		counter(mSuccessor, float64(s.SuccessorFallbacks), s.Name, "fallback")
 	}
 	if js := rl.JetStream(); js != nil {
 		st := js.Stats()

@@ -106,7 +106,7 @@ func (s *Server) activateSession(c *uaConn, r *ua.ActivateSessionRequest) ua.Res
 }
 
 func (s *Server) closeSession(r *ua.CloseSessionRequest) ua.Response {
-	if code := s.eng.closeSession(r.RequestHeader.AuthenticationToken); code != ua.StatusOK {
+	if code := s.eng.closeSession(r.RequestHeader.AuthenticationToken, r.DeleteSubscriptions); code != ua.StatusOK {
 		return serviceFault(r, code)
 	}
 	return &ua.CloseSessionResponse{ResponseHeader: respHeader(r, ua.StatusOK)}

@@ -80,15 +80,20 @@ func (e *uaEngine) activate(c *uaConn, token *ua.NodeID, sig []byte) ([]byte, ua
 	return sess.nonce, ua.StatusOK
 }
 
-func (e *uaEngine) closeSession(token *ua.NodeID) ua.StatusCode {
+func (e *uaEngine) closeSession(token *ua.NodeID, deleteSubs bool) ua.StatusCode {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	sess := e.sessions[token.String()]
 	if sess == nil {
 		return ua.StatusBadSessionIDInvalid
 	}
-	// Subscriptions go with the session whatever DeleteSubscriptions says:
-	// nothing here could transfer them later.
+	if !deleteSubs {
+		// Part 4: the subscriptions outlive the session, for a
+		// TransferSubscriptions, until their lifetime runs out.
+		sess.pubq = nil
+		delete(e.sessions, sess.key)
+		return ua.StatusOK
+	}
 	e.deleteSessionLocked(sess)
 	return ua.StatusOK
 }

@@ -1,0 +1,252 @@
+package uaclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/gopcua/opcua"
+	"github.com/gopcua/opcua/ua"
+)
+
+// The successor. A relay that dies leaves its data subscription on the
+// server: a subscription outlives its session for its lifetime (lifetime
+// count x publishing interval), and the server keeps every data message
+// not acknowledged - with WithAckAfterStore, every one not stored. A Pair
+// given the predecessor's Handoff (WithTakeover) builds from it what a
+// serving session that lost its link leaves behind (a remnant, resume.go):
+// the subscription's numbering at the first message not acknowledged, and
+// the monitored items with their settings. The first session on the
+// recorded endpoint takes the data subscription over
+// (TransferSubscriptions, sendInitialValues false: the values the
+// predecessor relayed are not sent again), creates a health subscription
+// of its own, acknowledges what the predecessor stored and asks for the
+// rest (Republish), in order; the items are reconciled with the ones the
+// user adds, touching only differences. No snapshot: nothing was lost.
+// When the transfer fails (the subscription is gone, the server refuses,
+// the server restarted), the session creates new subscriptions and a
+// snapshot follows, as after any new session; the fallback is reported
+// once (EventTakeover, PairStatus.SuccessorFallbacks).
+
+// takeoverRemnant builds, from a predecessor's handoff, the remnant that
+// the first session on its endpoint takes over. It reports why it cannot
+// when the handoff is not for this Pair's endpoints or is unreadable.
+func (p *Pair) takeoverRemnant(h Handoff, now time.Time) (servicelevel.Endpoint, *remnant, error) {
+	var ep servicelevel.Endpoint
+	switch h.Endpoint {
+	case servicelevel.Primary.String():
+		ep = servicelevel.Primary
+	case servicelevel.Backup.String():
+		ep = servicelevel.Backup
+	default:
+		return 0, nil, fmt.Errorf("endpoint %q is neither primary nor backup", h.Endpoint)
+	}
+	if h.URL == "" || h.URL != p.urls[ep] {
+		return 0, nil, fmt.Errorf("recorded for %s %s, but the %s is %s", h.Endpoint, h.URL, h.Endpoint, p.urls[ep])
+	}
+	if h.DataSub == 0 || h.NextUnacked == 0 {
+		return 0, nil, fmt.Errorf("no data subscription (%d) or sequence number (%d)", h.DataSub, h.NextUnacked)
+	}
+	st := newItemState()
+	for _, it := range h.Items {
+		spec, err := it.spec()
+		if err != nil {
+			return 0, nil, err
+		}
+		st.have[it.Handle] = &monItem{id: it.ID, mode: ua.MonitoringModeReporting, spec: spec}
+	}
+	interval := time.Duration(h.DataIntervalMs * float64(time.Millisecond))
+	if interval <= 0 {
+		interval = p.set.PublishingInterval
+	}
+	keepAlive := h.DataKeepAliveCount
+	if keepAlive == 0 {
+		keepAlive = dataKeepAlive(p.set.PublishingInterval)
+	}
+	exited := make(chan struct{})
+	close(exited)
+	c := &conn{p: p, ep: ep, url: h.URL, exited: exited, healthSub: h.HealthSub, dataSub: h.DataSub,
+		dataQuiet: 3*time.Duration(keepAlive)*interval + p.set.HeartbeatTimeout,
+		link:      LinkParams{Data: SubscriptionParams{Interval: interval, LifetimeCount: h.DataLifetimeCount, KeepAliveCount: keepAlive}},
+		items:     st}
+	data := newSubscription(h.DataSub, "data")
+	data.afterStore = p.opt.afterStore != nil
+	data.seq.next, data.seq.horizon, data.acked = h.NextUnacked, h.NextUnacked, h.NextUnacked
+	from := &session{p: p, ep: ep, conn: c, phase: phaseDead, subs: map[uint32]*subscription{h.DataSub: data},
+		items: h.Items}
+	c.s = from
+	return ep, &remnant{from: from, lostAt: now, takeover: true}, nil
+}
+
+// startTakeover puts the predecessor's handoff, if any, in place for the
+// first session on its endpoint; with no items added yet, the handoff's
+// are adopted, so that what the server gives back for them is relayed
+// (the first AddItems then says which stay). Called by Start, before the
+// loop runs.
+func (p *Pair) startTakeover(now time.Time) {
+	h := p.opt.takeover
+	if h == nil {
+		return
+	}
+	ep, r, err := p.takeoverRemnant(*h, now)
+	if err != nil {
+		p.log.Warn().Err(err).Msg("the predecessor's handoff does not fit this source: new subscriptions and a snapshot")
+		return
+	}
+	p.remnants[ep] = r
+	if len(p.items) > 0 {
+		return
+	}
+	p.adopted = map[uint32]bool{}
+	for h, m := range r.from.conn.items.have {
+		spec := m.spec
+		p.items[h] = &spec
+		p.adopted[h] = true
+	}
+}
+
+// releaseAdopted ends the adoption of the handoff's items at the first
+// AddItems: the items it adds again stay (registered anew, the same
+// settings touch nothing at the server), the others go.
+func (p *Pair) releaseAdopted() {
+	if p.adopted == nil {
+		return
+	}
+	for h := range p.adopted {
+		delete(p.items, h)
+	}
+	p.adopted = nil
+}
+
+// errTransferRefused marks a takeover the server refused: the session
+// goes on with new subscriptions.
+var errTransferRefused = errors.New("the server did not transfer the data subscription")
+
+// takeover moves the predecessor's data subscription to the new session
+// on c and gives the session a health subscription of its own (the
+// predecessor's, if it still exists, is deleted). An error that wraps
+// errTransferRefused is the server's answer: c falls back to new
+// subscriptions. Any other is a link or server fault, and the next
+// attempt tries again.
+func (c *conn) takeover(ctx context.Context, cl *opcua.Client, r *remnant) error {
+	o := r.from.conn
+	ids := []uint32{o.dataSub}
+	if o.healthSub != 0 {
+		ids = append(ids, o.healthSub)
+	}
+	res, err := send[*ua.TransferSubscriptionsResponse](ctx, cl, &ua.TransferSubscriptionsRequest{SubscriptionIDs: ids})
+	var code ua.StatusCode
+	switch {
+	case errors.As(err, &code):
+		return fmt.Errorf("%w: TransferSubscriptions: %v", errTransferRefused, code)
+	case err != nil:
+		return fmt.Errorf("TransferSubscriptions: %w", err)
+	case len(res.Results) != len(ids) || res.Results[0] == nil:
+		return fmt.Errorf("%w: %d results for %d subscriptions", errTransferRefused, len(res.Results), len(ids))
+	}
+	if len(ids) > 1 && res.Results[1] != nil && res.Results[1].StatusCode == ua.StatusOK {
+		// The successor watches the server's health with a subscription
+		// of its own, created below; the predecessor's would only run
+		// on until its lifetime ends.
+		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, cl, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: ids[1:]})
+	}
+	tr := res.Results[0]
+	if tr.StatusCode != ua.StatusOK {
+		return fmt.Errorf("%w: data subscription %d: %v", errTransferRefused, o.dataSub, tr.StatusCode)
+	}
+	c.takeOver(r, resumeTransferred)
+	c.healthSub, c.link.Health = 0, SubscriptionParams{}
+	if err := c.subscribeHealth(ctx, cl); err != nil {
+		return err
+	}
+	c.link.settle()
+	c.avail = tr.AvailableSequenceNumbers
+	return nil
+}
+
+// takenOver starts the numbering of a data subscription taken over from
+// a predecessor, given the numbers the server still holds
+// (AvailableSequenceNumbers): those before the first the predecessor did
+// not acknowledge are acknowledged now (returned); the others are asked
+// for at once (Republish). A number the server no longer holds before
+// the oldest it holds was acknowledged by the predecessor after its last
+// record: delivery starts at the oldest held. With none held, every
+// number the server cannot give back before the first it sends was
+// acknowledged so too, and is given up quietly (not reported lost).
+func (sb *subscription) takenOver(avail []uint32, now time.Time) []uint32 {
+	if len(avail) == 0 {
+		sb.quietFrom = sb.acked
+		return nil
+	}
+	lo := avail[0]
+	for _, n := range avail {
+		if seqDiff(n, lo) < 0 {
+			lo = n
+		}
+	}
+	if seqDiff(lo, sb.acked) > 0 {
+		sb.acked, sb.seq.next = lo, lo
+		if seqDiff(sb.seq.horizon, lo) < 0 {
+			sb.seq.horizon = lo
+		}
+	}
+	var acks []uint32
+	for _, n := range avail {
+		if seqDiff(n, sb.acked) < 0 {
+			acks = append(acks, n)
+		}
+	}
+	sb.raiseHorizon(avail, now)
+	if !sb.seq.since.IsZero() {
+		// No reorder to wait for: these were sent to the predecessor.
+		sb.seq.since = now.Add(-sb.seq.wait)
+	}
+	return acks
+}
+
+// quiet reports that number n, which the server cannot give back, was
+// acknowledged by a predecessor after its last record (see takenOver).
+func (sb *subscription) quiet(n uint32) bool {
+	return sb.quietFrom != 0 && seqDiff(n, sb.quietFrom) >= 0 && (sb.quietTo == 0 || seqDiff(n, sb.quietTo) < 0)
+}
+
+// successorUp reports a takeover that worked: the Pair is ready (the data
+// path is up, no snapshot is owed) and it is counted.
+func (p *Pair) successorUp(s *session, avail int, now time.Time) {
+	p.successorTransfers++
+	p.emit(Event{Kind: EventTakeover, At: now, Endpoint: s.ep, Role: RoleActive, Level: s.level, Transferred: true,
+		Message: fmt.Sprintf("%s: the predecessor's data subscription %d taken over (%d messages held by the server, from %d on); no snapshot",
+			s.ep, s.conn.dataSub, avail, s.subs[s.conn.dataSub].acked)})
+	p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
+}
+
+// successorFallback reports a takeover that did not work, once: new
+// subscriptions and a snapshot follow.
+func (p *Pair) successorFallback(s *session, why error, now time.Time) {
+	p.successorFallbacks++
+	if why == nil {
+		why = errors.New("the predecessor's session was not taken over")
+	}
+	p.emit(Event{Kind: EventTakeover, At: now, Endpoint: s.ep, Role: RoleActive, Err: why,
+		Message: fmt.Sprintf("%s: the predecessor's data subscription was not taken over (%v): new subscriptions and a snapshot; "+
+			"what the server produced since the predecessor's last stored message is lost", s.ep, why)})
+}
+
+// leaveClose ends the client of a serving session whose data subscription
+// stays on the server for a successor (WithKeepSubscriptionAtClose): the
+// health subscription is deleted, the session closed without deleting
+// the data subscription (CloseSession, DeleteSubscriptions false), and
+// the channel closed. One round trip each, within 250 ms in all.
+func (c *conn) leaveClose() {
+	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	cl := c.client
+	if c.healthSub != 0 {
+		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, cl, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: []uint32{c.healthSub}})
+	}
+	_, _ = send[*ua.CloseSessionResponse](ctx, cl, &ua.CloseSessionRequest{DeleteSubscriptions: false})
+	_, _ = cl.DetachSession(ctx)
+	closeClient(cl, false)
+}
