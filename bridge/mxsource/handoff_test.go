@@ -111,6 +111,10 @@ func TestSuccessorResumesTheSession(t *testing.T) {
 				endpoint: func(int, *mxsim.Gateway) string { return proxy.Addr() }})
 			e2.flowing(t, 20)
 			st, gst := e2.src.Stats(), g.Stats()
+			// What the relay's status and metrics read.
+			if tr, fb := e2.src.SuccessorTakeovers(); tr != st.SuccessorResumes || fb != st.ResumeFallbacks {
+				t.Fatalf("SuccessorTakeovers %d, %d; stats %+v", tr, fb, st)
+			}
 			if !tc.resume {
 				if st.ResumeFallbacks != 1 || st.SuccessorResumes != 0 || st.SessionsOpened != 1 || gst.CommandsByKind["SubscribeBulk"] != 1 {
 					t.Fatalf("stats %+v, gateway commands %v: want the fallback counted, a new session subscribed", st, gst.CommandsByKind)

@@ -248,6 +248,17 @@ func (s *Source) Stats() Stats {
 	return s.stats
 }
 
+var _ bridge.SuccessorReporter = (*Source)(nil)
+
+// SuccessorTakeovers implements bridge.SuccessorReporter: a predecessor's
+// gateway session resumed at start, or given up for a new session with a
+// refresh. The relay's status and metrics count them with the OPC UA
+// sources' transfers.
+func (s *Source) SuccessorTakeovers() (transferred, fallbacks uint64) {
+	st := s.Stats()
+	return st.SuccessorResumes, st.ResumeFallbacks
+}
+
 var _ bridge.LinkReporter = (*Source)(nil)
 
 // LinkRecoveries implements bridge.LinkReporter: event streams resumed
