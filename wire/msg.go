@@ -7,10 +7,13 @@ import (
 )
 
 // msgHeaderSlots is the size hint of an update's header map: the five
-// headers SetHeaders writes, HeaderRefresh, HeaderEpoch (the bridge's),
-// and the two a JetStream sink or a fleet relay adds, so that the map
-// never grows.
-const msgHeaderSlots = 9
+// headers SetHeaders writes, HeaderEpoch (the bridge's), the JetStream
+// sink's message ID and the rare HeaderRefresh fill it. Eight is the most
+// a map keeps in one group of slots; a ninth hint would double what every
+// message kept in the replay buffer holds (1,208 bytes instead of some
+// 860), so a fleet relay's two headers (HeaderLease, HeaderRelay) grow
+// the map instead, for its messages alone.
+const msgHeaderSlots = 8
 
 // msgBox is an update's message and its header values in one allocation.
 type msgBox struct {
