@@ -35,6 +35,12 @@ type FleetConfig struct {
 	// the default, 1s (or leaseTTL if shorter), and a file that writes 0
 	// is refused; negative turns it off.
 	Overlap time.Duration `yaml:"overlap"`
+	// Handoff makes the owner of each OPC UA source record what its next
+	// owner needs to take the source's data subscription over (in the
+	// bucket HandoffBucket(bucket)), and the next owner take it over
+	// instead of subscribing anew with a refresh (fleet_handoff.go).
+	// Default false.
+	Handoff bool `yaml:"handoff"`
 }
 
 // fleetConfig is the fleet package's view of f for the given pairs.

@@ -14,6 +14,7 @@ import (
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -60,10 +61,17 @@ type fleetPart struct {
 	fenced atomic.Uint64
 	// versions follows the fleet's config versions (fleet_version.go).
 	versions versionFollower
+	// handoffs keeps the pairs' handoffs (fleet_handoff.go); nil
+	// without fleet.handoff.
+	handoffs atomic.Pointer[handoffStore]
+	// building is, per pair, the lease token of the instance being
+	// built: what its factory records and takes over under.
+	buildMu  sync.Mutex
+	building map[string]uint64
 }
 
 func newFleetPart(c *FleetConfig, log zerolog.Logger) *fleetPart {
-	return &fleetPart{cfg: c, log: log, id: c.RelayID, leased: map[string]*leasedSource{}}
+	return &fleetPart{cfg: c, log: log, id: c.RelayID, leased: map[string]*leasedSource{}, building: map[string]uint64{}}
 }
 
 // valid reports whether the relay may publish for source now.
@@ -122,6 +130,19 @@ func (f *fleetPart) join(ctx context.Context) error {
 	for p := range f.leased {
 		pairs = append(pairs, p)
 	}
+	if f.cfg.Handoff {
+		// Open before the first lease is won: its instance reads the
+		// previous owner's handoff.
+		js, err := jetstream.New(f.nc)
+		if err != nil {
+			return fmt.Errorf("fleet: %w", err)
+		}
+		hs, err := openHandoffStore(ctx, js, f.cfg, f.valid, f.log)
+		if err != nil {
+			return err
+		}
+		f.handoffs.Store(hs)
+	}
 	m, err := fleet.Join(ctx, f.nc, f.cfg.fleetConfig(pairs), fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent))
 	if err != nil {
 		return err
@@ -154,8 +175,26 @@ func (f *fleetPart) leave(ctx context.Context) error {
 	return err
 }
 
+// setBuilding records the lease token of the instance of pair being built.
+func (f *fleetPart) setBuilding(pair string, token uint64) {
+	f.buildMu.Lock()
+	f.building[pair] = token
+	f.buildMu.Unlock()
+}
+
+// buildingToken is the lease token of the instance of pair being built (0
+// before its lease was first won).
+func (f *fleetPart) buildingToken(pair string) uint64 {
+	f.buildMu.Lock()
+	defer f.buildMu.Unlock()
+	return f.building[pair]
+}
+
 // closeConn closes the fleet's connection, if it was opened.
 func (f *fleetPart) closeConn() {
+	if hs := f.handoffs.Load(); hs != nil {
+		hs.close()
+	}
 	if f.nc != nil {
 		f.nc.Close()
 	}
@@ -210,7 +249,10 @@ type leasedSource struct {
 	// replyBound is what the instances answer as bridge.ReplyBounder (0
 	// if they do not): the bridge reads it once, when the source is added.
 	replyBound time.Duration
-	wg         sync.WaitGroup
+	// pastTransfers and pastFallbacks are the successor counts of the
+	// instances closed (SuccessorTakeovers).
+	pastTransfers, pastFallbacks uint64
+	wg                           sync.WaitGroup
 }
 
 func (s *leasedSource) Name() string { return s.name }
@@ -287,11 +329,18 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 	src := s.spare
 	s.spare = nil
 	s.mu.Unlock()
+	if s.f.handoffs.Load() != nil {
+		// The spare was built before the lease was won: without the
+		// handoff to take over, without its recorder. Never started,
+		// it has nothing to close.
+		src = nil
+	}
 	var err error
 	if src == nil {
 		s.mu.Lock()
 		build := s.build
 		s.mu.Unlock()
+		s.f.setBuilding(s.name, token)
 		src, err = build()
 	}
 	if err == nil {
@@ -334,6 +383,7 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 	s.endGenLocked()
 	inner, h := s.inner, s.h
 	s.inner = nil
+	s.retireLocked(inner)
 	s.mu.Unlock()
 	if h != nil {
 		// nil: lost before the bridge started the source (the fleet
@@ -351,9 +401,35 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 }
 
 var (
-	_ bridge.LinkReporter = (*leasedSource)(nil)
-	_ bridge.ReplyBounder = (*leasedSource)(nil)
+	_ bridge.LinkReporter      = (*leasedSource)(nil)
+	_ bridge.ReplyBounder      = (*leasedSource)(nil)
+	_ bridge.SuccessorReporter = (*leasedSource)(nil)
 )
+
+// SuccessorTakeovers implements bridge.SuccessorReporter: the takeovers
+// of every instance the relay ran, so that a fleet's takeovers count in
+// the source's status and metrics as a restarted relay's do.
+func (s *leasedSource) SuccessorTakeovers() (transferred, fallbacks uint64) {
+	s.mu.Lock()
+	inner := s.inner
+	transferred, fallbacks = s.pastTransfers, s.pastFallbacks
+	s.mu.Unlock()
+	if sr, ok := inner.(bridge.SuccessorReporter); ok {
+		t, f := sr.SuccessorTakeovers()
+		transferred, fallbacks = transferred+t, fallbacks+f
+	}
+	return transferred, fallbacks
+}
+
+// retireLocked keeps the counts of the instance being closed. s.mu is
+// held.
+func (s *leasedSource) retireLocked(inner bridge.Source) {
+	if sr, ok := inner.(bridge.SuccessorReporter); ok {
+		t, f := sr.SuccessorTakeovers()
+		s.pastTransfers += t
+		s.pastFallbacks += f
+	}
+}
 
 // LinkRecoveries implements bridge.LinkReporter with the running
 // instance's counts (none while the lease is not held).
@@ -428,6 +504,7 @@ func (s *leasedSource) Close() error {
 	s.endGenLocked()
 	inner, spare := s.inner, s.spare
 	s.inner, s.spare = nil, nil
+	s.retireLocked(inner)
 	s.mu.Unlock()
 	var err error
 	if inner != nil {

@@ -99,7 +99,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 	r := &Relay{log: o.log, conn: conn, built: map[string]*opcuasource.Source{},
 		live: liveConfig{cfg: c, version: 1, extras: len(o.sources) + len(o.factories)}}
 	if c.StateDir != "" && c.Fleet == nil {
-		// A fleet keeps a source's state with its lease (not yet).
+		// A fleet keeps a source's handoff with its lease (fleet.handoff).
 		r.state = newStateStore(c.StateDir, o.log)
 	}
 	bopts := []bridge.Option{bridge.WithLogger(o.log)}
@@ -295,6 +295,9 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 			if h, ok := r.state.takeover(sc.Name); ok {
 				pairOpts = append(pairOpts, uaclient.WithTakeover(h))
 			}
+		}
+		if r.fl != nil {
+			pairOpts = r.fl.handoffOptions(sc.Name, pairOpts)
 		}
 		src, err := opcuasource.New(sc.Name, pc, opcuasource.WithLogger(r.log), opcuasource.WithPairOptions(pairOpts...),
 			opcuasource.WithMonitoring(monitoring))

@@ -1,0 +1,205 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/relay"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestFleetSuccessorTakesSubscriptionOver: two fleet relays with
+// fleet.handoff and a JetStream sink; the owner of an OPC UA source is cut
+// off from NATS (its link frozen) while the server goes on counting. It
+// stores nothing more, so acknowledges nothing more, and gives the source
+// up a TTL after its last renewal; the other relay wins the lease, reads
+// the owner's handoff, takes the data subscription over and asks for what
+// the server held: the stream has every counter value, and the takeover
+// is counted. The control without the handoff: the new owner subscribes
+// anew, the values the cut-off owner received but could not store are
+// lost, and no takeover is counted.
+func TestFleetSuccessorTakesSubscriptionOver(t *testing.T) {
+	for _, handoff := range []bool{true, false} {
+		t.Run(fmt.Sprintf("handoff=%v", handoff), func(t *testing.T) { testFleetSuccessor(t, handoff) })
+	}
+}
+
+func testFleetSuccessor(t *testing.T, handoff bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithProxies())
+	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(4), uaserver.WithTagInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pair.Close)
+	counters := map[string]bool{}
+	var tags strings.Builder
+	for _, tg := range pair.Tags() {
+		fmt.Fprintf(&tags, "      - {name: %q, address: %q}\n", tg.Name, tg.NodeID().String())
+		if tg.Kind == uaserver.TagCounter {
+			counters[tg.Name] = true
+		}
+	}
+	start := func(id string, servers []string, nopts ...nats.Option) *relay.Relay {
+		t.Helper()
+		cfg, err := relay.Parse(fmt.Appendf(nil, `
+nats: {servers: [%s]}
+http: {listen: ""}
+instance: %s
+service: {prefix: fh-%s}
+sink: jetstream
+jetstream: {stream: FH, replicas: 1}
+fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1, handoff: %v}
+sources:
+  - name: opc1
+    endpoints: [%s]
+    queueSize: 64
+    samplingIntervalMilliseconds: 20
+    tags:
+%s`, strings.Join(servers, ", "), id, id, id, handoff, pair.A().Endpoint(), tags.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t).With().Str("relay", id).Logger()), relay.WithNATSOptions(nopts...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	// ra reaches the cluster only through node 0's proxy, and starts
+	// first: it owns the source, and keeps it (dwell 10 min).
+	a := start("ra", []string{cl.Node(0).URL()}, nats.IgnoreDiscoveredServers())
+	testutil.WaitFor(t, "ra to own and publish the source", 30*time.Second, func() bool {
+		st := a.Bridge().Stats()
+		return len(a.Fleet().Owned()) == 1 && len(st) == 1 && st[0].Published > 20
+	})
+	b := start("rb", []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()})
+	if handoff {
+		testutil.WaitFor(t, "ra's handoff in the bucket", 10*time.Second, func() bool {
+			return readHandoff(ctx, t, cl) != nil
+		})
+	}
+	tick := pair.Tick()
+	testutil.WaitFor(t, "10 more ticks", 10*time.Second, func() bool { return pair.Tick() >= tick+10 })
+
+	cl.Node(0).Proxy().Freeze()
+	defer cl.Node(0).Proxy().Heal()
+	testutil.WaitFor(t, "rb to take the source", 20*time.Second, func() bool { return len(b.Fleet().Owned()) == 1 })
+	tick = pair.Tick()
+	testutil.WaitFor(t, "rb to store every counter up to the server's tick", 30*time.Second, func() bool {
+		vals := streamCounters(ctx, t, cl, counters)
+		for name := range counters {
+			vs := vals[name]
+			if len(vs) == 0 || vs[len(vs)-1] < int64(tick)+5 {
+				return false
+			}
+		}
+		return true
+	})
+	vals := streamCounters(ctx, t, cl, counters)
+	lost := 0
+	for name, vs := range vals {
+		seen := map[int64]bool{}
+		lo, hi := vs[0], vs[0]
+		for _, v := range vs {
+			seen[v] = true
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		if miss := int(hi-lo+1) - len(seen); miss > 0 {
+			t.Logf("%s: %d values missing between %d and %d", name, miss, lo, hi)
+			lost += miss
+		}
+	}
+	st := b.Bridge().Stats()[0]
+	t.Logf("handoff %v: lost %d counter values in the stream, rb transfers %d, fallbacks %d, refreshes %d, ra fenced %d",
+		handoff, lost, st.SuccessorTransfers, st.SuccessorFallbacks, st.Refreshes, a.FleetFenced())
+	if !handoff {
+		if lost == 0 || st.SuccessorTransfers != 0 {
+			t.Fatalf("without the handoff: lost %d, transfers %d; want a loss and no transfer", lost, st.SuccessorTransfers)
+		}
+		return
+	}
+	if lost != 0 {
+		t.Fatalf("the fleet's successor lost %d counter values", lost)
+	}
+	if st.SuccessorTransfers != 1 || st.SuccessorFallbacks != 0 {
+		t.Fatalf("rb transfers %d, fallbacks %d; want 1, 0", st.SuccessorTransfers, st.SuccessorFallbacks)
+	}
+	if rec := readHandoff(ctx, t, cl); rec == nil || !strings.Contains(string(rec), `"relay":"rb"`) {
+		t.Fatalf("the bucket's handoff after the takeover is %s; want rb's", rec)
+	}
+}
+
+// readHandoff returns the handoff record of opc1, nil when there is none.
+func readHandoff(ctx context.Context, t *testing.T, cl *natstest.Cluster) []byte {
+	t.Helper()
+	nc, err := nats.Connect(cl.Node(1).DirectURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	kv, err := js.KeyValue(ctx, relay.HandoffBucket("fh"))
+	if err != nil {
+		return nil
+	}
+	e, err := kv.Get(ctx, "opc1")
+	if err != nil {
+		return nil
+	}
+	return e.Value()
+}
+
+// streamCounters reads the stream FH from its start: each counter's
+// values, in the stream's order.
+func streamCounters(ctx context.Context, t *testing.T, cl *natstest.Cluster, counters map[string]bool) map[string][]int64 {
+	t.Helper()
+	nc, err := nats.Connect(cl.Node(1).DirectURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, "FH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]int64{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := wire.DecodeJSON(m.Data)
+		if err != nil || !counters[u.Tag] {
+			continue
+		}
+		switch v := u.Value.(type) {
+		case int32:
+			out[u.Tag] = append(out[u.Tag], int64(v))
+		case int64:
+			out[u.Tag] = append(out[u.Tag], v)
+		case float64:
+			out[u.Tag] = append(out[u.Tag], int64(v))
+		}
+	}
+	return out
+}
