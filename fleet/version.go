@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -30,6 +31,9 @@ const (
 	// keeps, so that an earlier version can be read back (the server's
 	// maximum is 64).
 	VersionHistory = 16
+	// noResponderWait bounds how long ReadVersion waits for a new
+	// bucket's direct gets to be answered.
+	noResponderWait = 5 * time.Second
 )
 
 // ConfigBucket is the name of the bucket of a fleet's config versions,
@@ -84,8 +88,20 @@ func OpenConfigBucket(ctx context.Context, js jetstream.JetStream, c Config) (je
 
 // ReadVersion returns the fleet's current config and its version; ok is
 // false when none was written.
+//
+// A bucket just created may not answer its direct gets for a moment (no
+// responders yet on the server the relay is on): the read is tried again
+// for up to noResponderWait, within ctx.
 func ReadVersion(ctx context.Context, kv jetstream.KeyValue) (data []byte, version uint64, ok bool, err error) {
 	e, err := kv.Get(ctx, VersionKey)
+	for deadline := time.Now().Add(noResponderWait); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return nil, 0, false, fmt.Errorf("fleet: read the config version: %w", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		e, err = kv.Get(ctx, VersionKey)
+	}
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return nil, 0, false, nil
