@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/atomicfile"
 	"github.com/apbridge/apbridge/uaclient"
 	"github.com/rs/zerolog"
 )
@@ -142,7 +143,7 @@ func (st *stateStore) flush() {
 	clear(st.dirty)
 	st.mu.Unlock()
 	for i, name := range names {
-		if err := writeAtomic(st.dir, stateFileName(name), data[i]); err != nil {
+		if err := atomicfile.Write(filepath.Join(st.dir, stateFileName(name)), data[i]); err != nil {
 			st.log.Warn().Err(err).Str("source", name).Msg("state not written: a successor will create new subscriptions for this source")
 		}
 	}
@@ -209,41 +210,6 @@ func (st *stateStore) takeover(source string) (h uaclient.Handoff, ok bool) {
 // stateFileName is a source's state file: its name, which the config
 // limits to characters a subject token takes.
 func stateFileName(source string) string { return source + ".state.json" }
-
-// writeAtomic replaces dir/name with data so that a reader (or a crash at
-// any point) sees the old file or the new one, never a part: a temporary
-// file in dir, fsynced, renamed over name, and dir fsynced so that the
-// rename itself survives a power loss.
-func writeAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
 
 // checkStateDir checks that the relay can keep its state in dir: it
 // creates the directory if need be and a file in it.

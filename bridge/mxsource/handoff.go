@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/apbridge/apbridge/bridge"
+	"github.com/apbridge/apbridge/internal/atomicfile"
 	"github.com/apbridge/apbridge/mxgateway"
 )
 
@@ -228,48 +228,11 @@ func (s *Source) flushState() {
 	s.mu.Unlock()
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err == nil {
-		err = writeAtomic(h.path, b)
+		err = atomicfile.Write(h.path, b)
 	}
 	if err != nil {
 		s.log.Warn().Err(err).Str("file", h.path).Msg("state not written: a successor will open a new gateway session and subscribe again")
 	}
-}
-
-// writeAtomic replaces path with data so that a reader (or a crash at any
-// point) sees the old file or the new one, never a part.
-func writeAtomic(path string, data []byte) error {
-	dir, name := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // adoptFrom returns the predecessor's session on m's gateway, its item
