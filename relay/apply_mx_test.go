@@ -21,15 +21,7 @@ func TestApplyLiveMx(t *testing.T) {
 	data := mxsim.NewData()
 	stop := data.RunCounters("C_", 6, 50*time.Millisecond)
 	defer stop()
-	var gws []*mxsim.Gateway
-	for range 2 {
-		g, err := mxsim.Start(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer g.Close()
-		gws = append(gws, g)
-	}
+	gws := testutil.StartGateways(t, data, 2)
 	cl := testutil.StartCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -26,12 +26,7 @@ func TestApplyDuringSubscribeStormMx(t *testing.T) {
 	data := mxsim.NewData()
 	stop := data.RunCounters("C_", 6, 50*time.Millisecond)
 	defer stop()
-	gw, err := mxsim.Start(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Close()
-	defer gw.SetCommandLatency(0) // a failed test must not leave the worker wedged for Close
+	gw := testutil.StartGateways(t, data, 1)[0]
 	cl := testutil.StartCluster(t, natstest.WithNodes(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

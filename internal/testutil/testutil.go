@@ -1,6 +1,6 @@
 // Package testutil holds the helpers that the module's tests share: a test
 // logger, polling with a deadline, a log buffer safe for concurrent writes,
-// and an ApConnection on an embedded cluster. Only tests import it.
+// an ApConnection on an embedded cluster, and gateway simulators. Only tests import it.
 package testutil
 
 import (
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/apconn"
+	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -97,6 +98,24 @@ func StartCluster(t testing.TB, opts ...natstest.Option) *natstest.Cluster {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// StartGateways starts n MxAccess gateway simulators serving data, closed
+// when the test ends. A gateway a test wedged (SetCommandLatency) is
+// unwedged first, so that its Close does not wait out the latency.
+func StartGateways(t testing.TB, data *mxsim.Data, n int) []*mxsim.Gateway {
+	t.Helper()
+	gws := make([]*mxsim.Gateway, n)
+	for i := range gws {
+		g, err := mxsim.Start(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		t.Cleanup(func() { g.SetCommandLatency(0) })
+		gws[i] = g
+	}
+	return gws
 }
 
 // StartEdge starts an edge topology of natstest (a hub cluster and a site
