@@ -81,6 +81,11 @@ type HubReport struct {
 	// Sourcing reports that the hub stream has the site stream among its
 	// sources, through the site domain's API.
 	Sourcing bool `json:"sourcing"`
+	// Durable reports that it sources through a durable consumer of the
+	// site stream. An ephemeral one is deleted by the site 10 s into an
+	// outage, and nats-server only asks for a new one with a backoff that
+	// grows to minutes: the catch-up starts late (docs/edge.md).
+	Durable bool `json:"durable"`
 	// Lag is how many site messages the hub's sourcing had still to take
 	// when it last heard from the site, Active how long ago that was, and
 	// SourceError the hub's error about the source.
@@ -205,6 +210,11 @@ func (r *Report) checkHub(ctx context.Context, nc *nats.Conn, cfg Config, site S
 			}
 			h.Sourcing = true
 			h.Lag, h.Active = src.Lag, src.Active
+			h.Durable = durableSource(hi.Config.Sources, site.Stream, prefix)
+			if !h.Durable {
+				r.Warnings = append(r.Warnings, fmt.Sprintf("the hub stream %q sources %q through an ephemeral consumer: after an outage over 10 s its catch-up may start minutes after the WAN is back; source through a durable consumer (docs/edge.md)",
+					cfg.Hub.Stream, site.Stream))
+			}
 			if src.Error != nil {
 				h.SourceError = src.Error.Error()
 				r.Warnings = append(r.Warnings, fmt.Sprintf("the hub stream %q reports an error sourcing %q: %s", cfg.Hub.Stream, site.Stream, h.SourceError))
@@ -237,6 +247,18 @@ func (r *Report) checkHub(ctx context.Context, nc *nats.Conn, cfg Config, site S
 	default:
 		r.Unsourced = si.State.Msgs
 	}
+}
+
+// durableSource reports whether the source of stream through the API
+// prefix, among the hub stream's configured sources, names a durable
+// consumer.
+func durableSource(sources []*api.StreamSource, stream, prefix string) bool {
+	for _, c := range sources {
+		if c != nil && c.Name == stream && c.External != nil && strings.TrimSuffix(c.External.ApiPrefix, ".") == prefix {
+			return c.Consumer != nil && c.Consumer.Name != ""
+		}
+	}
+	return false
 }
 
 // absorb works out how long an outage the site stream can absorb, limit by

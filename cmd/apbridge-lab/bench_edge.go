@@ -18,6 +18,7 @@ import (
 	"github.com/apbridge/apbridge/testcluster/simsource"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // The edge load: 1,000 tags at 10 Hz, the rate of a plant's historian
@@ -28,6 +29,11 @@ const (
 	// edgeFlapCut and edgeFlapUp are the flapping link's rhythm.
 	edgeFlapCut = 5 * time.Second
 	edgeFlapUp  = 5 * time.Second
+	// edgeMaxPending is the site relay's publishing window: 3.3 s of the
+	// site's traffic, so that the slower acknowledgements of a site
+	// whose servers also serve the hub's catch-up do not hold the
+	// source (the default 4,096 is 0.4 s of it). docs/edge.md.
+	edgeMaxPending = 32768
 )
 
 // WAN faults of --wan.
@@ -215,6 +221,27 @@ func (c *streamCounter) state(ctx context.Context) (msgs, last uint64, err error
 
 func (c *streamCounter) close() { c.nc.Close() }
 
+// logSource logs (at debug level) the stream's messages and its first
+// source's lag and last activity: when the hub resumed sourcing after a
+// heal, and how fast it goes.
+func (c *streamCounter) logSource(ctx context.Context, log zerolog.Logger, msgs uint64) {
+	if log.GetLevel() > zerolog.DebugLevel {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := c.stream.Info(rctx)
+	if err != nil || len(info.Sources) == 0 {
+		return
+	}
+	src := info.Sources[0]
+	ev := log.Debug().Str("at", time.Now().Format(edgeClock)).Uint64("msgs", msgs).Uint64("lag", src.Lag).Dur("source_active_ms", src.Active)
+	if src.Error != nil {
+		ev = ev.Str("source_error", src.Error.Error())
+	}
+	ev.Msg("hub catching up")
+}
+
 // Phases of a run, for the site's silence and backpressure.
 const (
 	phaseSteady  = iota // before the outage
@@ -228,9 +255,12 @@ var phaseNames = [phases]string{"steady", "outage", "catchup", "after"}
 
 // silenceWatch measures, phase by phase, the longest time the sink
 // acknowledged nothing and how often it held the source (a full window),
-// polling its counters every 2 ms.
+// polling its counters every 2 ms. Each silence longer than
+// edgeSilenceLog is logged (at debug level: --v) with its start, for
+// finding what the site waited for.
 type silenceWatch struct {
 	sink    *jetstreamsink.Sink
+	log     zerolog.Logger
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -240,8 +270,14 @@ type silenceWatch struct {
 	mark    uint64 // Blocked at the start of the phase
 }
 
-func watchSilence(s *jetstreamsink.Sink) *silenceWatch {
-	w := &silenceWatch{sink: s, stop: make(chan struct{}), done: make(chan struct{}), mark: s.Stats().Blocked}
+// edgeClock is the time of day to the millisecond, in the debug log.
+const edgeClock = "15:04:05.000"
+
+// edgeSilenceLog is one publishing interval and a half.
+const edgeSilenceLog = edgePeriod * 3 / 2
+
+func watchSilence(s *jetstreamsink.Sink, log zerolog.Logger) *silenceWatch {
+	w := &silenceWatch{sink: s, log: log, stop: make(chan struct{}), done: make(chan struct{}), mark: s.Stats().Blocked}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(2 * time.Millisecond)
@@ -252,10 +288,17 @@ func watchSilence(s *jetstreamsink.Sink) *silenceWatch {
 			case <-w.stop:
 				return
 			case now := <-t.C:
-				if a := s.Stats().Acked; a != last {
+				if st := s.Stats(); st.Acked != last {
+					a := st.Acked
 					w.mu.Lock()
 					w.longest[w.phase] = max(w.longest[w.phase], now.Sub(since))
+					phase := w.phase
 					w.mu.Unlock()
+					if d := now.Sub(since); d > edgeSilenceLog {
+						w.log.Debug().Str("phase", phaseNames[phase]).Str("from", since.Format(edgeClock)).Dur("silent_ms", d).
+							Int("pending", st.Pending).Float64("oldest_pending_ms", st.OldestPendingMs).Bool("window_full", st.WindowFull).
+							Msg("site silence")
+					}
 					last, since = a, now
 				}
 			}
@@ -297,7 +340,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	rcfg := &relay.Config{
 		NATS: relay.NATSConfig{Servers: e.Site.URLs()},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
-			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 4 << 30,
+			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending,
 		}},
 		Edge: &edge.Config{Hub: edge.Hub{Domain: e.HubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
 	}
@@ -337,7 +380,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 		return w, err
 	}
 	before := sink.Stats()
-	watch := watchSilence(sink)
+	watch := watchSilence(sink, cfg.log)
 	// A steady phase to compare the outage with.
 	if err := ctxtime.Sleep(ctx, 5*time.Second); err != nil {
 		return w, err
@@ -370,6 +413,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 		}
 	default:
 		start := time.Now()
+		cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Str("wan", cfg.wan).Msg("wan down")
 		if cfg.wan == wanFreeze {
 			e.FreezeWAN()
 		} else {
@@ -400,12 +444,18 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	if err != nil {
 		return w, err
 	}
+	cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Uint64("backlog", siteAt-hubAt).Msg("wan healed")
 	e.HealWAN()
 	watch.next(phaseCatchup)
 	healed := time.Now()
 	w.backlog = siteAt - hubAt
+	logged := healed
 	if err := waitCond(ctx, "the hub to catch up", 30*time.Minute, func() bool {
 		n, _, _ := hub.state(ctx)
+		if time.Since(logged) >= time.Second {
+			logged = time.Now()
+			hub.logSource(ctx, cfg.log, n)
+		}
 		return n >= siteAt
 	}); err != nil {
 		return w, err

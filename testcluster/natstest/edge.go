@@ -206,14 +206,50 @@ func (e *Edge) HubConn() (*nats.Conn, error) {
 // SourceFromSite creates the hub stream name (replicas replicas, file
 // storage, no subjects of its own) that sources the site stream
 // siteStream across the leaf connection, through the site domain's API:
-// the hub side of an edge site as docs/edge.md configures it. A stream of
-// the name that exists already is left as it is.
+// the hub side of an edge site as docs/edge.md configures it.
+//
+// The source is durable: SourceFromSite first creates, in the site
+// stream, the consumer SourceConsumer(name) (replicated as the site
+// stream, acknowledged by flow control, delivering to SourceDeliver(name)),
+// and the hub stream sources through it. An ephemeral source consumer
+// (nats-server's default) is deleted by the site once the WAN has been
+// down 10 s, and the hub's request for a new one, sent into the cut, is
+// only given up after 30 s, then retried with a backoff that grows to
+// 2 min: the catch-up after a long outage starts up to minutes after the
+// WAN heals. With a durable one the hub listens on the deliver subject
+// while it backs off, and asks again as soon as the site's heartbeat
+// arrives. A stream or consumer of the name that exists already is left
+// as it is.
 func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, replicas int) error {
 	nc, err := e.Hub.connectAny()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+	site, err := jetstream.NewWithDomain(nc, e.SiteDomain)
+	if err != nil {
+		return err
+	}
+	ss, err := site.Stream(ctx, siteStream)
+	if err != nil {
+		return fmt.Errorf("site stream %s: %w", siteStream, err)
+	}
+	_, err = site.CreatePushConsumer(ctx, siteStream, jetstream.ConsumerConfig{
+		Durable:        SourceConsumer(name),
+		DeliverSubject: SourceDeliver(name),
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  time.Second,
+		// Under flow-control acknowledgement the site stops delivering
+		// at MaxAckPending until the hub's next flow-control reply: it
+		// must not be what limits the catch-up (the flow-control window
+		// itself, 32 MiB, holds about 75,000 updates).
+		MaxAckPending: SourceMaxAckPending,
+		Replicas:      ss.CachedInfo().Config.Replicas,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+		return fmt.Errorf("source consumer on the site stream %s: %w", siteStream, err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -225,6 +261,7 @@ func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, repl
 		Sources: []*jetstream.StreamSource{{
 			Name:     siteStream,
 			External: &jetstream.ExternalStream{APIPrefix: "$JS." + e.SiteDomain + ".API"},
+			Consumer: &jetstream.StreamConsumerSource{Name: SourceConsumer(name), DeliverSubject: SourceDeliver(name)},
 		}},
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -232,6 +269,17 @@ func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, repl
 	}
 	return err
 }
+
+// SourceMaxAckPending is the MaxAckPending of SourceFromSite's durable
+// source consumer.
+const SourceMaxAckPending = 200_000
+
+// SourceConsumer is the name of the durable consumer in the site stream
+// through which the hub stream hubStream sources it.
+func SourceConsumer(hubStream string) string { return "SRC_" + hubStream }
+
+// SourceDeliver is the subject that consumer delivers to, at the hub.
+func SourceDeliver(hubStream string) string { return "edge.source." + hubStream }
 
 // StreamMsgs returns how many messages the stream holds in cl, asked of a
 // running node; 0 when it cannot tell.

@@ -113,3 +113,68 @@ func TestEdgeHubSourcesAcrossACut(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeHubResumesSoonAfterALongCut is what SourceFromSite's durable
+// source consumer is for: after a cut longer than the hub's 10 s check of
+// a silent source, the hub's request for a new source consumer has gone
+// into the cut. An ephemeral source waits 30 s for its answer, then backs
+// off; the durable one hears the site's heartbeat and resumes within
+// seconds of the heal. The positive control is the hub holding nothing new
+// during the cut.
+func TestEdgeHubResumesSoonAfterALongCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cuts the WAN for 25 s")
+	}
+	e := startEdge(t, EdgeOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	site := connect(t, e.Site, e.Site.URLs()[0])
+	sjs, err := jetstream.New(site)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SITE", Subjects: []string{"plant.>"}, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SourceFromSite(ctx, "HUB", "SITE", 3); err != nil {
+		t.Fatal(err)
+	}
+	hub := connect(t, e.Hub, e.Hub.URLs()[0])
+	hjs, err := jetstream.New(hub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubMsgs := func() uint64 {
+		s, err := hjs.Stream(ctx, "HUB")
+		if err != nil {
+			return 0
+		}
+		return s.CachedInfo().State.Msgs
+	}
+	publish := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := sjs.Publish(ctx, "plant.t", nil); err != nil {
+				t.Fatalf("publish at the site: %v", err)
+			}
+		}
+	}
+	publish(100)
+	waitFor(t, "the hub to source the first 100", 30*time.Second, func() bool { return hubMsgs() == 100 })
+
+	e.CutWAN()
+	waitFor(t, "the leaf connections to go", 10*time.Second, func() bool { return e.LeafConns() == 0 })
+	publish(100)
+	cutFor := 25 * time.Second
+	deadline := time.NewTimer(cutFor)
+	select {
+	case <-deadline.C:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if got := hubMsgs(); got != 100 {
+		t.Fatalf("the hub holds %d messages during the cut, want 100: the cut did not cut", got)
+	}
+	e.HealWAN()
+	waitFor(t, "the hub to catch up within 10 s of the heal", 10*time.Second, func() bool { return hubMsgs() == 200 })
+}
