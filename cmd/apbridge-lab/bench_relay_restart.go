@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -344,7 +345,8 @@ func (r *rrRig) obs(subject string, h nats.Header, data []byte, at time.Time) (r
 	if err != nil {
 		return rrObs{}, false
 	}
-	o := rrObs{subject: subject, status: u.Status, refresh: h.Get(wire.HeaderRefresh) == "true", at: at}
+	o := rrObs{subject: subject, status: u.Status, refresh: h.Get(wire.HeaderRefresh) == "true", at: at, epoch: h.Get(wire.HeaderEpoch)}
+	o.seq, _ = strconv.ParseUint(h.Get(wire.HeaderSeq), 10, 64)
 	if u.Tag != rrStatic {
 		o.value, o.counter = rrInt(u.Value)
 	}
@@ -470,6 +472,7 @@ func (r *rrRig) report(runs []rrRestart, obs []rrObs, stored int, published []rr
 	}
 	res.set("lost_at_restart", a.Lost-a.LostSteady)
 	res.set("lost_steady", a.LostSteady)
+	res.set("source_values_skipped", a.Skipped)
 	res.set("lost_by_run", a.LostByRun)
 	if wasPublished != nil {
 		res.set("lost_published", a.LostPublished)
@@ -482,6 +485,9 @@ func (r *rrRig) report(runs []rrRestart, obs []rrObs, stored int, published []rr
 	}
 	if len(a.LostExamples) > 0 {
 		res.set("lost_examples", a.LostExamples)
+	}
+	if len(a.SkippedExamples) > 0 {
+		res.set("skipped_examples", a.SkippedExamples)
 	}
 	return res
 }

@@ -16,6 +16,15 @@ import (
 // over, but a counter tag's values run on whatever process published
 // them. In the stream (or at the subscriber, with --sink core) each
 // counter's values must run without a hole, once each, in order.
+//
+// A hole inside one relay process (the same Apb-Epoch on both sides) is
+// judged by the relay's per-tag sequence numbers (Apb-Seq), as the fleet
+// soak judges one: as many values as numbers are missing between the two
+// are lost (the relay had them); the rest the source never delivered
+// (source_values_skipped). A server that samples a 10 Hz counter every
+// 100 ms skips a tick now and then: its sampling timer and the counter's
+// drift against each other, and a sample that comes late finds two ticks
+// (node-opcua samples with one setInterval, the tags count with another).
 
 // rrObs is one update of relay-restart as stored (or received): where it
 // is in the stream and when it got there.
@@ -30,6 +39,10 @@ type rrObs struct {
 	// Apb-Refresh: true).
 	refresh bool
 	at      time.Time // stored (the stream) or received (the subscriber)
+	// epoch and seq are the update's Apb-Epoch (the publishing process)
+	// and Apb-Seq (its number of the tag's updates); "" and 0 if absent.
+	epoch string
+	seq   uint64
 }
 
 // rrRestart is one run's kill and restart.
@@ -41,10 +54,14 @@ type rrRestart struct {
 type rrAudit struct {
 	Counted, Lost, Duplicated, Reordered uint64
 	// LostByRun are the values lost in a hole across each run's kill and
-	// restart; LostSteady those lost in a hole no restart explains (a
-	// value the server skipped, or lost in steady operation).
+	// restart; LostSteady those lost in a hole no restart explains.
 	LostByRun  []uint64
 	LostSteady uint64
+	// Skipped are the values missing in a hole inside one relay process
+	// beyond its missing sequence numbers: the relay numbered every update
+	// it had, so the source never delivered them. Not in Lost.
+	Skipped         uint64
+	SkippedExamples []string
 	// LostPublished are the lost values the subscriber saw published:
 	// the relay had them and the stream does not.
 	LostPublished uint64
@@ -55,7 +72,9 @@ type rrAudit struct {
 // a value seen again (in the same status) is a duplicate, a value below
 // the tag's largest so far is reordered, and a value missing between the
 // smallest and the largest seen is lost, charged to the run whose kill
-// falls between the stored values around the hole. published, if not
+// falls between the stored values around the hole, unless one relay
+// process published both sides and its sequence numbers run on: then
+// it is skipped at the source. published, if not
 // nil, says whether the subscriber saw a counter value published.
 func rrAuditCounters(obs []rrObs, runs []rrRestart, published func(subject string, v int64) bool) rrAudit {
 	type valueStatus struct {
@@ -63,8 +82,10 @@ func rrAuditCounters(obs []rrObs, runs []rrRestart, published func(subject strin
 		status wire.StatusCode
 	}
 	type entry struct {
-		v  int64
-		at time.Time
+		v     int64
+		at    time.Time
+		epoch string
+		seq   uint64
 	}
 	type tagState struct {
 		max     int64
@@ -92,7 +113,7 @@ func rrAuditCounters(obs []rrObs, runs []rrRestart, published func(subject strin
 			a.Reordered++
 		}
 		t.max = max(t.max, o.value)
-		t.entries = append(t.entries, entry{o.value, o.at})
+		t.entries = append(t.entries, entry{o.value, o.at, o.epoch, o.seq})
 		a.Counted++
 	}
 	for _, subject := range slices.Sorted(maps.Keys(tags)) {
@@ -111,6 +132,22 @@ func rrAuditCounters(obs []rrObs, runs []rrRestart, published func(subject strin
 			missing := y.v - x.v - 1
 			if missing <= 0 {
 				continue // the same value in another status, or no hole
+			}
+			if x.epoch != "" && x.epoch == y.epoch && x.seq > 0 && y.seq > x.seq {
+				// One process on both sides: it numbered every update
+				// it had, so what its numbers do not cover it never had.
+				if had := y.seq - x.seq - 1; uint64(missing) > had {
+					skipped := uint64(missing) - had
+					a.Skipped += skipped
+					if len(a.SkippedExamples) < 5 {
+						a.SkippedExamples = append(a.SkippedExamples, fmt.Sprintf("%s values %d-%d: %d skipped at the source (sequence %d to %d)",
+							subject, x.v+1, y.v-1, skipped, x.seq, y.seq))
+					}
+					missing -= int64(skipped)
+					if missing == 0 {
+						continue
+					}
+				}
 			}
 			a.Lost += uint64(missing)
 			for v := x.v + 1; published != nil && v < y.v; v++ {

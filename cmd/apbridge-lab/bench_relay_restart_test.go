@@ -66,9 +66,8 @@ func TestRelayRestartShort(t *testing.T) {
 			t.Errorf("with stateDir: %v values lost at the restart, want 0", n)
 		}
 	}
-	// Steady operation may skip a value now and then (a monitored
-	// item's queue of one overwritten when two ticks fall into one
-	// publishing interval): lost_steady is reported, not judged here.
+	// A server may skip a tick now and then (a late sample finds two):
+	// source_values_skipped, reported, not judged here.
 }
 
 // The audit by counter values: holes, copies and order, a hole charged to
@@ -114,6 +113,41 @@ func TestRRAuditCounters(t *testing.T) {
 	bad = append(bad, rrObs{subject: "rr.s.C", value: 2, counter: true, status: wire.StatusCode(0x808D0000), at: at(300)})
 	if a := rrAuditCounters(bad, runs, nil); a.Duplicated != 0 || a.Lost != 0 {
 		t.Errorf("a value again in another status: duplicated %d, lost %d; want 0, 0", a.Duplicated, a.Lost)
+	}
+}
+
+// A hole inside one relay process is judged by its sequence numbers:
+// numbers that run on mean the source never delivered the values (a
+// server's sample that found two ticks); missing numbers, that the relay
+// lost what it had. Across processes (another epoch) the numbers say
+// nothing.
+func TestRRAuditSourceSkipped(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	type u struct {
+		v     int64
+		epoch string
+		seq   uint64
+	}
+	cases := []struct {
+		name                  string
+		us                    []u
+		lost, steady, skipped uint64
+	}{
+		{"numbers run on", []u{{1, "e1", 1}, {2, "e1", 2}, {4, "e1", 3}, {5, "e1", 4}}, 0, 0, 1},
+		{"a number missing", []u{{1, "e1", 1}, {2, "e1", 2}, {4, "e1", 4}}, 1, 1, 0},
+		{"one of two had", []u{{1, "e1", 1}, {4, "e1", 3}}, 1, 1, 1},
+		{"another process", []u{{1, "e1", 1}, {3, "e2", 1}}, 1, 1, 0},
+		{"no numbers", []u{{1, "", 0}, {3, "", 0}}, 1, 1, 0},
+	}
+	for _, c := range cases {
+		var obs []rrObs
+		for i, x := range c.us {
+			obs = append(obs, rrObs{subject: "rr.s.C", value: x.v, counter: true, epoch: x.epoch, seq: x.seq, at: t0.Add(time.Duration(i) * 100 * time.Millisecond)})
+		}
+		a := rrAuditCounters(obs, nil, nil)
+		if a.Lost != c.lost || a.LostSteady != c.steady || a.Skipped != c.skipped {
+			t.Errorf("%s: lost %d (steady %d), skipped %d; want %d (%d), %d", c.name, a.Lost, a.LostSteady, a.Skipped, c.lost, c.steady, c.skipped)
+		}
 	}
 }
 

@@ -29,6 +29,10 @@
 // with besides itself (node-opcua's own answers with itself alone; its
 // discovery server, the LDS, with the servers registered there), so that
 // a client given this server can find its partner.
+//
+// With APBRIDGE_NODEOPCUA_TRACE=<file> in its environment it appends to
+// the file a line per tick of the counting tags and per value a monitored
+// item of T0 takes in (see traceTo): what the server itself sampled.
 "use strict";
 
 const path = require("path");
@@ -45,7 +49,9 @@ const {
   SecurityPolicy,
   MessageSecurityMode,
   StatusCodes,
+  MonitoredItem,
 } = require("node-opcua");
+const fs = require("fs");
 
 const cfg = Object.assign(
   {
@@ -181,6 +187,7 @@ async function main() {
     tags.push(t);
   }
   const counting = tags.filter((t) => t.counts);
+  const trace = traceTo(process.env.APBRIDGE_NODEOPCUA_TRACE, cfg.port);
   if (counting.length > 0) {
     setInterval(() => {
       const now = new Date();
@@ -188,6 +195,7 @@ async function main() {
         t.v++;
         setTag(t, now);
       }
+      trace(`tick T0=${counting[0].v}`);
     }, cfg.tagMs).unref();
   }
 
@@ -255,6 +263,27 @@ async function main() {
     await server.shutdown(0);
     process.exit(0);
   });
+}
+
+// traceTo is a debug aid, on when APBRIDGE_NODEOPCUA_TRACE names a file:
+// it appends a line per tick of the counting tags (T0's value) and per
+// value a monitored item of T0 takes in (sampled or changed), so that a
+// counter value missing downstream can be told apart: never taken in by
+// the server's monitored item, or taken in and lost after it.
+function traceTo(file, port) {
+  if (!file) {
+    return () => {};
+  }
+  const out = fs.createWriteStream(file, { flags: "a" });
+  const line = (s) => out.write(`${Date.now()} ${port} ${s}\n`);
+  const own = MonitoredItem.prototype._on_value_changed;
+  MonitoredItem.prototype._on_value_changed = function (dataValue, indexRange) {
+    if (this.node && this.node.nodeId.value === "T0") {
+      line(`item ${this.monitoredItemId} sampling=${this.samplingInterval} T0=${dataValue.value.value}`);
+    }
+    return own.call(this, dataValue, indexRange);
+  };
+  return line;
 }
 
 main().catch((err) => {
