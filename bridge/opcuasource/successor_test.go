@@ -336,7 +336,12 @@ func testSuccessor(t *testing.T, e *succEnv, takeover bool) {
 				}
 				return
 			}
-			if lost != 0 || dup != 0 {
+			// The core sink may repeat what the predecessor stored and
+			// had not yet acknowledged when it died (the JetStream sink
+			// drops those by message ID: the relay-restart bench and
+			// TestRelayRestartShort check duplicated 0 there): at most
+			// the last two messages' values per counter.
+			if lost != 0 || dup > 2*len(e.counters) {
 				t.Fatalf("the successor lost %d and duplicated %d counter values", lost, dup)
 			}
 			if refreshed != 0 || statics != 0 {
