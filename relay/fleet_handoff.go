@@ -271,6 +271,17 @@ func (hs *handoffStore) write(ctx context.Context, pair string, rec handoffRecor
 	return newRev, false, nil
 }
 
+// recording reports whether pair's instance records its handoff under
+// the lease held now: an OPC UA source whose next owner would take its
+// subscription over.
+func (hs *handoffStore) recording(pair string) bool {
+	tok, ok := hs.valid(pair)
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	e := hs.entries[pair]
+	return ok && e != nil && !e.deposed && e.rec.Token == tok
+}
+
 // finish writes pair's record now, if it changed since the last write,
 // while the lease is valid, and writes that pair no more under this
 // lease: its instance is closed (fleetPart.onRelease), and the next owner
