@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -13,7 +14,13 @@ import (
 func (m *Member) handover(pair string, cause Cause) {
 	m.mu.Lock()
 	l := m.owned[pair]
+	m.mu.Unlock()
 	if l == nil {
+		return
+	}
+	m.runReleaseHooks(m.ctx, []string{pair})
+	m.mu.Lock()
+	if m.owned[pair] != l {
 		m.mu.Unlock()
 		return
 	}
@@ -30,6 +37,26 @@ func (m *Member) handover(pair string, cause Cause) {
 	if m.cfg.overlap() == 0 {
 		m.endReleases(time.Now())
 	}
+}
+
+// runReleaseHooks calls the release hook (WithReleaseHook) for pairs at
+// once and waits for them, at most a renewal period or until ctx ends:
+// the leases must stay valid until they are released.
+func (m *Member) runReleaseHooks(ctx context.Context, pairs []string) {
+	if m.releaseHook == nil || len(pairs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.renewEvery())
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range pairs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.releaseHook(ctx, p)
+		}()
+	}
+	wg.Wait()
 }
 
 // nextRelease returns when the earliest overlap ends.

@@ -85,7 +85,7 @@ func dial(t *testing.T, url string) *nats.Conn {
 }
 
 // join connects to urls and joins; cleanup closes both.
-func join(t *testing.T, urls []string, c fleet.Config) *recorder {
+func join(t *testing.T, urls []string, c fleet.Config, opts ...fleet.Option) *recorder {
 	t.Helper()
 	nc, err := nats.Connect(urls[0], nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		func(o *nats.Options) error { o.Servers = urls; return nil })
@@ -96,7 +96,7 @@ func join(t *testing.T, urls []string, c fleet.Config) *recorder {
 	r := &recorder{t: t, nc: nc}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	m, err := fleet.Join(ctx, nc, c, fleet.WithHandler(r.handle), fleet.WithLogger(testutil.Logger(t)))
+	m, err := fleet.Join(ctx, nc, c, append([]fleet.Option{fleet.WithHandler(r.handle), fleet.WithLogger(testutil.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatalf("join %s: %v", c.RelayID, err)
 	}

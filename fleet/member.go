@@ -62,6 +62,25 @@ type Option func(*options) error
 type options struct {
 	log     zerolog.Logger
 	handler func(Event)
+	release func(ctx context.Context, pair string)
+}
+
+// WithReleaseHook calls h before the member releases a pair it hands over
+// (rebalance, shutdown), while its lease is still held and valid: the
+// next owner cannot win it before h returns. h gets at most a renewal
+// period (ctx ends then) and runs on the member's goroutine, whose
+// renewals wait for it. A relay whose next owner takes the source's
+// server-side state over (fleet.handoff) stops its own use of that state
+// in h and records it as final: break before make, so that the two never
+// run it at once. Leases that expire or are taken do not call h.
+func WithReleaseHook(h func(ctx context.Context, pair string)) Option {
+	return func(o *options) error {
+		if h == nil {
+			return errors.New("fleet: WithReleaseHook: nil hook")
+		}
+		o.release = h
+		return nil
+	}
 }
 
 // WithLogger logs through l (default: no logging).
@@ -91,10 +110,13 @@ type Member struct {
 	cfg     Config
 	log     zerolog.Logger
 	handler func(Event)
-	nc      *nats.Conn
-	kv      jetstream.KeyValue
-	epoch   string
-	value   []byte
+	// releaseHook runs before a handed-over pair's lease is released
+	// (WithReleaseHook); nil without one.
+	releaseHook func(ctx context.Context, pair string)
+	nc          *nats.Conn
+	kv          jetstream.KeyValue
+	epoch       string
+	value       []byte
 
 	mu    sync.Mutex
 	owned map[string]*lease
@@ -157,7 +179,7 @@ func Join(ctx context.Context, nc *nats.Conn, c Config, opts ...Option) (*Member
 	rand.Read(nonce[:])
 	m := &Member{
 		cfg: c, log: o.log.With().Str("component", "fleet").Str("relay", c.RelayID).Logger(),
-		handler: o.handler, nc: nc, kv: kv, epoch: hex.EncodeToString(nonce[:]),
+		handler: o.handler, releaseHook: o.release, nc: nc, kv: kv, epoch: hex.EncodeToString(nonce[:]),
 		owned: map[string]*lease{}, releasing: map[string]releasing{}, relays: map[string]bool{}, holders: map[string]holder{},
 		freeSince: map[string]time.Time{}, lastOwner: map[string]string{}, behind: map[string]time.Time{},
 		done: make(chan struct{}),
@@ -501,8 +523,10 @@ func (m *Member) Close(ctx context.Context) error {
 				errs = append(errs, fmt.Errorf("fleet: leave: %w", err))
 			}
 		}
+		owned := m.Owned()
+		m.runReleaseHooks(ctx, owned)
 		until := time.Now().Add(m.cfg.overlap())
-		for _, p := range m.Owned() {
+		for _, p := range owned {
 			m.mu.Lock()
 			l := m.owned[p]
 			delete(m.owned, p)

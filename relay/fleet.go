@@ -143,7 +143,11 @@ func (f *fleetPart) join(ctx context.Context) error {
 		}
 		f.handoffs.Store(hs)
 	}
-	m, err := fleet.Join(ctx, f.nc, f.cfg.fleetConfig(pairs), fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent))
+	opts := []fleet.Option{fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent)}
+	if f.cfg.Handoff {
+		opts = append(opts, fleet.WithReleaseHook(f.onRelease))
+	}
+	m, err := fleet.Join(ctx, f.nc, f.cfg.fleetConfig(pairs), opts...)
 	if err != nil {
 		return err
 	}
@@ -162,6 +166,24 @@ func (f *fleetPart) onEvent(e fleet.Event) {
 		return
 	}
 	ls.lose(e.Cause)
+}
+
+// onRelease runs, with fleet.handoff, before the member releases a pair
+// it hands over (rebalance, shutdown), while the lease is valid: the
+// instance closes first, leaving its data subscription on the server, and
+// its handoff is written as final; only then can the next owner win the
+// lease and transfer the subscription. Without this order the next owner
+// would transfer it while this relay still ran it for the overlap, and
+// this relay's session, seeing its subscription gone, could take it back.
+func (f *fleetPart) onRelease(ctx context.Context, pair string) {
+	ls, hs := f.leased[pair], f.handoffs.Load()
+	if ls == nil || hs == nil || !hs.recording(pair) {
+		// A gateway source, or one that recorded nothing to take over:
+		// the handover keeps its overlap (make before break).
+		return
+	}
+	ls.release(ctx)
+	hs.finish(ctx, pair)
 }
 
 // leave hands every source over, then closes the fleet connection.
@@ -373,10 +395,34 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 // lose stops publishing at once (the gate closes with the generation) and
 // closes the instance in the background.
 func (s *leasedSource) lose(cause fleet.Cause) {
+	if done := s.stop("lease lost: " + string(cause)); done != nil {
+		s.log.Info().Str("cause", string(cause)).Msg("fleet: source lost, stopping")
+	}
+}
+
+// release stops the instance as lose does, before the lease is handed over
+// (fleetPart.onRelease), and waits for its Close until ctx ends.
+func (s *leasedSource) release(ctx context.Context) {
+	done := s.stop("lease handed over")
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+		s.log.Info().Msg("fleet: source closed before its lease is handed over")
+	case <-ctx.Done():
+		s.log.Warn().Msg("fleet: source still closing as its lease is handed over")
+	}
+}
+
+// stop ends the owned instance's generation and closes it in the
+// background; the channel closes when it is closed, nil when the source
+// was not owned.
+func (s *leasedSource) stop(detail string) <-chan struct{} {
 	s.mu.Lock()
 	if !s.owned {
 		s.mu.Unlock()
-		return
+		return nil
 	}
 	s.owned = false
 	s.gen++
@@ -388,16 +434,20 @@ func (s *leasedSource) lose(cause fleet.Cause) {
 	if h != nil {
 		// nil: lost before the bridge started the source (the fleet
 		// joins first), which Start then reports as not owned.
-		h.HealthChanged(notOwned("lease lost: " + string(cause)))
+		h.HealthChanged(notOwned(detail))
 	}
-	s.log.Info().Str("cause", string(cause)).Msg("fleet: source lost, stopping")
-	if inner != nil {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			inner.Close()
-		}()
+	done := make(chan struct{})
+	if inner == nil {
+		close(done)
+		return done
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		inner.Close()
+	}()
+	return done
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -82,6 +83,10 @@ type handoffStore struct {
 	log   zerolog.Logger
 	// timeout bounds each read and write of the bucket.
 	timeout time.Duration
+
+	// wmu orders the writes: a final record (finish) is written after
+	// any write in flight.
+	wmu sync.Mutex
 
 	mu      sync.Mutex
 	entries map[string]*handoffEntry
@@ -181,6 +186,8 @@ func (hs *handoffStore) flush() {
 	}
 	var jobs []job
 	retry := false
+	hs.wmu.Lock()
+	defer hs.wmu.Unlock()
 	hs.mu.Lock()
 	for pair, e := range hs.entries {
 		if !e.dirty || e.deposed {
@@ -207,7 +214,7 @@ func (hs *handoffStore) flush() {
 	}
 	hs.mu.Unlock()
 	for _, j := range jobs {
-		rev, deposed, err := hs.write(j.pair, j.rec, j.rev)
+		rev, deposed, err := hs.write(context.Background(), j.pair, j.rec, j.rev)
 		hs.mu.Lock()
 		if e := hs.entries[j.pair]; e != nil && e.rec.Token == j.rec.Token {
 			e.rev, e.deposed = rev, deposed
@@ -234,12 +241,12 @@ func (hs *handoffStore) flush() {
 // write writes rec over the revision rev (0: read the key first) and
 // returns the new revision; deposed is true when the key holds a newer
 // owner's record.
-func (hs *handoffStore) write(pair string, rec handoffRecord, rev uint64) (newRev uint64, deposed bool, err error) {
+func (hs *handoffStore) write(ctx context.Context, pair string, rec handoffRecord, rev uint64) (newRev uint64, deposed bool, err error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, false, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), hs.timeout)
+	ctx, cancel := context.WithTimeout(ctx, hs.timeout)
 	defer cancel()
 	if rev == 0 {
 		cur, err := hs.kv.Get(ctx, pair)
@@ -262,6 +269,45 @@ func (hs *handoffStore) write(pair string, rec handoffRecord, rev uint64) (newRe
 		return 0, false, err
 	}
 	return newRev, false, nil
+}
+
+// recording reports whether pair's instance records its handoff under
+// the lease held now: an OPC UA source whose next owner would take its
+// subscription over.
+func (hs *handoffStore) recording(pair string) bool {
+	tok, ok := hs.valid(pair)
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	e := hs.entries[pair]
+	return ok && e != nil && !e.deposed && e.rec.Token == tok
+}
+
+// finish writes pair's record now, if it changed since the last write,
+// while the lease is valid, and writes that pair no more under this
+// lease: its instance is closed (fleetPart.onRelease), and the next owner
+// takes over from this record.
+func (hs *handoffStore) finish(ctx context.Context, pair string) {
+	hs.wmu.Lock()
+	defer hs.wmu.Unlock()
+	hs.mu.Lock()
+	e := hs.entries[pair]
+	if e == nil || e.deposed {
+		hs.mu.Unlock()
+		return
+	}
+	tok, ok := hs.valid(pair)
+	dirty := e.dirty && ok && tok == e.rec.Token
+	e.dirty, e.deposed = false, true
+	rec, rev := e.rec, e.rev
+	rec.Endpoints = maps.Clone(e.rec.Endpoints)
+	hs.mu.Unlock()
+	if !dirty {
+		return
+	}
+	if _, deposed, err := hs.write(ctx, pair, rec, rev); err != nil || deposed {
+		hs.log.Warn().Err(err).Bool("deposed", deposed).Str("source", pair).
+			Msg("fleet: the final handoff was not written; the next owner asks for what the last record names")
+	}
 }
 
 // takeover returns the handoff recorded for pair by an owner older than

@@ -310,7 +310,7 @@ func (r *soakRig) relayConfig(id string) string {
 	if id != "" {
 		// Each relay answers on a prefix of its own, outside soak.>.
 		fmt.Fprintf(&b, "service:\n  prefix: %s\n", soakQuote("apbsoak."+id))
-		fmt.Fprintf(&b, "fleet:\n  relayId: %s\n  bucket: %s\n  leaseTTL: %s\n", soakQuote(id), soakFleetBucket, soakLeaseTTL)
+		fmt.Fprintf(&b, "fleet:\n  relayId: %s\n  bucket: %s\n  leaseTTL: %s\n  handoff: %v\n", soakQuote(id), soakFleetBucket, soakLeaseTTL, r.cfg.handoff)
 	}
 	return b.String()
 }

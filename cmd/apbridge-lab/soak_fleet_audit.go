@@ -69,8 +69,20 @@ type soakIdentity struct {
 	Lost, LostPublished, Duplicated, Reordered uint64
 	Skipped, Unserved, StoredAgain             uint64
 	Stored, Counted                            uint64 // messages read; counter values checked
-	LostExamples, DuplicatedExamples           []string
-	ReorderedExamples                          []string
+	// LostBySource and UnservedBySource split the relay kills' lost and
+	// unserved values by source: an OPC UA source's successor can take
+	// its subscription over (fleet.handoff), a gateway source's not.
+	LostBySource, UnservedBySource   map[string]uint64
+	LostExamples, DuplicatedExamples []string
+	ReorderedExamples                []string
+}
+
+// bySource counts one value of source in *m.
+func (a *soakIdentity) bySource(m *map[string]uint64, source string) {
+	if *m == nil {
+		*m = map[string]uint64{}
+	}
+	(*m)[source]++
 }
 
 func (a *soakIdentity) kind(k string) *soakIDKind {
@@ -248,8 +260,10 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 		for v := x.value + 1; v < y.value; v++ {
 			if at(v).Before(k.at) {
 				lose(v, k.where)
+				a.bySource(&a.LostBySource, source)
 			} else {
 				a.kind(k.where.kind).Unserved++
+				a.bySource(&a.UnservedBySource, source)
 			}
 		}
 		return
@@ -324,6 +338,8 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	res.set("reordered", a.Reordered)
 	res.set("source_values_skipped", a.Skipped)
 	res.set("unserved", a.Unserved)
+	res.set("relay_kill_lost_by_source", a.LostBySource)
+	res.set("relay_kill_unserved_by_source", a.UnservedBySource)
 	res.set("repeats_stored_again", a.StoredAgain)
 	res.set("duplicate_window_ms", ms(info.Config.Duplicates))
 	byKind := map[string]soakIDKind{}

@@ -102,6 +102,10 @@ func TestAuditIdentity(t *testing.T) {
 			if got.Lost != c.want.Lost || got.Unserved != c.want.Unserved {
 				t.Errorf("totals: lost %d, unserved %d", got.Lost, got.Unserved)
 			}
+			// A kill's values are split by source (here all of line1).
+			if c.wantKind == soakRelayKill && (got.LostBySource["line1"] != c.want.Lost || got.UnservedBySource["line1"] != c.want.Unserved) {
+				t.Errorf("by source: lost %v, unserved %v", got.LostBySource, got.UnservedBySource)
+			}
 		})
 	}
 }
