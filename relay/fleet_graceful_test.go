@@ -3,7 +3,6 @@ package relay_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
-	"github.com/apbridge/apbridge/testcluster/natstest"
-	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/rs/zerolog"
 )
 
@@ -39,54 +36,19 @@ func (c *sessionLostCounter) Write(p []byte) (int, error) {
 func TestFleetGracefulHandoverTakesSubscriptionOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl := testutil.StartCluster(t, natstest.WithJetStream())
-	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(4), uaserver.WithTagInterval(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pair.Close)
-	counters := map[string]bool{}
-	var tags strings.Builder
-	for _, tg := range pair.Tags() {
-		fmt.Fprintf(&tags, "      - {name: %q, address: %q}\n", tg.Name, tg.NodeID().String())
-		if tg.Kind == uaserver.TagCounter {
-			counters[tg.Name] = true
-		}
-	}
+	e := newFleetOPCUA(t, ctx)
+	cl, pair := e.cl, e.pair
 	// ra's sessions lost: in the overlap of the old order, its serving
 	// session finds its subscription gone (transferred) and is lost
 	// again and again until the instance closes.
 	var raLost sessionLostCounter
 	start := func(id string, servers []string) *relay.Relay {
 		t.Helper()
-		cfg, err := relay.Parse(fmt.Appendf(nil, `
-nats: {servers: [%s]}
-http: {listen: ""}
-instance: %s
-service: {prefix: fg-%s}
-sink: jetstream
-jetstream: {stream: FH, replicas: 1}
-fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1, handoff: true}
-sources:
-  - name: opc1
-    endpoints: [%s]
-    queueSize: 64
-    samplingIntervalMilliseconds: 20
-    tags:
-%s`, strings.Join(servers, ", "), id, id, id, pair.A().Endpoint(), tags.String()))
-		if err != nil {
-			t.Fatal(err)
-		}
 		log := testutil.Logger(t).With().Str("relay", id).Logger()
 		if id == "ra" {
 			log = zerolog.New(zerolog.MultiLevelWriter(&raLost, log)).Level(zerolog.InfoLevel)
 		}
-		r, err := relay.Start(ctx, cfg, relay.WithLogger(log))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
+		return e.start(id, servers, true, log)
 	}
 	a := start("ra", []string{cl.Node(0).DirectURL()})
 	testutil.WaitFor(t, "ra to own and publish the source", 30*time.Second, func() bool {
@@ -114,30 +76,8 @@ sources:
 	tick = pair.Tick()
 	// Well past the overlap: a subscription taken back by ra's recovery
 	// would show as values missing here.
-	testutil.WaitFor(t, "rb to store every counter up to the server's tick", 30*time.Second, func() bool {
-		vals := streamCounters(ctx, t, cl, counters)
-		for name := range counters {
-			vs := vals[name]
-			if len(vs) == 0 || vs[len(vs)-1] < int64(tick)+40 {
-				return false
-			}
-		}
-		return true
-	})
-	vals := streamCounters(ctx, t, cl, counters)
-	lost := 0
-	for name, vs := range vals {
-		seen := map[int64]bool{}
-		lo, hi := vs[0], vs[0]
-		for _, v := range vs {
-			seen[v] = true
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		if miss := int(hi-lo+1) - len(seen); miss > 0 {
-			t.Logf("%s: %d values missing between %d and %d", name, miss, lo, hi)
-			lost += miss
-		}
-	}
+	e.waitStored("rb to store every counter up to the server's tick", int64(tick)+40)
+	lost := e.lost()
 	st := b.Bridge().Stats()[0]
 	created := items() - itemsBefore
 	t.Logf("graceful handover: lost %d counter values in the stream, rb transfers %d, fallbacks %d, refreshes %d; items created on the servers since ra's close %d; ra's sessions lost %d",

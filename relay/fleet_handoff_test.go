@@ -15,6 +15,7 @@ import (
 	"github.com/apbridge/apbridge/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 )
 
 // TestFleetSuccessorTakesSubscriptionOver: two fleet relays with
@@ -33,26 +34,43 @@ func TestFleetSuccessorTakesSubscriptionOver(t *testing.T) {
 	}
 }
 
-func testFleetSuccessor(t *testing.T, handoff bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithProxies())
-	pair, err := uaserver.StartPair(ctx, uaserver.WithTags(4), uaserver.WithTagInterval(50*time.Millisecond))
-	if err != nil {
+// fleetOPCUA is two fleet relays' world: an embedded cluster with
+// JetStream, an OPC UA pair counting at 20 Hz, and relays of one OPC UA
+// source, opc1, storing into the stream FH.
+type fleetOPCUA struct {
+	t        *testing.T
+	ctx      context.Context
+	cl       *natstest.Cluster
+	pair     *uaserver.Pair
+	counters map[string]bool
+	tags     string
+}
+
+func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *fleetOPCUA {
+	t.Helper()
+	e := &fleetOPCUA{t: t, ctx: ctx, counters: map[string]bool{}}
+	e.cl = testutil.StartCluster(t, append([]natstest.Option{natstest.WithJetStream()}, opts...)...)
+	var err error
+	if e.pair, err = uaserver.StartPair(ctx, uaserver.WithTags(4), uaserver.WithTagInterval(50*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pair.Close)
-	counters := map[string]bool{}
+	t.Cleanup(e.pair.Close)
 	var tags strings.Builder
-	for _, tg := range pair.Tags() {
+	for _, tg := range e.pair.Tags() {
 		fmt.Fprintf(&tags, "      - {name: %q, address: %q}\n", tg.Name, tg.NodeID().String())
 		if tg.Kind == uaserver.TagCounter {
-			counters[tg.Name] = true
+			e.counters[tg.Name] = true
 		}
 	}
-	start := func(id string, servers []string, nopts ...nats.Option) *relay.Relay {
-		t.Helper()
-		cfg, err := relay.Parse(fmt.Appendf(nil, `
+	e.tags = tags.String()
+	return e
+}
+
+// start starts fleet relay id on servers, with or without fleet.handoff,
+// closed when the test ends.
+func (e *fleetOPCUA) start(id string, servers []string, handoff bool, log zerolog.Logger, nopts ...nats.Option) *relay.Relay {
+	e.t.Helper()
+	cfg, err := relay.Parse(fmt.Appendf(nil, `
 nats: {servers: [%s]}
 http: {listen: ""}
 instance: %s
@@ -66,25 +84,67 @@ sources:
     queueSize: 64
     samplingIntervalMilliseconds: 20
     tags:
-%s`, strings.Join(servers, ", "), id, id, id, handoff, pair.A().Endpoint(), tags.String()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t).With().Str("relay", id).Logger()), relay.WithNATSOptions(nopts...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
+%s`, strings.Join(servers, ", "), id, id, id, handoff, e.pair.A().Endpoint(), e.tags))
+	if err != nil {
+		e.t.Fatal(err)
 	}
+	r, err := relay.Start(e.ctx, cfg, relay.WithLogger(log), relay.WithNATSOptions(nopts...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// waitStored waits until the stream holds every counter up to value.
+func (e *fleetOPCUA) waitStored(what string, value int64) {
+	e.t.Helper()
+	testutil.WaitFor(e.t, what, 30*time.Second, func() bool {
+		vals := streamCounters(e.ctx, e.t, e.cl, e.counters)
+		for name := range e.counters {
+			vs := vals[name]
+			if len(vs) == 0 || vs[len(vs)-1] < value {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// lost returns the counter values missing in the stream between each
+// counter's first and last value stored.
+func (e *fleetOPCUA) lost() int {
+	e.t.Helper()
+	lost := 0
+	for name, vs := range streamCounters(e.ctx, e.t, e.cl, e.counters) {
+		seen := map[int64]bool{}
+		lo, hi := vs[0], vs[0]
+		for _, v := range vs {
+			seen[v] = true
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		if miss := int(hi-lo+1) - len(seen); miss > 0 {
+			e.t.Logf("%s: %d values missing between %d and %d", name, miss, lo, hi)
+			lost += miss
+		}
+	}
+	return lost
+}
+
+func testFleetSuccessor(t *testing.T, handoff bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	e := newFleetOPCUA(t, ctx, natstest.WithProxies())
+	cl, pair := e.cl, e.pair
+	logger := func(id string) zerolog.Logger { return testutil.Logger(t).With().Str("relay", id).Logger() }
 	// ra reaches the cluster only through node 0's proxy, and starts
 	// first: it owns the source, and keeps it (dwell 10 min).
-	a := start("ra", []string{cl.Node(0).URL()}, nats.IgnoreDiscoveredServers())
+	a := e.start("ra", []string{cl.Node(0).URL()}, handoff, logger("ra"), nats.IgnoreDiscoveredServers())
 	testutil.WaitFor(t, "ra to own and publish the source", 30*time.Second, func() bool {
 		st := a.Bridge().Stats()
 		return len(a.Fleet().Owned()) == 1 && len(st) == 1 && st[0].Published > 20
 	})
-	b := start("rb", []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()})
+	b := e.start("rb", []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()}, handoff, logger("rb"))
 	if handoff {
 		testutil.WaitFor(t, "ra's handoff in the bucket", 10*time.Second, func() bool {
 			return readHandoff(ctx, t, cl) != nil
@@ -97,30 +157,8 @@ sources:
 	defer cl.Node(0).Proxy().Heal()
 	testutil.WaitFor(t, "rb to take the source", 20*time.Second, func() bool { return len(b.Fleet().Owned()) == 1 })
 	tick = pair.Tick()
-	testutil.WaitFor(t, "rb to store every counter up to the server's tick", 30*time.Second, func() bool {
-		vals := streamCounters(ctx, t, cl, counters)
-		for name := range counters {
-			vs := vals[name]
-			if len(vs) == 0 || vs[len(vs)-1] < int64(tick)+5 {
-				return false
-			}
-		}
-		return true
-	})
-	vals := streamCounters(ctx, t, cl, counters)
-	lost := 0
-	for name, vs := range vals {
-		seen := map[int64]bool{}
-		lo, hi := vs[0], vs[0]
-		for _, v := range vs {
-			seen[v] = true
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		if miss := int(hi-lo+1) - len(seen); miss > 0 {
-			t.Logf("%s: %d values missing between %d and %d", name, miss, lo, hi)
-			lost += miss
-		}
-	}
+	e.waitStored("rb to store every counter up to the server's tick", int64(tick)+5)
+	lost := e.lost()
 	st := b.Bridge().Stats()[0]
 	t.Logf("handoff %v: lost %d counter values in the stream, rb transfers %d, fallbacks %d, refreshes %d, ra fenced %d",
 		handoff, lost, st.SuccessorTransfers, st.SuccessorFallbacks, st.Refreshes, a.FleetFenced())
