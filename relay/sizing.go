@@ -66,13 +66,13 @@ type queueShortfall struct {
 	tags     int           // tags it falls short for
 }
 
-// Warnings reports what is valid but loses data in a takeover: an OPC UA
+// sizingWarnings reports what is valid but loses data in a takeover: an OPC UA
 // source's item queue configured too small to hold the takeover window at
 // the item's sampling interval (QueueSizeFor). An unset queueSize is
 // sized by the relay and never warned about. Each warning names the
 // queueSize field, the takeover window and the value needed; one warning
 // per configured field, for the fastest tag it applies to.
-func (c *Config) Warnings() []string {
+func sizingWarnings(c *Config) []string {
 	var out []string
 	for i, sc := range c.Sources {
 		if sc.Type != "" && sc.Type != TypeOPCUA {

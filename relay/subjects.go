@@ -87,7 +87,7 @@ func (c *Config) checkSubjects(add func(string, ...any), withSources bool) {
 			incomplete = true
 			continue
 		}
-		tags := s.subjectTags(f)
+		tags := subjectTagsOf(s, f)
 		subjects := make([]string, 0, len(tags))
 		for _, e := range tags {
 			t := e.t
@@ -206,9 +206,9 @@ type subjectTag struct {
 // field is the path of the tag's config, as tagEntry.field writes it.
 func (e subjectTag) field() string { return tagEntry{src: e.src, group: e.group, idx: e.idx}.field() }
 
-// subjectTags lists the source's tags in listedTags' order (a gateway
+// subjectTagsOf lists the source's tags in listedTags' order (a gateway
 // source's in its list's); f is the source's path.
-func (s SourceConfig) subjectTags(f string) []subjectTag {
+func subjectTagsOf(s SourceConfig, f string) []subjectTag {
 	if s.Type == TypeMxGateway {
 		out := make([]subjectTag, len(s.MxGateway.Tags))
 		for j := range s.MxGateway.Tags {

@@ -153,3 +153,9 @@ func checkSecurityFiles(f string, sec opcuasource.Security, add func(string, ...
 		}
 	}
 }
+
+// Warnings returns what a valid config may get wrong without being
+// invalid, one line each: today the item queues too small to hold a
+// takeover (sizingWarnings). apbridge validate prints them and exits 0;
+// run logs them at start.
+func (c *Config) Warnings() []string { return sizingWarnings(c) }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gopcua/opcua/ua"
@@ -251,5 +252,43 @@ func (p *Pair) releaseHold(replaced bool) {
 	} else if !replaced {
 		p.log.Info().Str("member", h.s.ep.String()).Int("released", len(h.notes)).Dur("held_ms", maxOutOfServiceHold).
 			Msg("no promotion within the hold: the Bad_OutOfService samples go on")
+	}
+}
+
+// markStored queues, behind the updates of what st handed on, the wait
+// for them to be stored and then their acknowledgement.
+func (p *Pair) markStored(sb *subscription, st step) {
+	if st.mark == 0 || p.opt.afterStore == nil {
+		return
+	}
+	hook, to, n := p.opt.afterStore, st.mark, st.handed
+	p.store.add(n)
+	p.out.after(func() {
+		var once atomic.Bool
+		hook(func() {
+			if once.Swap(true) {
+				return
+			}
+			p.store.done(n)
+			p.post(evStored{sb: sb, to: to})
+		})
+	})
+}
+
+// onStored acknowledges what ev says is stored, on the session that holds
+// the subscription now. With none (a link being ridden out), the numbers
+// are acknowledged when the next session's server lists them as still
+// held (published).
+func (p *Pair) onStored(ev evStored) {
+	acks := ev.sb.stored(ev.to)
+	if len(acks) == 0 {
+		return
+	}
+	for _, s := range p.sess {
+		if s != nil && !s.dead() && s.subs[ev.sb.id] == ev.sb {
+			s.conn.ack(ev.sb.id, acks...)
+			p.recordHandoff()
+			return
+		}
 	}
 }

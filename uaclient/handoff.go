@@ -92,28 +92,3 @@ func (it HandoffItem) spec() (itemSpec, error) {
 	}
 	return s, nil
 }
-
-// recordHandoff tells the recorder (WithHandoffRecorder) what a successor
-// needs now, when it changed: the serving session's subscriptions, how far
-// they are acknowledged and its items.
-func (p *Pair) recordHandoff() {
-	f, s := p.opt.onHandoff, p.serving
-	if f == nil || s == nil || s.dead() || !s.serves() {
-		return
-	}
-	sb := s.subs[s.conn.dataSub]
-	if sb == nil {
-		return
-	}
-	d := s.conn.link.Data
-	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, DataSub: s.conn.dataSub,
-		NextUnacked: sb.acked, DataIntervalMs: msFloat(d.Interval), DataLifetimeCount: d.LifetimeCount,
-		DataKeepAliveCount: d.KeepAliveCount, Items: s.items}
-	last := p.handoff
-	if last.URL == h.URL && last.HealthSub == h.HealthSub && last.DataSub == h.DataSub && last.NextUnacked == h.NextUnacked &&
-		slices.EqualFunc(last.Items, h.Items, HandoffItem.same) {
-		return
-	}
-	p.handoff = h
-	f(h)
-}

@@ -3,7 +3,6 @@ package uaclient
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 )
 
 // Acknowledge after store. A server keeps each data NotificationMessage
@@ -17,7 +16,8 @@ import (
 // holds unstored, the server holds too.
 //
 // The loop queues a mark on the output behind the updates of the messages
-// it handed on; the output goroutine passes the mark to the user's hook,
+// it handed on (markStored and onStored, beside the rest of the data path
+// in datapath.go); the output goroutine passes the mark to the user's hook,
 // which calls done once everything it was handed before is stored; done
 // posts evStored, and the loop queues the acknowledgements on the session
 // that holds the subscription now (the same subscription after a link blip
@@ -32,44 +32,6 @@ import (
 type evStored struct {
 	sb *subscription
 	to uint32
-}
-
-// markStored queues, behind the updates of what st handed on, the wait
-// for them to be stored and then their acknowledgement.
-func (p *Pair) markStored(sb *subscription, st step) {
-	if st.mark == 0 || p.opt.afterStore == nil {
-		return
-	}
-	hook, to, n := p.opt.afterStore, st.mark, st.handed
-	p.store.add(n)
-	p.out.after(func() {
-		var once atomic.Bool
-		hook(func() {
-			if once.Swap(true) {
-				return
-			}
-			p.store.done(n)
-			p.post(evStored{sb: sb, to: to})
-		})
-	})
-}
-
-// onStored acknowledges what ev says is stored, on the session that holds
-// the subscription now. With none (a link being ridden out), the numbers
-// are acknowledged when the next session's server lists them as still
-// held (published).
-func (p *Pair) onStored(ev evStored) {
-	acks := ev.sb.stored(ev.to)
-	if len(acks) == 0 {
-		return
-	}
-	for _, s := range p.sess {
-		if s != nil && !s.dead() && s.subs[ev.sb.id] == ev.sb {
-			s.conn.ack(ev.sb.id, acks...)
-			p.recordHandoff()
-			return
-		}
-	}
 }
 
 // storeGate bounds the data messages handed on and not yet stored. The

@@ -1,13 +1,12 @@
 package uaclient
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
-	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 )
 
@@ -124,48 +123,6 @@ func (p *Pair) releaseAdopted() {
 // goes on with new subscriptions.
 var errTransferRefused = errors.New("the server did not transfer the data subscription")
 
-// takeover moves the predecessor's data subscription to the new session
-// on c and gives the session a health subscription of its own (the
-// predecessor's, if it still exists, is deleted). An error that wraps
-// errTransferRefused is the server's answer: c falls back to new
-// subscriptions. Any other is a link or server fault, and the next
-// attempt tries again.
-func (c *conn) takeover(ctx context.Context, cl *opcua.Client, r *remnant) error {
-	o := r.from.conn
-	ids := []uint32{o.dataSub}
-	if o.healthSub != 0 {
-		ids = append(ids, o.healthSub)
-	}
-	res, err := send[*ua.TransferSubscriptionsResponse](ctx, cl, &ua.TransferSubscriptionsRequest{SubscriptionIDs: ids})
-	var code ua.StatusCode
-	switch {
-	case errors.As(err, &code):
-		return fmt.Errorf("%w: TransferSubscriptions: %v", errTransferRefused, code)
-	case err != nil:
-		return fmt.Errorf("TransferSubscriptions: %w", err)
-	case len(res.Results) != len(ids) || res.Results[0] == nil:
-		return fmt.Errorf("%w: %d results for %d subscriptions", errTransferRefused, len(res.Results), len(ids))
-	}
-	if len(ids) > 1 && res.Results[1] != nil && res.Results[1].StatusCode == ua.StatusOK {
-		// The successor watches the server's health with a subscription
-		// of its own, created below; the predecessor's would only run
-		// on until its lifetime ends.
-		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, cl, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: ids[1:]})
-	}
-	tr := res.Results[0]
-	if tr.StatusCode != ua.StatusOK {
-		return fmt.Errorf("%w: data subscription %d: %v", errTransferRefused, o.dataSub, tr.StatusCode)
-	}
-	c.takeOver(r, resumeTransferred)
-	c.healthSub, c.link.Health = 0, SubscriptionParams{}
-	if err := c.subscribeHealth(ctx, cl); err != nil {
-		return err
-	}
-	c.link.settle()
-	c.avail = tr.AvailableSequenceNumbers
-	return nil
-}
-
 // takenOver starts the numbering of a data subscription taken over from
 // a predecessor, given the numbers the server still holds
 // (AvailableSequenceNumbers): those before the first the predecessor did
@@ -234,19 +191,27 @@ func (p *Pair) successorFallback(s *session, why error, now time.Time) {
 			"what the server produced since the predecessor's last stored message is lost", s.ep, why)})
 }
 
-// leaveClose ends the client of a serving session whose data subscription
-// stays on the server for a successor (WithKeepSubscriptionAtClose): the
-// health subscription is deleted, the session closed without deleting
-// the data subscription (CloseSession, DeleteSubscriptions false), and
-// the channel closed. One round trip each, within 250 ms in all.
-func (c *conn) leaveClose() {
-	ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
-	defer cancel()
-	cl := c.client
-	if c.healthSub != 0 {
-		_, _ = send[*ua.DeleteSubscriptionsResponse](ctx, cl, &ua.DeleteSubscriptionsRequest{SubscriptionIDs: []uint32{c.healthSub}})
+// recordHandoff tells the recorder (WithHandoffRecorder) what a successor
+// needs now, when it changed: the serving session's subscriptions, how far
+// they are acknowledged and its items.
+func (p *Pair) recordHandoff() {
+	f, s := p.opt.onHandoff, p.serving
+	if f == nil || s == nil || s.dead() || !s.serves() {
+		return
 	}
-	_, _ = send[*ua.CloseSessionResponse](ctx, cl, &ua.CloseSessionRequest{DeleteSubscriptions: false})
-	_, _ = cl.DetachSession(ctx)
-	closeClient(cl, false)
+	sb := s.subs[s.conn.dataSub]
+	if sb == nil {
+		return
+	}
+	d := s.conn.link.Data
+	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, DataSub: s.conn.dataSub,
+		NextUnacked: sb.acked, DataIntervalMs: msFloat(d.Interval), DataLifetimeCount: d.LifetimeCount,
+		DataKeepAliveCount: d.KeepAliveCount, Items: s.items}
+	last := p.handoff
+	if last.URL == h.URL && last.HealthSub == h.HealthSub && last.DataSub == h.DataSub && last.NextUnacked == h.NextUnacked &&
+		slices.EqualFunc(last.Items, h.Items, HandoffItem.same) {
+		return
+	}
+	p.handoff = h
+	f(h)
 }
