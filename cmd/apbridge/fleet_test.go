@@ -35,18 +35,7 @@ sources:
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := fleet.Join(ctx, nc, fleet.Config{RelayID: "r1", LeaseTTL: time.Second, Replicas: 1, Pairs: []string{"line1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
+	m := joinMember(t, cl.URLs()[0], "r1", "line1")
 	testutil.WaitFor(t, "line1 owned", 5*time.Second, func() bool { return len(m.Owned()) == 1 })
 
 	var out, errOut bytes.Buffer
@@ -118,18 +107,7 @@ sources:
 		t.Fatalf("a file with problems: exit %d: %s", code, errOut)
 	}
 
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	m, err := fleet.Join(ctx, nc, fleet.Config{RelayID: "mute", LeaseTTL: time.Second, Replicas: 1, Pairs: []string{"line1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(ctx)
+	joinMember(t, cl.URLs()[0], "mute", "line1")
 	next := write("next.yaml", strings.Replace(cfg, "ns=2;s=T", "ns=2;s=U", 1))
 	if code, out, errOut := apply("--config", next, "--wait", "300ms"); code != 1 || !strings.Contains(errOut, "relay mute: has not reported") || !strings.Contains(out, "tags +0 -0 ~1") {
 		t.Fatalf("a relay that does not report: exit %d: %s%s", code, out, errOut)
@@ -138,4 +116,27 @@ sources:
 	if code := run([]string{"fleet", "status", "--config", path}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "config version ") || strings.Contains(out.String(), "config version none") {
 		t.Fatalf("status: exit %d: %s%s", code, out.String(), errOut.String())
 	}
+}
+
+// joinMember joins a fleet member of its own, lease TTL 1 s, to the fleet
+// on url; it leaves when the test ends.
+func joinMember(t *testing.T, url, id string, pairs ...string) *fleet.Member {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := fleet.Join(ctx, nc, fleet.Config{RelayID: id, LeaseTTL: time.Second, Replicas: 1, Pairs: pairs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m.Close(ctx)
+	})
+	return m
 }
