@@ -221,10 +221,6 @@ func checkStateDir(dir string, add func(string, ...any)) {
 		add("stateDir: %q cannot be created: %v (want a directory the relay can create and write)", dir, err)
 		return
 	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		add("stateDir: %q is not a directory (want a directory the relay can create and write)", dir)
-		return
-	}
 	f, err := os.CreateTemp(dir, ".probe.*")
 	if err != nil {
 		add("stateDir: %q is not writable: %v (want a directory the relay can create and write)", dir, err)

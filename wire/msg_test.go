@@ -52,19 +52,34 @@ func TestEncodeMsgIsAppendJSONAndSetHeaders(t *testing.T) {
 }
 
 // A sink that appends to the payload or adds headers leaves the update's
-// headers as they were: the headers share the payload's bytes.
+// headers as they were: the headers share the payload's bytes and one
+// array of values. Neither has room to grow into, so an append copies:
+// two appends to the same message never write into each other, and a
+// value added to one header never lands in another's.
 func TestEncodeMsgHeadersSurviveAppend(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	u := wire.Update{Tag: "T", Value: true, Status: wire.StatusGood, SourceTime: now, Seq: 7}
-	m := wire.EncodeMsg("s.T", &u, wire.TypeBoolean, 512, true, false)
+	u := wire.Update{Tag: "T", Value: true, Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: 7}
+	m := wire.EncodeMsg("s.T", &u, wire.TypeBoolean, 512, true, true)
 	before := maps.Clone(m.Header)
+	for k, v := range before {
+		before[k] = slices.Clone(v)
+	}
+	payload := string(m.Data)
+	a := append(m.Data, 'A')
+	b := append(m.Data, 'B')
+	if a[len(a)-1] != 'A' || b[len(b)-1] != 'B' || string(m.Data) != payload {
+		t.Errorf("two appends to the payload wrote into each other: %q, %q", a, b)
+	}
 	m.Data = append(m.Data, "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX"...)
 	m.Header["Nats-Msg-Id"] = []string{"id"}
 	m.Header["Nats-Expected-Stream"] = []string{"s"}
 	m.Header[wire.HeaderLease] = []string{"1"}
+	for k := range before {
+		m.Header.Add(k, "added")
+	}
 	for k, v := range before {
-		if got := m.Header[k]; !slices.Equal(got, v) || got[0] != v[0] {
-			t.Errorf("%s: %q after the append, %q before", k, got, v)
+		if got := m.Header[k]; !slices.Equal(got[:len(got)-1], v) {
+			t.Errorf("%s: %q after the appends, %q before", k, got, v)
 		}
 	}
 	if m.Header.Get(wire.HeaderSeq) != "7" || m.Header.Get(wire.HeaderSourceTime) != "2026-05-01T12:00:00Z" {
