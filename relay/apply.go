@@ -156,6 +156,12 @@ func (r *Relay) apply(ctx context.Context, next *Config, by Origin, version uint
 			}
 			r.live.cfg, r.live.version, r.live.lastErr = next, version, ""
 			e := r.log.Info().Str("via", by.Via)
+			if len(res.Problems) > 0 {
+				// The change is applied, but a removal has not reached its
+				// source yet (it goes on) or did not: said here, not only
+				// in the reply, so that the log alone tells the operator.
+				e = e.Strs("pending", res.Problems)
+			}
 			by.Requester.LogTo(e).Uint64("version", version).Str("summary", p.Summary()).Msg("config applied")
 			return Applied{Version: version, Plan: p, Problems: res.Problems, cfg: next}, nil
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/rs/zerolog"
 )
 
 // TestApplyDuringSubscribeStormMx: a change applied while a gateway's
@@ -40,7 +41,8 @@ func TestApplyDuringSubscribeStormMx(t *testing.T) {
 		}
 		return b.String()
 	}
-	r, cons := startWatched(ctx, t, cl.URLs()[0], conf("c0", "c1", "c2"))
+	var logged testutil.SyncBuffer
+	r, cons := startWatched(ctx, t, cl.URLs()[0], conf("c0", "c1", "c2"), relay.WithLogger(zerolog.New(&logged)))
 	defer r.Close()
 	testutil.WaitFor(t, "values of every tag", 30*time.Second, func() bool {
 		return cons.count("c0") >= 3 && cons.count("c2") >= 3
@@ -114,6 +116,10 @@ func TestApplyDuringSubscribeStormMx(t *testing.T) {
 	}
 	if len(applied.Problems) != 1 || !strings.Contains(applied.Problems[0], "have not removed their tags yet") {
 		t.Fatalf("problems %q: want the removal still going on", applied.Problems)
+	}
+	// The log alone tells the operator that the removal goes on.
+	if logged.Count(`"pending":["1 of the sources have not removed their tags yet`) != 1 {
+		t.Fatalf("the log does not say the removal goes on:\n%s", logged.String())
 	}
 	removedAt := cons.count("c0")
 

@@ -105,14 +105,14 @@ func contiguous(t *testing.T, tag string, seqs []uint64) {
 // startWatched starts a relay on conf with a consumer of what it
 // publishes, subscribed first so that no update is missed; the caller
 // closes the relay.
-func startWatched(ctx context.Context, t *testing.T, url, conf string) (*relay.Relay, *consumer) {
+func startWatched(ctx context.Context, t *testing.T, url, conf string, opts ...relay.Option) (*relay.Relay, *consumer) {
 	t.Helper()
 	cfg, err := relay.Parse([]byte(conf))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cons := consume(t, url)
-	r, err := relay.Start(ctx, cfg, relay.WithLogger(testutil.Logger(t)))
+	r, err := relay.Start(ctx, cfg, append([]relay.Option{relay.WithLogger(testutil.Logger(t))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
