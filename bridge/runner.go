@@ -458,7 +458,14 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 	r.subMu.Lock()
 	defer r.subMu.Unlock()
 	r.mu.Lock()
-	tags := make([]Tag, 0, len(r.tags))
+	// Counted first: a retry of a few tags of 10,000 allocates for those.
+	n := 0
+	for _, ts := range r.tags {
+		if !ts.subscribed {
+			n++
+		}
+	}
+	tags := make([]Tag, 0, n)
 	for _, ts := range r.tags {
 		if !ts.subscribed {
 			tags = append(tags, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
