@@ -308,6 +308,7 @@ func (c *Conn) keep() {
 		}
 		c.mu.Unlock()
 		now := time.Now()
+		c.pub.observe(now)
 		if a != nil && (c.pub.pending() > 0 || now.Sub(lastActive) >= c.opts.livenessInterval) {
 			err := c.confirm(c.ctx, a)
 			switch {

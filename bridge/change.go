@@ -203,7 +203,7 @@ func (b *Bridge) planLocked(c Change) (*applyPlan, error) {
 		byName[r.src.Name()] = r
 	}
 	p := &applyPlan{addTags: map[*runner][]*tagState{}}
-	chk := b.newSubjectCheck()
+	chk := b.newSubjectCheck(0)
 	gone := map[string]bool{}
 	for _, name := range c.RemoveSources {
 		r := byName[name]

@@ -458,7 +458,14 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 	r.subMu.Lock()
 	defer r.subMu.Unlock()
 	r.mu.Lock()
-	var tags []Tag
+	// Counted first: a retry of a few tags of 10,000 allocates for those.
+	n := 0
+	for _, ts := range r.tags {
+		if !ts.subscribed {
+			n++
+		}
+	}
+	tags := make([]Tag, 0, n)
 	for _, ts := range r.tags {
 		if !ts.subscribed {
 			tags = append(tags, Tag{Name: ts.cfg.Name, Address: ts.cfg.Address, Handle: ts.handle})
@@ -471,7 +478,7 @@ func (r *runner) subscribe(ctx context.Context, id uint64, reason string) {
 	r.mu.Unlock()
 	r.counters.subscribeRequests.Add(1)
 	r.b.log.Info().Str("source", r.src.Name()).Int("tags", len(tags)).Str("reason", reason).Uint64("request", id).Msg("subscribing")
-	e := guardEvent{kind: evReply, id: id, results: map[uint32]error{}}
+	e := guardEvent{kind: evReply, id: id, results: make(map[uint32]error, len(tags))}
 	if len(tags) > 0 {
 		errs, err := r.src.Subscribe(ctx, tags)
 		e.err = err

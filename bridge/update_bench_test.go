@@ -54,3 +54,29 @@ func BenchmarkUpdate(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkAddSource is what a relay allocates to take 10,000 tags: their
+// state, the indexes, and the checks of every subject (the service
+// subjects, the reserved spaces, the other tags). What it allocates on
+// the way is garbage that grows the heap before the first update.
+//
+//	go test -run '^$' -bench '^BenchmarkAddSource$' -benchmem ./bridge/
+func BenchmarkAddSource(b *testing.B) {
+	_, conn := testutil.ClusterConn(b)
+	const n = 10000
+	tags := make([]bridge.TagConfig, n)
+	for i := range tags {
+		tags[i] = bridge.TagConfig{Name: "Line1.T" + strconv.Itoa(i), Address: "ns=1;s=T" + strconv.Itoa(i)}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		br, err := bridge.New(conn, bridge.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := br.AddSource(simsource.New("sim1"), tags); err != nil {
+			b.Fatal(err)
+		}
+		br.Close()
+	}
+}

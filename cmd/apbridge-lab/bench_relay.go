@@ -72,7 +72,10 @@ type childRun struct {
 	peakHeap float64 // MiB, sampled by the child
 	peakSys  float64 // MiB the Go runtime took from the OS
 	readyRSS float64 // MiB resident once subscribed, before publishing
-	lat      []float64
+	// The anonymous and file-backed parts of readyRSS, and the largest
+	// anonymous resident set sampled while publishing.
+	readyAnon, readyFile, peakAnon float64
+	lat                            []float64
 }
 
 // runChild runs one relay-child process; memLimit, if set, is its
@@ -118,20 +121,26 @@ func runChild(ctx context.Context, exe string, cl *natstest.Cluster, c *counter,
 		}
 	}
 	var summary struct {
-		PeakHeap float64 `json:"peak_heap_inuse_mib"`
-		PeakSys  float64 `json:"peak_go_sys_mib"`
-		PeakRSS  float64 `json:"peak_rss_mib"`
-		ReadyRSS float64 `json:"ready_rss_mib"`
+		PeakHeap  float64 `json:"peak_heap_inuse_mib"`
+		PeakSys   float64 `json:"peak_go_sys_mib"`
+		PeakRSS   float64 `json:"peak_rss_mib"`
+		ReadyRSS  float64 `json:"ready_rss_mib"`
+		ReadyAnon float64 `json:"ready_rss_anon_mib"`
+		ReadyFile float64 `json:"ready_rss_file_mib"`
+		PeakAnon  float64 `json:"peak_rss_anon_mib"`
 	}
 	json.Unmarshal([]byte(summaryLine), &summary)
 	r := childRun{
-		peakHeap: summary.PeakHeap,
-		peakSys:  summary.PeakSys,
-		readyRSS: summary.ReadyRSS,
-		received: c.n.Load(),
-		elapsed:  elapsed,
-		cpu:      cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), // CPU time only; see peakRSS
-		maxRSS:   int64(summary.PeakRSS * (1 << 20)),
+		peakHeap:  summary.PeakHeap,
+		peakSys:   summary.PeakSys,
+		readyRSS:  summary.ReadyRSS,
+		readyAnon: summary.ReadyAnon,
+		readyFile: summary.ReadyFile,
+		peakAnon:  summary.PeakAnon,
+		received:  c.n.Load(),
+		elapsed:   elapsed,
+		cpu:       cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), // CPU time only; see peakRSS
+		maxRSS:    int64(summary.PeakRSS * (1 << 20)),
 	}
 	c.mu.Lock()
 	r.lat = slices.Clone(c.lat)
@@ -170,7 +179,7 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	window := 10 * time.Second
 	var plainRates, relayRates, plainCPU, relayCPU []float64
 	var steady childRun
-	var flatRSS, flatHeap, plainReadyRSS float64
+	var flatRSS, flatHeap, flatAnon, plainReadyRSS, plainReadyAnon float64
 	for run := 1; run <= cfg.runs; run++ {
 		plainArgs := []string{"--plain", "--tags", strconv.Itoa(tags), "--duration", window.String()}
 		if cfg.childCPUProfiles != "" && run == cfg.runs {
@@ -194,7 +203,8 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 		}
 		flatRSS = max(flatRSS, float64(r.maxRSS)/(1<<20))
 		flatHeap = max(flatHeap, r.peakHeap)
-		plainReadyRSS = p.readyRSS
+		flatAnon = max(flatAnon, r.peakAnon)
+		plainReadyRSS, plainReadyAnon = p.readyRSS, p.readyAnon
 		pr := float64(p.received) / p.elapsed.Seconds()
 		rr := float64(r.received) / r.elapsed.Seconds()
 		plainRates = append(plainRates, pr)
@@ -202,8 +212,8 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 		rc, pc := cpuPerUpdate(r), cpuPerUpdate(p)
 		relayCPU = append(relayCPU, rc)
 		plainCPU = append(plainCPU, pc)
-		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); CPU per update %.2f µs, plain %.2f µs; relay CPU %.0f%%, peak RSS %.1f MiB (heap in use %.1f, Go runtime %.1f; %.1f when ready, plain %.1f)\n",
-			run, rr, pr, rr/pr, rc, pc, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20), r.peakHeap, r.peakSys, r.readyRSS, p.readyRSS)
+		fmt.Fprintf(cfg.progress, "  run %d: relay %.0f/s, plain %.0f/s (%.2f); CPU per update %.2f µs, plain %.2f µs; relay CPU %.0f%%, peak RSS %.1f MiB (anonymous %.1f, heap in use %.1f, Go runtime %.1f; %.1f when ready, of which anonymous %.1f; plain %.1f, anonymous %.1f)\n",
+			run, rr, pr, rr/pr, rc, pc, 100*r.cpu.Seconds()/r.elapsed.Seconds(), float64(r.maxRSS)/(1<<20), r.peakAnon, r.peakHeap, r.peakSys, r.readyRSS, r.readyAnon, p.readyRSS, p.readyAnon)
 	}
 	steadyArgs := []string{"--tags", strconv.Itoa(tags), "--period", "200ms", "--duration", window.String()}
 	steady, err = runChild(ctx, exe, cl, &c, cfg.childMemLimit, steadyArgs...)
@@ -243,6 +253,15 @@ func benchRelayThroughput(ctx context.Context, cfg benchConfig) (*result, error)
 	res.set("relay_ready_rss_mib", round3(steady.readyRSS))
 	res.set("plain_ready_rss_mib", round3(plainReadyRSS))
 	res.set("relay_flat_out_heap_mib", round3(flatHeap))
+	// The resident sets above split: the anonymous part (heap, stacks:
+	// what the relay itself holds) apart from the file pages of the binary
+	// (its code and read-only data, mapped from the page cache, shared and
+	// reclaimable), which are the same whatever the relay does.
+	res.set("relay_ready_rss_anon_mib", round3(steady.readyAnon))
+	res.set("relay_ready_rss_file_mib", round3(steady.readyFile))
+	res.set("plain_ready_rss_anon_mib", round3(plainReadyAnon))
+	res.set("relay_rss_anon_mib", round3(steady.peakAnon))
+	res.set("relay_flat_out_rss_anon_mib", round3(flatAnon))
 	if cfg.childMemLimit != "" {
 		res.set("relay_gomemlimit", cfg.childMemLimit)
 	}

@@ -20,6 +20,16 @@ func PeakRSS() float64 { return mib("VmHWM:") }
 // CurrentRSS is the process's resident set (VmRSS) in MiB.
 func CurrentRSS() float64 { return mib("VmRSS:") }
 
+// RSSAnon is the anonymous part of the resident set (RssAnon) in MiB: the
+// heap, stacks and whatever else the process wrote. The rest, RSSFile,
+// is file pages mapped from the page cache, mostly the binary's own code
+// and read-only data: shared with every process of the binary and given
+// back by the kernel under pressure without a write.
+func RSSAnon() float64 { return mib("RssAnon:") }
+
+// RSSFile is the file-backed part of the resident set (RssFile) in MiB.
+func RSSFile() float64 { return mib("RssFile:") }
+
 // mib reads a kB field of /proc/self/status in MiB (0 where there is no
 // /proc).
 func mib(field string) float64 {
@@ -40,6 +50,9 @@ func mib(field string) float64 {
 type HeapPeaks struct {
 	InUse uint64 // HeapInuse
 	Sys   uint64 // Sys: all the Go runtime took from the OS
+	// RSSAnon is the largest anonymous resident set sampled, in MiB: the
+	// kernel keeps a peak of the whole resident set only (VmHWM).
+	RSSAnon float64
 }
 
 // SampleHeap reads the Go runtime's memory figures every interval on a
@@ -62,6 +75,7 @@ func SampleHeap(every time.Duration) (stop func() HeapPeaks) {
 			runtime.ReadMemStats(&ms)
 			peaks.InUse = max(peaks.InUse, ms.HeapInuse)
 			peaks.Sys = max(peaks.Sys, ms.Sys)
+			peaks.RSSAnon = max(peaks.RSSAnon, RSSAnon())
 		}
 	}()
 	return func() HeapPeaks {

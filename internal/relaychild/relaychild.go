@@ -115,7 +115,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		flush = conn.Flush
 		stats = func() any { return b.Stats() }
 	}
-	readyRSS := procstat.CurrentRSS()
+	readyRSS, readyAnon, readyFile := procstat.CurrentRSS(), procstat.RSSAnon(), procstat.RSSFile()
 	fmt.Fprintln(stdout, "ready")
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -159,7 +159,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flush(fctx)
 	peaks := stopSampling()
 	b, _ := json.Marshal(map[string]any{"sent": sent, "peak_heap_inuse_mib": float64(peaks.InUse) / (1 << 20),
-		"peak_go_sys_mib": float64(peaks.Sys) / (1 << 20), "peak_rss_mib": procstat.PeakRSS(), "ready_rss_mib": readyRSS, "stats": stats()})
+		"peak_go_sys_mib": float64(peaks.Sys) / (1 << 20), "peak_rss_mib": procstat.PeakRSS(), "ready_rss_mib": readyRSS, "ready_rss_anon_mib": readyAnon, "ready_rss_file_mib": readyFile,
+		"peak_rss_anon_mib": peaks.RSSAnon, "stats": stats()})
 	fmt.Fprintln(stdout, string(b))
 	return nil
 }
