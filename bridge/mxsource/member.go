@@ -30,7 +30,7 @@ type member struct {
 	openedAt time.Time
 	lastErr  string // the last open or stream error, logged once
 	// resume is the predecessor's state, for the first session (Start).
-	resume *stateFile
+	resume *Handoff
 	// adopted are the items of a predecessor's session resumed, by
 	// address, not yet mapped to tags; while adopting, the session's
 	// data changes are held, in order, until the bridge's first
