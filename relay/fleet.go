@@ -178,8 +178,8 @@ func (f *fleetPart) onEvent(e fleet.Event) {
 func (f *fleetPart) onRelease(ctx context.Context, pair string) {
 	ls, hs := f.leased[pair], f.handoffs.Load()
 	if ls == nil || hs == nil || !hs.recording(pair) {
-		// A gateway source, or one that recorded nothing to take over:
-		// the handover keeps its overlap (make before break).
+		// A source that recorded nothing to take over: the handover
+		// keeps its overlap (make before break).
 		return
 	}
 	ls.release(ctx)
