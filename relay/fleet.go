@@ -351,10 +351,12 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 	src := s.spare
 	s.spare = nil
 	s.mu.Unlock()
-	if s.f.handoffs.Load() != nil {
+	if src != nil && s.f.handoffs.Load() != nil {
 		// The spare was built before the lease was won: without the
 		// handoff to take over, without its recorder. Never started,
-		// it has nothing to close.
+		// it has no session to close, but a gateway source's clients
+		// are open from New.
+		src.Close()
 		src = nil
 	}
 	var err error
