@@ -326,8 +326,11 @@ func (s *Source) resumed(m *member, session string, after uint64) {
 }
 
 // adopt maps the items of todo that the predecessor's session has advised
-// already (no command), relays the events held until then in order, and
-// returns the items left to subscribe.
+// already (no command), relays the changes held for them in order, and
+// returns the items left to subscribe. The changes of adopted items not
+// in todo stay held for a later subscribe; the handoff moves on once
+// every adopted item is mapped (until then eventDone records nothing: a
+// successor would find held changes behind the sequence recorded).
 func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
@@ -344,17 +347,29 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 			continue
 		}
 		delete(m.adopted, it.tag.Address)
+		delete(m.pending, h)
 		it.handle[m.idx], it.advised[m.idx] = h, true
 		m.byGateway[h] = it.tag.Handle
 	}
-	held := m.held
-	m.held, m.adopting = nil, false
-	if len(m.adopted) == 0 {
-		m.adopted = nil
+	var relay, keep []mxgateway.DataChange
+	for _, d := range m.held {
+		switch {
+		case m.pending[d.Handle]:
+			keep = append(keep, d)
+		default:
+			relay = append(relay, d)
+		}
 	}
+	m.held = keep
+	done := len(m.adopted) == 0
+	if done {
+		m.adopted, m.pending, m.held, m.adopting = nil, nil, nil, false
+	}
+	heldSeq := m.heldSeq
+	sess := m.sess
 	s.mu.Unlock()
 	var last uint64
-	for _, d := range held {
+	for _, d := range relay {
 		s.mu.Lock()
 		handle, ok := m.byGateway[d.Handle]
 		if it := s.items[handle]; ok && it != nil {
@@ -367,13 +382,8 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 		}
 		last = d.Seq
 	}
-	if s.ho != nil && last > 0 {
-		s.mu.Lock()
-		sess := m.sess
-		s.mu.Unlock()
-		if sess != nil {
-			s.ho.handled(m, gen, sess, max(last, m.heldSeq))
-		}
+	if seq := max(last, heldSeq); s.ho != nil && done && seq > 0 && sess != nil {
+		s.ho.handled(m, gen, sess, seq)
 	}
 	return rest
 }
