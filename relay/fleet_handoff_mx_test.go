@@ -189,3 +189,59 @@ func readHandoffOf(ctx context.Context, t *testing.T, cl *natstest.Cluster, sour
 	}
 	return en.Value()
 }
+
+// TestFleetGracefulHandoverResumesGatewaySession: two fleet relays with
+// fleet.handoff; the owner of a gateway source shuts down (a graceful
+// handover) while the gateway goes on counting. The owner closes its
+// instance, leaving its gateway session open, and writes its final
+// handoff before it releases the lease; the other relay wins the lease
+// and resumes the session's stream after the last stored event: every
+// counter value is in the stream, one resume is counted, no session is
+// opened, and the gateway is asked to resume the stream once (the
+// closed owner never takes it back).
+func TestFleetGracefulHandoverResumesGatewaySession(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	e := newFleetMx(t, ctx, mxsim.DefaultCapabilities())
+	cl := e.cl
+	logger := func(id string) zerolog.Logger { return testutil.Logger(t).With().Str("relay", id).Logger() }
+	a := e.start("ra", []string{cl.Node(0).DirectURL()}, true, logger("ra"))
+	testutil.WaitFor(t, "ra to own and publish the source", 30*time.Second, func() bool {
+		st := a.Bridge().Stats()
+		return len(a.Fleet().Owned()) == 1 && len(st) == 1 && st[0].Published > 40
+	})
+	b := e.start("rb", []string{cl.Node(1).DirectURL(), cl.Node(2).DirectURL()}, true, logger("rb"))
+	testutil.WaitFor(t, "ra's gateway handoff in the bucket", 10*time.Second, func() bool {
+		return strings.Contains(string(readHandoffOf(ctx, t, cl, "gw1")), `"relay":"ra"`)
+	})
+	n := e.count()
+	testutil.WaitFor(t, "10 more counts", 10*time.Second, func() bool { return e.count() >= n+10 })
+	before := e.gw.Stats()
+	if err := a.Close(); err != nil {
+		t.Logf("ra close: %v", err)
+	}
+	testutil.WaitFor(t, "rb to own the source", 20*time.Second, func() bool { return len(b.Fleet().Owned()) == 1 })
+	// Well past the handover: a stream taken back by ra would show as
+	// resume requests, or values missing.
+	e.waitStored("rb to store every counter up to the gateway's count", e.count()+40)
+	lost := e.lost()
+	st := b.Bridge().Stats()[0]
+	gst := e.gw.Stats()
+	registered := gst.CommandsByKind["Register"] - before.CommandsByKind["Register"]
+	resumeRequests := gst.ResumeRequests - before.ResumeRequests
+	t.Logf("graceful handover: lost %d counter values in the stream, rb resumes %d, fallbacks %d, refreshes %d; sessions registered %d, resume requests %d",
+		lost, st.SuccessorTransfers, st.SuccessorFallbacks, st.Refreshes, registered, resumeRequests)
+	if lost != 0 {
+		t.Fatalf("the graceful handover lost %d counter values", lost)
+	}
+	if st.SuccessorTransfers != 1 || st.SuccessorFallbacks != 0 || st.Refreshes != 0 || registered != 0 {
+		t.Fatalf("rb resumes %d, fallbacks %d, refreshes %d, sessions registered %d; want 1, 0, 0, 0",
+			st.SuccessorTransfers, st.SuccessorFallbacks, st.Refreshes, registered)
+	}
+	if resumeRequests != 1 {
+		t.Fatalf("%d resume requests on the gateway; want rb's one: the two relays ran the session's stream at once", resumeRequests)
+	}
+	testutil.WaitFor(t, "rb's gateway handoff in the bucket", 10*time.Second, func() bool {
+		return strings.Contains(string(readHandoffOf(ctx, t, cl, "gw1")), `"relay":"rb"`)
+	})
+}
