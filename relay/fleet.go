@@ -178,8 +178,8 @@ func (f *fleetPart) onEvent(e fleet.Event) {
 func (f *fleetPart) onRelease(ctx context.Context, pair string) {
 	ls, hs := f.leased[pair], f.handoffs.Load()
 	if ls == nil || hs == nil || !hs.recording(pair) {
-		// A gateway source, or one that recorded nothing to take over:
-		// the handover keeps its overlap (make before break).
+		// A source that recorded nothing to take over: the handover
+		// keeps its overlap (make before break).
 		return
 	}
 	ls.release(ctx)
@@ -351,10 +351,12 @@ func (s *leasedSource) startInner(ctx context.Context, gen, token uint64) {
 	src := s.spare
 	s.spare = nil
 	s.mu.Unlock()
-	if s.f.handoffs.Load() != nil {
+	if src != nil && s.f.handoffs.Load() != nil {
 		// The spare was built before the lease was won: without the
 		// handoff to take over, without its recorder. Never started,
-		// it has nothing to close.
+		// it has no session to close, but a gateway source's clients
+		// are open from New.
+		src.Close()
 		src = nil
 	}
 	var err error

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/fleet"
 	"github.com/apbridge/apbridge/uaclient"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,7 +40,8 @@ import (
 // record again: a record of a larger token means the writer was deposed,
 // and it writes that pair no more until it wins the lease again. A
 // successor takes a record over only if its token is older than its own
-// lease's.
+// lease's. A gateway (mx) source's handoff is kept in the same record, by
+// the same rules (fleet_handoff_mx.go).
 
 // handoffVersion is the version of the record this relay writes and reads.
 const handoffVersion = 1
@@ -63,6 +65,9 @@ type handoffRecord struct {
 	// Serving is the endpoint whose handoff was recorded last.
 	Serving   string                      `json:"serving"`
 	Endpoints map[string]uaclient.Handoff `json:"endpoints"`
+	// Mx is a gateway source's handoff (fleet_handoff_mx.go), with a
+	// version of its own; nil for an OPC UA source.
+	Mx *mxsource.Handoff `json:"mx,omitempty"`
 }
 
 // handoffEntry is the latest record of a pair and what the writer knows
@@ -132,29 +137,38 @@ func openHandoffStore(ctx context.Context, js jetstream.JetStream, c *FleetConfi
 // under the lease of token.
 func (hs *handoffStore) recorder(pair string, token uint64) func(uaclient.Handoff) {
 	return func(h uaclient.Handoff) {
-		hs.mu.Lock()
-		e := hs.entries[pair]
-		switch {
-		case e != nil && e.rec.Token > token:
-			hs.mu.Unlock()
-			return // an instance of an older lease, still closing
-		case e == nil || e.rec.Token < token:
-			e = &handoffEntry{rec: handoffRecord{Version: handoffVersion, Source: pair, Relay: hs.relay, Token: token,
-				Endpoints: map[string]uaclient.Handoff{}}}
-			hs.entries[pair] = e
-		}
-		e.rec.Endpoints[h.Endpoint] = h
-		e.rec.Serving = h.Endpoint
-		e.dirty = true
-		if !hs.started && !hs.closed {
-			hs.started = true
-			go hs.run()
-		}
+		hs.update(pair, token, func(rec *handoffRecord) {
+			rec.Endpoints[h.Endpoint] = h
+			rec.Serving = h.Endpoint
+		})
+	}
+}
+
+// update changes, with set, the record of pair's instance that runs under
+// the lease of token, and wakes the writer. Not for an instance of an
+// older lease, still closing.
+func (hs *handoffStore) update(pair string, token uint64, set func(*handoffRecord)) {
+	hs.mu.Lock()
+	e := hs.entries[pair]
+	switch {
+	case e != nil && e.rec.Token > token:
 		hs.mu.Unlock()
-		select {
-		case hs.wake <- struct{}{}:
-		default:
-		}
+		return
+	case e == nil || e.rec.Token < token:
+		e = &handoffEntry{rec: handoffRecord{Version: handoffVersion, Source: pair, Relay: hs.relay, Token: token,
+			Endpoints: map[string]uaclient.Handoff{}}}
+		hs.entries[pair] = e
+	}
+	set(&e.rec)
+	e.dirty = true
+	if !hs.started && !hs.closed {
+		hs.started = true
+		go hs.run()
+	}
+	hs.mu.Unlock()
+	select {
+	case hs.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -315,42 +329,54 @@ func (hs *handoffStore) finish(ctx context.Context, pair string) {
 // cannot be read, of another version or of another pair is ignored with a
 // warning.
 func (hs *handoffStore) takeover(pair string, token uint64) (h uaclient.Handoff, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), hs.timeout)
-	defer cancel()
-	e, err := hs.kv.Get(ctx, pair)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return h, false
-	}
-	warn := func(why string, err error) {
-		hs.log.Warn().Err(err).Str("source", pair).Msg("fleet: handoff ignored (" + why + "): new subscriptions and a refresh for this source")
-	}
-	if err != nil {
-		warn("unreadable", err)
-		return h, false
-	}
-	var rec handoffRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		warn("not a handoff record", err)
-		return h, false
-	}
-	switch {
-	case rec.Version != handoffVersion:
-		warn(fmt.Sprintf("version %d, this relay reads %d", rec.Version, handoffVersion), nil)
-		return h, false
-	case rec.Source != pair:
-		warn(fmt.Sprintf("written for source %q", rec.Source), nil)
-		return h, false
-	case rec.Token >= token:
-		// Written under this lease or a newer one: nothing to take over.
+	rec, ok := hs.previous(pair, token)
+	if !ok {
 		return h, false
 	}
 	if h, ok = rec.Endpoints[rec.Serving]; !ok {
-		warn(fmt.Sprintf("no handoff for its serving endpoint %q", rec.Serving), nil)
+		hs.ignored(pair, fmt.Sprintf("no handoff for its serving endpoint %q", rec.Serving), nil)
 		return h, false
 	}
 	hs.log.Info().Str("source", pair).Str("from", rec.Relay).Uint64("token", rec.Token).
 		Msg("fleet: taking over the previous owner's subscription")
 	return h, true
+}
+
+// previous returns the record of pair written by an owner older than the
+// lease of token: ok is false when there is none. A record that cannot be
+// read, of another version or of another pair is ignored with a warning.
+func (hs *handoffStore) previous(pair string, token uint64) (rec handoffRecord, ok bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), hs.timeout)
+	defer cancel()
+	e, err := hs.kv.Get(ctx, pair)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, false
+	}
+	if err != nil {
+		hs.ignored(pair, "unreadable", err)
+		return rec, false
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		hs.ignored(pair, "not a handoff record", err)
+		return rec, false
+	}
+	switch {
+	case rec.Version != handoffVersion:
+		hs.ignored(pair, fmt.Sprintf("version %d, this relay reads %d", rec.Version, handoffVersion), nil)
+		return rec, false
+	case rec.Source != pair:
+		hs.ignored(pair, fmt.Sprintf("written for source %q", rec.Source), nil)
+		return rec, false
+	case rec.Token >= token:
+		// Written under this lease or a newer one: nothing to take over.
+		return rec, false
+	}
+	return rec, true
+}
+
+// ignored warns of pair's record not taken over, and why.
+func (hs *handoffStore) ignored(pair, why string, err error) {
+	hs.log.Warn().Err(err).Str("source", pair).Msg("fleet: handoff ignored (" + why + "): new subscriptions and a refresh for this source")
 }
 
 // close stops the writer; idempotent. What changed since the last write

@@ -267,6 +267,11 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 				// its own beside the OPC UA sources' (mxsource.WithStateFile).
 				mopts = append(mopts, mxsource.WithStateFile(filepath.Join(r.state.dir, sc.Name+".mx-state.json")))
 			}
+			if r.fl != nil {
+				// In a fleet the handoff is kept with the lease
+				// (fleet.handoff), in the fleet's handoff bucket.
+				mopts = r.fl.mxHandoffOptions(sc.Name, mopts)
+			}
 			src, err := mxsource.New(sc.Name, sc.MxGateway.Config, mopts...)
 			if err != nil {
 				return nil, fmt.Errorf("sources[%d]: %w", i, err)

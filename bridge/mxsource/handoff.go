@@ -35,11 +35,17 @@ import (
 // drops them).
 const stateWriteInterval = 250 * time.Millisecond
 
-// stateVersion is the state file's format.
+// stateVersion is the version of the Handoff this source writes and
+// reads.
 const stateVersion = 1
 
-// stateFile is the content of the state file.
-type stateFile struct {
+// Handoff is what a successor needs to resume a source's active gateway
+// session: the content of the state file, and what a HandoffStore keeps.
+// A Handoff given to RecordHandoff is the store's: the source does not
+// change it after.
+type Handoff struct {
+	// Version is the record's format (1); a source ignores a handoff of
+	// another version, with a warning.
 	Version int    `json:"version"`
 	Source  string `json:"source"`
 	// Endpoint is the gateway of the session, as configured.
@@ -53,27 +59,87 @@ type stateFile struct {
 	Items map[string]int32 `json:"items"`
 }
 
-// WithStateFile keeps the active session's handoff in path (see
+// HandoffStore keeps a source's handoff for its successor: a file
+// (WithStateFile) for a relay that restarts, a fleet's handoff bucket for
+// the relay that owns the source next.
+type HandoffStore interface {
+	// LoadHandoff returns the predecessor's handoff, nil when there is
+	// none. Start calls it once: it must not block for long.
+	LoadHandoff() (*Handoff, error)
+	// RecordHandoff keeps h, the active session's latest state, in place
+	// of the last one. The source calls it on a goroutine of its own, at
+	// most every 250 ms while the state changes and once more at Close
+	// (never after it is abandoned); an error is logged.
+	RecordHandoff(h Handoff) error
+}
+
+// WithHandoffStore keeps the active session's handoff in st and starts
+// from the predecessor's that st holds, as WithStateFile does with a file
+// (see there); the last of the two options given applies.
+func WithHandoffStore(st HandoffStore) Option {
+	return func(o *options) error {
+		if st == nil {
+			return errors.New("WithHandoffStore: nil store")
+		}
+		o.store = st
+		return nil
+	}
+}
+
+// WithStateFile keeps the active session's handoff in the file path (see
 // docs/mxgateway.md): a source started with the file of a predecessor
 // resumes that session's event stream when the gateway advertises
 // event-resume and still holds the session, and otherwise opens a new
 // session and subscribes again, counting the loss (Stats.ResumeFallbacks).
-// The directory must exist. With a state file, Close leaves the active
-// session open on the gateway, for the successor.
+// The directory must exist. With a handoff kept (here or in a
+// HandoffStore), Close leaves the active session open on the gateway, for
+// the successor.
 func WithStateFile(path string) Option {
 	return func(o *options) error {
 		if path == "" {
 			return errors.New("WithStateFile: empty path")
 		}
-		o.stateFile = path
+		o.store = fileStore(path)
 		return nil
 	}
 }
 
-// handoff tracks the active session for the state file.
+// fileStore is the HandoffStore of WithStateFile: the file's path. The
+// file is written whole and atomically.
+type fileStore string
+
+// LoadHandoff reads the state file; a missing one is no error.
+func (f fileStore) LoadHandoff() (*Handoff, error) {
+	b, err := os.ReadFile(string(f))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st Handoff
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", string(f), err)
+	}
+	return &st, nil
+}
+
+// RecordHandoff writes the state file.
+func (f fileStore) RecordHandoff(h Handoff) error {
+	b, err := json.MarshalIndent(h, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(string(f), b); err != nil {
+		return fmt.Errorf("state file %s: %w", string(f), err)
+	}
+	return nil
+}
+
+// handoff tracks the active session for the handoff store.
 type handoff struct {
-	path string
-	wake chan struct{}
+	store HandoffStore
+	wake  chan struct{}
 
 	mu      sync.Mutex
 	sn      bridge.StoreNotifier // nil: an event counts as stored once handed to the bridge
@@ -87,27 +153,8 @@ type handoff struct {
 	stopped bool // abandoned: a dead process writes nothing more
 }
 
-func newHandoff(path string) *handoff {
-	return &handoff{path: path, wake: make(chan struct{}, 1)}
-}
-
-// readState reads the state file; a missing one is no error.
-func readState(path string) (*stateFile, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if st.Version != stateVersion {
-		return nil, fmt.Errorf("%s: version %d (this relay reads %d)", path, st.Version, stateVersion)
-	}
-	return &st, nil
+func newHandoff(store HandoffStore) *handoff {
+	return &handoff{store: store, wake: make(chan struct{}, 1)}
 }
 
 // handled records that the events of m's session gen up to seq are handed
@@ -171,7 +218,7 @@ func (h *handoff) stop() {
 	h.mu.Unlock()
 }
 
-// writeState writes the state file whenever it changed, at most every
+// writeState records the handoff whenever it changed, at most every
 // stateWriteInterval, and once more when the source closes (not when it is
 // abandoned).
 func (s *Source) writeState() {
@@ -196,7 +243,7 @@ func (s *Source) writeState() {
 	}
 }
 
-// flushState writes the state file if it changed.
+// flushState records the handoff if it changed.
 func (s *Source) flushState() {
 	h := s.ho
 	h.mu.Lock()
@@ -204,7 +251,7 @@ func (s *Source) flushState() {
 		h.mu.Unlock()
 		return
 	}
-	st := stateFile{Version: stateVersion, Source: s.name, Endpoint: h.m.target, Session: h.rec, LastStored: h.stored}
+	st := Handoff{Version: stateVersion, Source: s.name, Endpoint: h.m.target, Session: h.rec, LastStored: h.stored}
 	m, gen := h.m, h.gen
 	h.dirty = false
 	h.mu.Unlock()
@@ -226,12 +273,8 @@ func (s *Source) flushState() {
 		st.Items[addr] = handle
 	}
 	s.mu.Unlock()
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err == nil {
-		err = atomicfile.Write(h.path, b)
-	}
-	if err != nil {
-		s.log.Warn().Err(err).Str("file", h.path).Msg("state not written: a successor will open a new gateway session and subscribe again")
+	if err := h.store.RecordHandoff(st); err != nil {
+		s.log.Warn().Err(err).Msg("handoff not recorded: a successor will open a new gateway session and subscribe again")
 	}
 }
 
@@ -239,7 +282,7 @@ func (s *Source) flushState() {
 // handles and where to resume, or nil when it cannot be resumed (the
 // reason is logged and counted: the successor subscribes again, and the
 // events since the predecessor's last store are lost).
-func (s *Source) adoptFrom(m *member, st *stateFile) (*mxgateway.Session, map[string]int32, uint64) {
+func (s *Source) adoptFrom(m *member, st *Handoff) (*mxgateway.Session, map[string]int32, uint64) {
 	var why string
 	sess, err := m.client.Adopt(st.Session)
 	switch {
@@ -283,8 +326,11 @@ func (s *Source) resumed(m *member, session string, after uint64) {
 }
 
 // adopt maps the items of todo that the predecessor's session has advised
-// already (no command), relays the events held until then in order, and
-// returns the items left to subscribe.
+// already (no command), relays the changes held for them in order, and
+// returns the items left to subscribe. The changes of adopted items not
+// in todo stay held for a later subscribe; the handoff moves on once
+// every adopted item is mapped (until then eventDone records nothing: a
+// successor would find held changes behind the sequence recorded).
 func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
@@ -301,17 +347,29 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 			continue
 		}
 		delete(m.adopted, it.tag.Address)
+		delete(m.pending, h)
 		it.handle[m.idx], it.advised[m.idx] = h, true
 		m.byGateway[h] = it.tag.Handle
 	}
-	held := m.held
-	m.held, m.adopting = nil, false
-	if len(m.adopted) == 0 {
-		m.adopted = nil
+	var relay, keep []mxgateway.DataChange
+	for _, d := range m.held {
+		switch {
+		case m.pending[d.Handle]:
+			keep = append(keep, d)
+		default:
+			relay = append(relay, d)
+		}
 	}
+	m.held = keep
+	done := len(m.adopted) == 0
+	if done {
+		m.adopted, m.pending, m.held, m.adopting = nil, nil, nil, false
+	}
+	heldSeq := m.heldSeq
+	sess := m.sess
 	s.mu.Unlock()
 	var last uint64
-	for _, d := range held {
+	for _, d := range relay {
 		s.mu.Lock()
 		handle, ok := m.byGateway[d.Handle]
 		if it := s.items[handle]; ok && it != nil {
@@ -324,26 +382,27 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 		}
 		last = d.Seq
 	}
-	if s.ho != nil && last > 0 {
-		s.mu.Lock()
-		sess := m.sess
-		s.mu.Unlock()
-		if sess != nil {
-			s.ho.handled(m, gen, sess, max(last, m.heldSeq))
-		}
+	if seq := max(last, heldSeq); s.ho != nil && done && seq > 0 && sess != nil {
+		s.ho.handled(m, gen, sess, seq)
 	}
 	return rest
 }
 
-// startHandoff reads the predecessor's state (Start, s.mu held) and starts
-// the writer.
+// startHandoff loads the predecessor's handoff (Start, s.mu held) and
+// starts the writer.
 func (s *Source) startHandoff(h bridge.Handler) {
 	if sn, ok := h.(bridge.StoreNotifier); ok {
 		s.ho.sn = sn
 	}
-	st, err := readState(s.ho.path)
-	if err != nil {
-		s.log.Warn().Err(err).Msg("state file not read: opening new gateway sessions")
+	st, err := s.ho.store.LoadHandoff()
+	switch {
+	case err != nil:
+		s.log.Warn().Err(err).Msg("predecessor's handoff not read: opening new gateway sessions")
+		st = nil
+	case st != nil && st.Version != stateVersion:
+		s.log.Warn().Int("version", st.Version).Int("reads", stateVersion).
+			Msg("predecessor's handoff of another version ignored: opening new gateway sessions")
+		st = nil
 	}
 	if st != nil && st.Source == s.name {
 		for _, m := range s.members {

@@ -1,18 +1,23 @@
 package mxsource_test
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/bridge"
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/mxgateway"
 	"github.com/apbridge/apbridge/testcluster/faultproxy"
 	"github.com/apbridge/apbridge/testcluster/mxsim"
+	"github.com/apbridge/apbridge/wire"
 )
 
 // Against a gateway that advertises only today's nine capabilities the
@@ -160,4 +165,132 @@ func TestSuccessorResumesTheSession(t *testing.T) {
 func readFile(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// memStore is a HandoffStore in memory: the predecessor's handoff, and
+// what the source records.
+type memStore struct {
+	mu   sync.Mutex
+	prev *mxsource.Handoff
+	recs []mxsource.Handoff
+}
+
+func (m *memStore) LoadHandoff() (*mxsource.Handoff, error) { return m.prev, nil }
+
+func (m *memStore) RecordHandoff(h mxsource.Handoff) error {
+	m.mu.Lock()
+	m.recs = append(m.recs, h)
+	m.mu.Unlock()
+	return nil
+}
+
+// valuesHandler is a bridge.Handler that keeps each handle's values.
+type valuesHandler struct {
+	mu     sync.Mutex
+	values map[uint32][]int64
+}
+
+func (h *valuesHandler) Update(handle uint32, u wire.Update) {
+	if v, ok := u.Value.(int64); ok {
+		h.mu.Lock()
+		h.values[handle] = append(h.values[handle], v)
+		h.mu.Unlock()
+	}
+}
+func (h *valuesHandler) RefreshStart(string)         {}
+func (h *valuesHandler) RefreshEnd()                 {}
+func (h *valuesHandler) HealthChanged(bridge.Health) {}
+func (h *valuesHandler) Restored()                   {}
+
+func (h *valuesHandler) get(handle uint32) []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.values[handle])
+}
+
+// A successor (through a HandoffStore, as a fleet's relay keeps it) whose
+// bridge subscribes its tags in two calls, the second well after the
+// first: the changes of the adopted items not in the first call wait for
+// the second, in order, and none is lost; the handoff moves on only once
+// every adopted item is mapped. (A successor that relayed only what the
+// first call mapped lost the rest's changes until their subscribe.)
+func TestSuccessorAdoptsAcrossSubscribes(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "mx1.mx-state.json")
+	e1 := startMx(t, envConfig{period: 10 * time.Millisecond, stateFile: state})
+	e1.flowing(t, 20)
+	testutil.WaitFor(t, "the state file", 5*time.Second, func() bool {
+		b, err := readFile(state)
+		return err == nil && strings.Contains(b, `"lastStored"`) && !strings.Contains(b, `"lastStored": 0`)
+	})
+	mxsource.Abandon(e1.src)
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev mxsource.Handoff
+	if err := json.Unmarshal(b, &prev); err != nil {
+		t.Fatal(err)
+	}
+	store := &memStore{prev: &prev}
+	src, err := mxsource.New("mx1", mxsource.Config{Endpoints: []string{e1.gw[0].Addr()}}, mxsource.WithHandoffStore(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	h := &valuesHandler{values: map[uint32][]int64{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := src.Start(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	tags := make([]bridge.Tag, len(e1.tags))
+	for i, tc := range e1.tags {
+		tags[i] = bridge.Tag{Name: tc.Name, Address: tc.Address, Handle: uint32(i + 1)}
+	}
+	subscribe := func(tags []bridge.Tag) {
+		t.Helper()
+		testutil.WaitFor(t, "the subscribe", 10*time.Second, func() bool {
+			errs, err := src.Subscribe(ctx, tags)
+			return err == nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil })
+		})
+	}
+	subscribe(tags[:2])
+	testutil.WaitFor(t, "20 values of the first call's tags", 10*time.Second, func() bool { return len(h.get(1)) >= 20 })
+	store.mu.Lock()
+	early := len(store.recs)
+	store.mu.Unlock()
+	subscribe(tags[2:])
+	testutil.WaitFor(t, "20 values of the second call's tags", 10*time.Second, func() bool { return len(h.get(4)) >= 20 })
+	for i, tg := range tags {
+		var before []int64
+		e1.mu.Lock()
+		for _, u := range e1.updates[tg.Name] {
+			before = append(before, u.Value.(int64))
+		}
+		e1.mu.Unlock()
+		after := h.get(tg.Handle)
+		all := append(before, after...)
+		lo, hi := slices.Min(all), slices.Max(all)
+		seen := map[int64]bool{}
+		for _, v := range all {
+			seen[v] = true
+		}
+		for v := lo; v <= hi; v++ {
+			if !seen[v] {
+				t.Fatalf("%s (subscribe call %d): value %d lost across the successor (seen %d-%d; the successor's first %v)",
+					tg.Name, i/2+1, v, lo, hi, after[:min(5, len(after))])
+			}
+		}
+	}
+	if st := src.Stats(); st.SuccessorResumes != 1 || st.SessionsOpened != 0 {
+		t.Fatalf("stats %+v: want the session resumed", st)
+	}
+	if early != 0 {
+		t.Fatalf("%d handoffs recorded before every adopted item was mapped", early)
+	}
+	testutil.WaitFor(t, "a handoff recorded", 5*time.Second, func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.recs) > 0
+	})
 }

@@ -30,12 +30,15 @@ type member struct {
 	openedAt time.Time
 	lastErr  string // the last open or stream error, logged once
 	// resume is the predecessor's state, for the first session (Start).
-	resume *stateFile
+	resume *Handoff
 	// adopted are the items of a predecessor's session resumed, by
-	// address, not yet mapped to tags; while adopting, the session's
-	// data changes are held, in order, until the bridge's first
-	// subscribe maps them (see adopt), and heldSeq is the last event.
+	// address, not yet mapped to tags, and pending their gateway
+	// handles; while adopting (some are not mapped), the data changes
+	// of those items are held, in order, until a subscribe of the
+	// bridge maps them (see adopt): the bridge may subscribe its tags
+	// in more than one call. heldSeq is the last event meanwhile.
 	adopted  map[string]int32
+	pending  map[int32]bool
 	adopting bool
 	held     []mxgateway.DataChange
 	heldSeq  uint64
@@ -276,6 +279,13 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	defer s.mu.Unlock()
 	m.gen++
 	m.adopted, m.adopting, m.held, m.heldSeq = adopted, adopted != nil, nil, 0
+	m.pending = nil
+	if adopted != nil {
+		m.pending = make(map[int32]bool, len(adopted))
+		for _, h := range adopted {
+			m.pending[h] = true
+		}
+	}
 	m.sess, m.kill, m.openedAt = sess, kill, time.Now()
 	m.byGateway = map[int32]uint32{}
 	m.early = map[int32]mxgateway.DataChange{}
@@ -297,7 +307,7 @@ func (s *Source) detach(m *member, gen uint64) time.Duration {
 		return 0
 	}
 	m.sess, m.kill = nil, nil
-	m.adopted, m.adopting, m.held = nil, false, nil
+	m.adopted, m.pending, m.adopting, m.held = nil, nil, false, nil
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx] = 0, false
 	}
@@ -321,9 +331,9 @@ func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
 		s.mu.Unlock()
 		return
 	}
-	if m.adopting {
-		// A predecessor's session: its items are mapped at the bridge's
-		// first subscribe; until then the changes wait, in order.
+	if m.adopting && m.pending[d.Handle] {
+		// An item of a predecessor's session, mapped when the bridge
+		// subscribes its tag; until then its changes wait, in order.
 		if len(m.held) < maxEarly {
 			m.held = append(m.held, d)
 		}

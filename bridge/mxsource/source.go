@@ -99,10 +99,10 @@ func (it *item) relayed(d mxgateway.DataChange) {
 type Option func(*options) error
 
 type options struct {
-	log       zerolog.Logger
-	onEvent   func(Event)
-	client    []mxgateway.Option
-	stateFile string
+	log     zerolog.Logger
+	onEvent func(Event)
+	client  []mxgateway.Option
+	store   HandoffStore
 }
 
 // WithLogger logs through l (default: no logging).
@@ -155,8 +155,8 @@ func New(name string, cfg Config, opts ...Option) (*Source, error) {
 		items: map[uint32]*item{}, active: -1,
 		health: bridge.Health{State: bridge.StateConnecting, Level: -1},
 	}
-	if o.stateFile != "" {
-		s.ho = newHandoff(o.stateFile)
+	if o.store != nil {
+		s.ho = newHandoff(o.store)
 	}
 	for i, ep := range cfg.Endpoints {
 		c, err := mxgateway.NewClient(ep, append(copts, o.client...)...)

@@ -70,8 +70,10 @@ type soakIdentity struct {
 	Skipped, Unserved, StoredAgain             uint64
 	Stored, Counted                            uint64 // messages read; counter values checked
 	// LostBySource and UnservedBySource split the relay kills' lost and
-	// unserved values by source: an OPC UA source's successor can take
-	// its subscription over (fleet.handoff), a gateway source's not.
+	// unserved values by source: with fleet.handoff an OPC UA source's
+	// successor takes its subscription over, and a gateway source's
+	// resumes the dead owner's session's event stream when the gateway
+	// advertises event-resume; each falls back otherwise.
 	LostBySource, UnservedBySource   map[string]uint64
 	LostExamples, DuplicatedExamples []string
 	ReorderedExamples                []string

@@ -1,0 +1,111 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/bridge/mxsource"
+	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/testcluster/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// TestMxHandoffFencing: a gateway source's handoff in the bucket follows
+// the fencing rules of the OPC UA one. A record is not written without a
+// valid lease; a successor takes over only a record of an older token
+// than its lease's (not its own lease's); and an owner deposed by a newer
+// one (its write meets the newer record) writes no more, so the newer
+// record stays.
+func TestMxHandoffFencing(t *testing.T) {
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open := func(relay string, tok *atomic.Uint64) *handoffStore {
+		t.Helper()
+		hs, err := openHandoffStore(ctx, js, &FleetConfig{RelayID: relay, Bucket: "fx", Replicas: 1},
+			func(string) (uint64, bool) { v := tok.Load(); return v, v != 0 }, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(hs.close)
+		return hs
+	}
+	record := func(hs *handoffStore, token, lastStored uint64) {
+		t.Helper()
+		st := &fleetMxStore{hs: hs, pair: "gw1", token: token}
+		if err := st.RecordHandoff(mxsource.Handoff{Version: 1, Source: "gw1", Endpoint: "gw:1", LastStored: lastStored,
+			Items: map[string]int32{"C_0.Value": 7}}); err != nil {
+			t.Fatal(err)
+		}
+		hs.flush()
+	}
+	var ta, tb atomic.Uint64
+	a, b := open("ra", &ta), open("rb", &tb)
+	kv, err := js.KeyValue(ctx, HandoffBucket("fx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() (rec handoffRecord) {
+		t.Helper()
+		en, err := kv.Get(ctx, "gw1")
+		if err != nil {
+			return rec
+		}
+		if err := json.Unmarshal(en.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	// No valid lease: nothing written.
+	record(a, 5, 9)
+	if rec := stored(); rec.Mx != nil {
+		t.Fatalf("a record written without a valid lease: %+v", rec)
+	}
+	// The lease valid (token 5): written, and the pending one with it.
+	ta.Store(5)
+	record(a, 5, 10)
+	testutil.WaitFor(t, "ra's record", 5*time.Second, func() bool {
+		rec := stored()
+		return rec.Mx != nil && rec.Mx.LastStored == 10 && rec.Token == 5 && rec.Relay == "ra"
+	})
+	if h := b.mxTakeover("gw1", 5); h != nil {
+		t.Fatalf("a record of the successor's own lease taken over: %+v", h)
+	}
+	h := b.mxTakeover("gw1", 6)
+	if h == nil || h.LastStored != 10 || h.Items["C_0.Value"] != 7 {
+		t.Fatalf("the record of an older lease not taken over: %+v", h)
+	}
+	// rb owns under token 6; ra, deposed, still sees its lease valid.
+	tb.Store(6)
+	record(b, 6, 20)
+	testutil.WaitFor(t, "rb's record", 5*time.Second, func() bool { return stored().Token == 6 })
+	record(a, 5, 30)
+	a.flush()
+	testutil.WaitFor(t, "ra deposed", 5*time.Second, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.entries["gw1"].deposed
+	})
+	record(a, 5, 40)
+	if rec := stored(); rec.Token != 6 || rec.Relay != "rb" || rec.Mx == nil || rec.Mx.LastStored != 20 {
+		t.Fatalf("the deposed owner overwrote the newer record: %+v", rec)
+	}
+	if a.recording("gw1") {
+		t.Fatal("the deposed owner still counts as recording")
+	}
+	if !b.recording("gw1") {
+		t.Fatal("the owner does not count as recording")
+	}
+}
