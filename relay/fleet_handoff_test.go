@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +46,9 @@ type fleetOPCUA struct {
 	pair     *uaserver.Pair
 	counters map[string]bool
 	tags     string
+	// endpoints are the source's endpoints in the config: the pair's
+	// primary alone unless a test sets both.
+	endpoints string
 }
 
 func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *fleetOPCUA {
@@ -63,6 +68,7 @@ func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *
 		}
 	}
 	e.tags = tags.String()
+	e.endpoints = e.pair.A().Endpoint()
 	return e
 }
 
@@ -84,7 +90,7 @@ sources:
     queueSize: 64
     samplingIntervalMilliseconds: 20
     tags:
-%s`, strings.Join(servers, ", "), id, id, id, handoff, e.pair.A().Endpoint(), e.tags))
+%s`, strings.Join(servers, ", "), id, id, id, handoff, e.endpoints, e.tags))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,10 +119,18 @@ func (e *fleetOPCUA) waitStored(what string, value int64) {
 
 // lost returns the counter values missing in the stream between each
 // counter's first and last value stored.
-func (e *fleetOPCUA) lost() int {
+func (e *fleetOPCUA) lost() int { return e.lostFrom(math.MinInt64) }
+
+// lostFrom returns the counter values missing in the stream between each
+// counter's first value stored from value from on and its last.
+func (e *fleetOPCUA) lostFrom(from int64) int {
 	e.t.Helper()
 	lost := 0
-	for name, vs := range streamCounters(e.ctx, e.t, e.cl, e.counters) {
+	for name, all := range streamCounters(e.ctx, e.t, e.cl, e.counters) {
+		vs := slices.DeleteFunc(all, func(v int64) bool { return v < from })
+		if len(vs) == 0 {
+			continue
+		}
 		seen := map[int64]bool{}
 		lo, hi := vs[0], vs[0]
 		for _, v := range vs {
