@@ -21,13 +21,16 @@ import (
 // started on the primary and connected the backup as its standby, which
 // left the subscription behind: new subscriptions and a snapshot, and what
 // the cut-off owner had received but not stored lost (a relay kill in the
-// fleet soak after any failover of the pair).
+// fleet soak after any failover of the pair). The relays' configs leave
+// fleet.handoff out: the default keeps the handoff.
 func TestFleetSuccessorTakesBackupOver(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	e := newFleetOPCUA(t, ctx, natstest.WithProxies())
 	cl, pair := e.cl, e.pair
 	e.endpoints = pair.A().Endpoint() + ", " + pair.B().Endpoint()
+	// fleet.handoff left out: its default is on.
+	e.defaultHandoff = true
 	pair.B().SetLevel(uaserver.LevelHealthyFollower)
 	logger := testutil.Logger(t)
 	a := e.start("ra", []string{cl.Node(0).URL()}, true, logger.With().Str("relay", "ra").Logger(), nats.IgnoreDiscoveredServers())

@@ -49,6 +49,9 @@ type fleetOPCUA struct {
 	// endpoints are the source's endpoints in the config: the pair's
 	// primary alone unless a test sets both.
 	endpoints string
+	// defaultHandoff leaves fleet.handoff out of the config: the relays
+	// run on its default, whatever start is given.
+	defaultHandoff bool
 }
 
 func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *fleetOPCUA {
@@ -76,6 +79,10 @@ func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *
 // closed when the test ends.
 func (e *fleetOPCUA) start(id string, servers []string, handoff bool, log zerolog.Logger, nopts ...nats.Option) *relay.Relay {
 	e.t.Helper()
+	handoffYAML := fmt.Sprintf(", handoff: %v", handoff)
+	if e.defaultHandoff {
+		handoffYAML = ""
+	}
 	cfg, err := relay.Parse(fmt.Appendf(nil, `
 nats: {servers: [%s]}
 http: {listen: ""}
@@ -83,14 +90,14 @@ instance: %s
 service: {prefix: fh-%s}
 sink: jetstream
 jetstream: {stream: FH, replicas: 1}
-fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1, handoff: %v}
+fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1%s}
 sources:
   - name: opc1
     endpoints: [%s]
     queueSize: 64
     samplingIntervalMilliseconds: 20
     tags:
-%s`, strings.Join(servers, ", "), id, id, id, handoff, e.endpoints, e.tags))
+%s`, strings.Join(servers, ", "), id, id, id, handoffYAML, e.endpoints, e.tags))
 	if err != nil {
 		e.t.Fatal(err)
 	}

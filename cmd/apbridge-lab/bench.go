@@ -234,7 +234,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.cycles, "cycles", 3, "soak: cycles, each applying every fault kind once in a seeded random order (1-100000)")
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak, relay-restart: the relay's sink, core or jetstream (relay-restart: default jetstream)")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
-	fs.BoolVar(&cfg.handoff, "handoff", false, "soak --fleet: the relays keep each OPC UA source's handoff with its lease (fleet.handoff), so that the next owner takes the data subscription over")
+	fs.BoolVar(&cfg.handoff, "handoff", true, "soak --fleet: the relays keep each OPC UA source's handoff with its lease (fleet.handoff, the relay's default), so that the next owner takes the data subscription over; --handoff=false writes handoff: false")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
 	fs.DurationVar(&cfg.outage, "outage", 120*time.Second, "wan-outage, wan-outage-ldm: how long the WAN is down (1s-24h)")
 	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused) or freeze (nothing passes, sockets stay open)")
