@@ -78,9 +78,9 @@ type benchConfig struct {
 	runsSet, sinkSet bool
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
 	fleet bool
-	// handoff turns on the fleet's handoffs (fleet.handoff) in the
-	// soak's relays.
-	handoff bool
+	// handoff is fleet.handoff in the soak's relays (on, as the relay's
+	// default is); handoffSet says --handoff was given.
+	handoff, handoffSet bool
 	// outage, wan, flap and wanRTT are the edge scenarios'
 	// (bench_edge.go): how long the WAN is down, how (cut or freeze),
 	// how long it flaps, and the latency it adds.
@@ -319,8 +319,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.sink != soakSinkCore && cfg.sink != soakSinkJetStream {
 		return fmt.Errorf("--sink: %q is not valid (valid: %s, %s)", cfg.sink, soakSinkCore, soakSinkJetStream)
 	}
-	if cfg.handoff && !cfg.fleet {
-		return fmt.Errorf("--handoff needs --fleet: it turns on fleet.handoff in the soak's fleet")
+	fs.Visit(func(f *flag.Flag) { cfg.handoffSet = cfg.handoffSet || f.Name == "handoff" })
+	if cfg.handoffSet && !cfg.fleet {
+		return fmt.Errorf("--handoff needs --fleet: it sets fleet.handoff in the soak's fleet")
 	}
 	if cfg.fleet && cfg.sink != soakSinkJetStream {
 		// The fleet's guarantees (one copy of an update across a takeover
