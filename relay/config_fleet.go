@@ -39,9 +39,15 @@ type FleetConfig struct {
 	// owner needs to take the source's data subscription over (in the
 	// bucket HandoffBucket(bucket)), and the next owner take it over
 	// instead of subscribing anew with a refresh (fleet_handoff.go).
-	// Default false.
-	Handoff bool `yaml:"handoff"`
+	// Default (nil) true: without it a relay kill loses what the dead
+	// owner had received and not stored, and what the server produced
+	// until the next owner subscribed; false turns it off.
+	Handoff *bool `yaml:"handoff"`
 }
+
+// HandoffEnabled reports whether the fleet keeps its OPC UA sources'
+// handoffs (Handoff, default true).
+func (f *FleetConfig) HandoffEnabled() bool { return f.Handoff == nil || *f.Handoff }
 
 // fleetConfig is the fleet package's view of f for the given pairs.
 func (f *FleetConfig) fleetConfig(pairs []string) fleet.Config {

@@ -130,7 +130,7 @@ func (f *fleetPart) join(ctx context.Context) error {
 	for p := range f.leased {
 		pairs = append(pairs, p)
 	}
-	if f.cfg.Handoff {
+	if f.cfg.HandoffEnabled() {
 		// Open before the first lease is won: its instance reads the
 		// previous owner's handoff.
 		js, err := jetstream.New(f.nc)
@@ -144,7 +144,7 @@ func (f *fleetPart) join(ctx context.Context) error {
 		f.handoffs.Store(hs)
 	}
 	opts := []fleet.Option{fleet.WithLogger(f.log), fleet.WithHandler(f.onEvent)}
-	if f.cfg.Handoff {
+	if f.cfg.HandoffEnabled() {
 		opts = append(opts, fleet.WithReleaseHook(f.onRelease))
 	}
 	m, err := fleet.Join(ctx, f.nc, f.cfg.fleetConfig(pairs), opts...)

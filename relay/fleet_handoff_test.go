@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +46,12 @@ type fleetOPCUA struct {
 	pair     *uaserver.Pair
 	counters map[string]bool
 	tags     string
+	// endpoints are the source's endpoints in the config: the pair's
+	// primary alone unless a test sets both.
+	endpoints string
+	// defaultHandoff leaves fleet.handoff out of the config: the relays
+	// run on its default, whatever start is given.
+	defaultHandoff bool
 }
 
 func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *fleetOPCUA {
@@ -63,6 +71,7 @@ func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *
 		}
 	}
 	e.tags = tags.String()
+	e.endpoints = e.pair.A().Endpoint()
 	return e
 }
 
@@ -70,6 +79,10 @@ func newFleetOPCUA(t *testing.T, ctx context.Context, opts ...natstest.Option) *
 // closed when the test ends.
 func (e *fleetOPCUA) start(id string, servers []string, handoff bool, log zerolog.Logger, nopts ...nats.Option) *relay.Relay {
 	e.t.Helper()
+	handoffYAML := fmt.Sprintf(", handoff: %v", handoff)
+	if e.defaultHandoff {
+		handoffYAML = ""
+	}
 	cfg, err := relay.Parse(fmt.Appendf(nil, `
 nats: {servers: [%s]}
 http: {listen: ""}
@@ -77,14 +90,14 @@ instance: %s
 service: {prefix: fh-%s}
 sink: jetstream
 jetstream: {stream: FH, replicas: 1}
-fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1, handoff: %v}
+fleet: {relayId: %s, leaseTTL: 1s, dwell: 10m, bucket: fh, replicas: 1%s}
 sources:
   - name: opc1
     endpoints: [%s]
     queueSize: 64
     samplingIntervalMilliseconds: 20
     tags:
-%s`, strings.Join(servers, ", "), id, id, id, handoff, e.pair.A().Endpoint(), e.tags))
+%s`, strings.Join(servers, ", "), id, id, id, handoffYAML, e.endpoints, e.tags))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,10 +126,18 @@ func (e *fleetOPCUA) waitStored(what string, value int64) {
 
 // lost returns the counter values missing in the stream between each
 // counter's first and last value stored.
-func (e *fleetOPCUA) lost() int {
+func (e *fleetOPCUA) lost() int { return e.lostFrom(math.MinInt64) }
+
+// lostFrom returns the counter values missing in the stream between each
+// counter's first value stored from value from on and its last.
+func (e *fleetOPCUA) lostFrom(from int64) int {
 	e.t.Helper()
 	lost := 0
-	for name, vs := range streamCounters(e.ctx, e.t, e.cl, e.counters) {
+	for name, all := range streamCounters(e.ctx, e.t, e.cl, e.counters) {
+		vs := slices.DeleteFunc(all, func(v int64) bool { return v < from })
+		if len(vs) == 0 {
+			continue
+		}
 		seen := map[int64]bool{}
 		lo, hi := vs[0], vs[0]
 		for _, v := range vs {

@@ -229,6 +229,34 @@ sources:
 	}
 }
 
+// fleet.handoff is on unless a file turns it off: a relay kill then loses
+// nothing of an OPC UA source that the server held. A library caller's
+// FleetConfig without it has it on too.
+func TestFleetHandoffDefault(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want bool
+	}{{"", true}, {", handoff: true", true}, {", handoff: false", false}} {
+		cfg, err := relay.Parse(fmt.Appendf(nil, `
+nats: {servers: [nats://localhost:4222]}
+fleet: {relayId: r1%s}
+sources:
+  - name: line1
+    endpoints: [opc.tcp://localhost:4840]
+    tags: [{name: t, address: "ns=2;s=T"}]
+`, c.line))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Fleet.HandoffEnabled(); got != c.want {
+			t.Errorf("fleet {relayId: r1%s}: handoff %v, want %v", c.line, got, c.want)
+		}
+	}
+	if !(&relay.FleetConfig{RelayID: "r1"}).HandoffEnabled() {
+		t.Error("a FleetConfig without Handoff: handoff off, want on")
+	}
+}
+
 // A relay cut off from the cluster fences itself: it stops handing its
 // sources' updates to NATS before the other relay can win them, and the
 // other relay takes them over.

@@ -154,6 +154,19 @@ func NewSinglePolicy(cfg FailoverConfig, opts ...PolicyOption) (*Policy, error) 
 // peer.
 func (p *Policy) AddPeer() { p.single = false }
 
+// StartOn makes e the active endpoint that Start connects, in place of
+// the primary: a successor that takes a predecessor's data subscription
+// over starts where the predecessor served from, which may be the backup
+// (it stayed there after a failover), or the subscription would be left
+// behind with what the server held for it. It does nothing after Start,
+// nor to a single-server Policy, which has no backup.
+func (p *Policy) StartOn(e Endpoint) {
+	if p.conn != connIdle || p.single || (e != Primary && e != Backup) {
+		return
+	}
+	p.active = e
+}
+
 // Settings returns the resolved settings the Policy runs on.
 func (p *Policy) Settings() Settings { return p.set }
 
@@ -190,10 +203,10 @@ func (p *Policy) Status() Status {
 	return st
 }
 
-// Start returns the first connect to the primary endpoint, with the full
-// connect timeout: fast timing is for retries, once an endpoint has failed
-// and a Healthy standby is known to exist. Calls after the first do
-// nothing.
+// Start returns the first connect to the active endpoint (the primary,
+// or the one StartOn chose), with the full connect timeout: fast timing
+// is for retries, once an endpoint has failed and a Healthy standby is
+// known to exist. Calls after the first do nothing.
 func (p *Policy) Start(now time.Time) Decision {
 	if p.conn != connIdle {
 		return p.finish(now, Decision{})

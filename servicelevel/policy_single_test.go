@@ -131,3 +131,50 @@ func TestPolicyAddPeer(t *testing.T) {
 		t.Fatalf("with the peer added: decisions %v, want a switch to the backup", ds)
 	}
 }
+
+// TestPolicyStartOn: StartOn before Start makes the first connect go to
+// the chosen endpoint (a successor starting where its predecessor
+// served); after Start, on a single-server Policy or with no endpoint it
+// changes nothing (the first connect, or the active, stays the primary's).
+func TestPolicyStartOn(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	cases := []struct {
+		name       string
+		single     bool
+		on         Endpoint
+		afterStart bool
+		want       Endpoint
+	}{
+		{"control: no StartOn", false, Primary, false, Primary},
+		{"the backup", false, Backup, false, Backup},
+		{"the primary", false, Primary, false, Primary},
+		{"after Start", false, Backup, true, Primary},
+		{"single server", true, Backup, false, Primary},
+		{"not an endpoint", false, Endpoint(7), false, Primary},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			newPolicy := NewPolicy
+			if c.single {
+				newPolicy = NewSinglePolicy
+			}
+			p, err := newPolicy(FailoverConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d Decision
+			if c.afterStart {
+				d = p.Start(t0)
+			}
+			if c.name != "control: no StartOn" {
+				p.StartOn(c.on)
+			}
+			if !c.afterStart {
+				d = p.Start(t0)
+			}
+			if d.Action != ActionConnect || d.To != c.want || p.Active() != c.want || p.Status().Active != c.want {
+				t.Fatalf("decision %v, active %v; want a connect to %v", d, p.Active(), c.want)
+			}
+		})
+	}
+}

@@ -191,7 +191,9 @@ func WithHandoffRecorder(f func(Handoff)) PairOption {
 }
 
 // WithTakeover gives the Pair a predecessor's Handoff (the same relay
-// before it restarted): the first session on the handoff's endpoint takes
+// before it restarted): the Pair starts on the handoff's endpoint as its
+// active (the backup, if the predecessor served from it after a
+// failover), and the first session there takes
 // the predecessor's data subscription over instead of creating one
 // (TransferSubscriptions, with the same identity and security as
 // configured), asks the server again for every message from the first

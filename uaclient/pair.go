@@ -170,7 +170,8 @@ func NewPair(cfg PairConfig, opts ...PairOption) (*Pair, error) {
 func (p *Pair) Settings() PairSettings { return p.set }
 
 // Start starts the Pair: it connects the primary endpoint as the active
-// and the backup as the standby in the background, and from then on
+// (or the endpoint of the predecessor's handoff, WithTakeover) and the
+// other as the standby in the background, and from then on
 // follows the Policy until Close. It returns at once: it never waits for a
 // server, so that a pair whose servers are both down holds up nothing
 // else. Ready tells when data flows; WaitReady waits for it. ctx is not

@@ -95,6 +95,14 @@ func (p *Pair) startTakeover(now time.Time) {
 		return
 	}
 	p.remnants[ep] = r
+	// The predecessor may have served from the backup (it stayed there
+	// after a failover): the Pair starts there, as its active, to take
+	// the subscription over; a standby session would leave it, and what
+	// the server held for it, behind.
+	p.pol.StartOn(ep)
+	p.statusMu.Lock()
+	p.status.Active, p.status.ActiveURL, p.status.Policy = p.pol.Active(), p.urls[p.pol.Active()], p.pol.Status()
+	p.statusMu.Unlock()
 	if len(p.items) > 0 {
 		return
 	}

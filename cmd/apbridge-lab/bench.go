@@ -78,9 +78,9 @@ type benchConfig struct {
 	runsSet, sinkSet bool
 	// fleet runs the soak with three relays of one fleet (soak_fleet.go).
 	fleet bool
-	// handoff turns on the fleet's handoffs (fleet.handoff) in the
-	// soak's relays.
-	handoff bool
+	// handoff is fleet.handoff in the soak's relays (on, as the relay's
+	// default is); handoffSet says --handoff was given.
+	handoff, handoffSet bool
 	// outage, wan, flap and wanRTT are the edge scenarios'
 	// (bench_edge.go): how long the WAN is down, how (cut or freeze),
 	// how long it flaps, and the latency it adds.
@@ -234,7 +234,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.cycles, "cycles", 3, "soak: cycles, each applying every fault kind once in a seeded random order (1-100000)")
 	fs.StringVar(&cfg.sink, "sink", soakSinkCore, "soak, relay-restart: the relay's sink, core or jetstream (relay-restart: default jetstream)")
 	fs.BoolVar(&cfg.fleet, "fleet", false, "soak: three relays of one fleet (lease TTL 3 s) on two OPC UA and two gateway pairs, and a relay kill among the faults; needs --sink jetstream")
-	fs.BoolVar(&cfg.handoff, "handoff", false, "soak --fleet: the relays keep each source's handoff with its lease (fleet.handoff), so that the next owner takes an OPC UA source's data subscription over and resumes a gateway source's session")
+	fs.BoolVar(&cfg.handoff, "handoff", true, "soak --fleet: the relays keep each source's handoff with its lease (fleet.handoff, the relay's default), so that the next owner takes an OPC UA source's data subscription over and resumes a gateway source's session; --handoff=false writes handoff: false")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
 	fs.DurationVar(&cfg.outage, "outage", 120*time.Second, "wan-outage, wan-outage-ldm: how long the WAN is down (1s-24h)")
 	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused) or freeze (nothing passes, sockets stay open)")
@@ -319,8 +319,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.sink != soakSinkCore && cfg.sink != soakSinkJetStream {
 		return fmt.Errorf("--sink: %q is not valid (valid: %s, %s)", cfg.sink, soakSinkCore, soakSinkJetStream)
 	}
-	if cfg.handoff && !cfg.fleet {
-		return fmt.Errorf("--handoff needs --fleet: it turns on fleet.handoff in the soak's fleet")
+	fs.Visit(func(f *flag.Flag) { cfg.handoffSet = cfg.handoffSet || f.Name == "handoff" })
+	if cfg.handoffSet && !cfg.fleet {
+		return fmt.Errorf("--handoff needs --fleet: it sets fleet.handoff in the soak's fleet")
 	}
 	if cfg.fleet && cfg.sink != soakSinkJetStream {
 		// The fleet's guarantees (one copy of an update across a takeover

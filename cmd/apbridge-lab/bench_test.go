@@ -23,6 +23,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--tags", "-5"}, "--tags: -5 is out of range (valid 1-20000)"},
 		{[]string{"--server", "prosys"}, `--server: "prosys" is not valid (valid: embedded, node)`},
 		{[]string{"--fleet", "soak"}, "--fleet needs --sink jetstream"},
+		{[]string{"--handoff=false", "soak"}, "--handoff needs --fleet"},
 		{[]string{"--standby-level", "251"}, "--standby-level: 251 is out of range (valid 0-250)"},
 		{[]string{"--delay", "-1s"}, "--delay: -1s is out of range (valid 0-1m)"},
 		{[]string{"--outage", "0s"}, "--outage: 0s is out of range (valid 1s-24h)"},
@@ -42,7 +43,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--fleet", "--sink", "jetstream", "--handoff=false", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
 		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatalf("valid flags %v refused: %v", args, err)
 		}

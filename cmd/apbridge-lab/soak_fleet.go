@@ -263,6 +263,13 @@ type soakTakeover struct {
 	// both published (the overlap, on purpose).
 	BackMs float64 `json:"handback_overlap_ms"`
 	Cycle  int     `json:"cycle"`
+	// Token is the new owner's lease token: its log tells its instance's
+	// takeover (soak_fleet_takeover.go).
+	Token uint64 `json:"token"`
+	// The takeover as the new owner's log tells it, and what the kill
+	// cost the source in the stream.
+	soakTakeoverOutcome
+	kill int // the kill's index in the run's kills
 }
 
 // takeovers pairs each kill's sources with the owner changes the
@@ -273,7 +280,7 @@ type soakTakeover struct {
 func (w *soakOwners) takeovers(kills []soakKill) (out []soakTakeover, unseen []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, k := range kills {
+	for ki, k := range kills {
 		for _, s := range k.sources {
 			i := slices.IndexFunc(w.changes, func(c soakOwnerChange) bool {
 				return c.source == s && c.from.relay == k.relay && c.to.relay != k.relay && c.at.After(k.at)
@@ -283,7 +290,8 @@ func (w *soakOwners) takeovers(kills []soakKill) (out []soakTakeover, unseen []s
 				continue
 			}
 			c := w.changes[i]
-			t := soakTakeover{Source: s, Before: k.relay, After: c.to.relay, Ms: ms(c.at.Sub(k.at)), DualMs: ms(c.dual()), Cycle: k.where.cycle}
+			t := soakTakeover{Source: s, Before: k.relay, After: c.to.relay, Ms: ms(c.at.Sub(k.at)), DualMs: ms(c.dual()), Cycle: k.where.cycle,
+				Token: c.to.token, kill: ki}
 			if j := slices.IndexFunc(w.changes[i+1:], func(b soakOwnerChange) bool {
 				return b.source == s && b.to.relay == k.relay
 			}); j >= 0 {

@@ -74,7 +74,10 @@ type soakIdentity struct {
 	// successor takes its subscription over, and a gateway source's
 	// resumes the dead owner's session's event stream when the gateway
 	// advertises event-resume; each falls back otherwise.
-	LostBySource, UnservedBySource   map[string]uint64
+	LostBySource, UnservedBySource map[string]uint64
+	// ByKill splits them by kill (its index in the kills) and source, so
+	// that each can be set beside that source's takeover.
+	ByKill                           map[soakKillSource]*soakKillCost
 	LostExamples, DuplicatedExamples []string
 	ReorderedExamples                []string
 }
@@ -85,6 +88,29 @@ func (a *soakIdentity) bySource(m *map[string]uint64, source string) {
 		*m = map[string]uint64{}
 	}
 	(*m)[source]++
+}
+
+// soakKillSource is one source of one relay kill: the kill's index in the
+// run's kills.
+type soakKillSource struct {
+	kill   int
+	source string
+}
+
+// soakKillCost is what a relay kill cost one of its sources.
+type soakKillCost struct{ lost, unserved uint64 }
+
+// killCost is the cost of kill k to source.
+func (a *soakIdentity) killCost(k int, source string) *soakKillCost {
+	if a.ByKill == nil {
+		a.ByKill = map[soakKillSource]*soakKillCost{}
+	}
+	c := a.ByKill[soakKillSource{k, source}]
+	if c == nil {
+		c = &soakKillCost{}
+		a.ByKill[soakKillSource{k, source}] = c
+	}
+	return c
 }
 
 func (a *soakIdentity) kind(k string) *soakIDKind {
@@ -253,19 +279,22 @@ func (a *soakIdentity) hole(subject string, x, y soakIDEntry, c soakAuditCtx) {
 		return
 	}
 	source := soakSubjectSource(subject)
-	for _, k := range kills {
+	for ki, k := range kills {
 		// The kill of the relay that published x, between x (give or take
 		// the kill's own instant) and y.
 		if k.relay != x.owner.relay || !slices.Contains(k.sources, source) || !x.at.Before(k.at.Add(time.Second)) || !k.at.Before(y.at) {
 			continue
 		}
+		cost := a.killCost(ki, source)
 		for v := x.value + 1; v < y.value; v++ {
 			if at(v).Before(k.at) {
 				lose(v, k.where)
 				a.bySource(&a.LostBySource, source)
+				cost.lost++
 			} else {
 				a.kind(k.where.kind).Unserved++
 				a.bySource(&a.UnservedBySource, source)
+				cost.unserved++
 			}
 		}
 		return
@@ -366,14 +395,18 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	if len(unseen) > 0 {
 		res.set("takeovers_unseen_examples", unseen[:min(len(unseen), 5)])
 	}
+	r.takeoverOutcomes(tos, a)
 	var times []float64
 	var dual, back float64
+	outcomes := map[string]int{}
 	for _, t := range tos {
 		times = append(times, t.Ms)
 		dual, back = max(dual, t.DualMs), max(back, t.BackMs)
-		fmt.Fprintf(r.cfg.progress, "  cycle %d: %s of %s taken over by %s after %.0f ms (both published %.0f ms; back with an overlap of %.0f ms)\n",
-			t.Cycle, t.Source, t.Before, t.After, t.Ms, t.DualMs, t.BackMs)
+		outcomes[t.Source+" "+t.Outcome]++
+		fmt.Fprintf(r.cfg.progress, "  cycle %d: %s of %s taken over by %s after %.0f ms (both published %.0f ms; back with an overlap of %.0f ms): %s\n",
+			t.Cycle, t.Source, t.Before, t.After, t.Ms, t.DualMs, t.BackMs, t.describe())
 	}
+	res.set("takeover_outcomes", outcomes)
 	if len(times) > 0 {
 		res.set("takeover_ms_p50", percentile(times, 50))
 		res.set("takeover_ms_p99", percentile(times, 99))

@@ -106,6 +106,12 @@ func TestAuditIdentity(t *testing.T) {
 			if c.wantKind == soakRelayKill && (got.LostBySource["line1"] != c.want.Lost || got.UnservedBySource["line1"] != c.want.Unserved) {
 				t.Errorf("by source: lost %v, unserved %v", got.LostBySource, got.UnservedBySource)
 			}
+			// And by kill, for its takeover's line.
+			if c.wantKind == soakRelayKill {
+				if kc := got.ByKill[soakKillSource{0, "line1"}]; kc == nil || kc.lost != c.want.Lost || kc.unserved != c.want.Unserved {
+					t.Errorf("by kill: %v", got.ByKill)
+				}
+			}
 		})
 	}
 }
@@ -128,7 +134,7 @@ func TestSoakOwnersTakeovers(t *testing.T) {
 	if len(unseen) != 0 {
 		t.Fatal(unseen)
 	}
-	want := soakTakeover{Source: "line1", Before: "r1", After: "r2", Ms: 3050, DualMs: 20, BackMs: 900, Cycle: 2}
+	want := soakTakeover{Source: "line1", Before: "r1", After: "r2", Ms: 3050, DualMs: 20, BackMs: 900, Cycle: 2, Token: 9}
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

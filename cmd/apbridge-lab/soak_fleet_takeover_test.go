@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A relay's log tells each instance's takeover by its lease token: a
+// transfer with what the server held and gave back, a fallback with the
+// server's or the Pair's reason, a handoff that did not fit, and an
+// instance that read no handoff.
+func TestSoakInstances(t *testing.T) {
+	log := strings.Join([]string{
+		`{"level":"info","source":"line2","from":"r1","token":3,"message":"fleet: taking over the previous owner's subscription"}`,
+		`{"level":"info","source":"line2","token":9,"message":"fleet: source owned, started"}`,
+		`not a log line`,
+		`{"level":"info","source":"line2","event":"successor takeover","member":"primary","message":"primary: the predecessor's data subscription 6 taken over (4 messages held by the server, from 31 on); no snapshot"}`,
+		`{"level":"info","source":"line2","republished":37,"message":"the successor caught up with what the server held for its predecessor"}`,
+		`{"level":"info","source":"line1","from":"r2","token":38,"message":"fleet: taking over the previous owner's subscription"}`,
+		`{"level":"info","source":"line1","token":41,"message":"fleet: source owned, started"}`,
+		`{"level":"warn","source":"line1","event":"successor takeover","member":"backup","error":"the predecessor served from the backup","message":"backup: not taken over"}`,
+		`{"level":"info","source":"line1","from":"r3","token":50,"message":"fleet: taking over the previous owner's subscription"}`,
+		`{"level":"warn","source":"line1","error":"recorded for primary x","message":"the predecessor's handoff does not fit this source: new subscriptions and a snapshot"}`,
+		`{"level":"info","source":"line1","token":55,"message":"fleet: source owned, started"}`,
+		`{"level":"info","source":"galaxy2","token":60,"message":"fleet: source owned, started"}`,
+	}, "\n")
+	got, err := soakInstances(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[soakInstance]soakTakeoverOutcome{
+		{"line2", 9}:    {Outcome: soakTransferred, HandoffFrom: "r1", Held: 4, Republished: 37},
+		{"line1", 41}:   {Outcome: soakFallback, HandoffFrom: "r2", Reason: "the predecessor served from the backup"},
+		{"line1", 55}:   {Outcome: soakFallback, HandoffFrom: "r3", Reason: "handoff does not fit: recorded for primary x"},
+		{"galaxy2", 60}: {Outcome: soakNoHandoff},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%v: got %+v, want %+v", k, got[k], w)
+		}
+	}
+}
