@@ -19,7 +19,10 @@ import (
 // ignored one, its start under the lease (fleet: source owned, started;
 // token), the takeover's outcome (the EventTakeover, transferred or not
 // and why), and, once the server's held messages are given back, how many
-// data changes were republished.
+// data changes were republished. A gateway source's instance logs the
+// handoff it read (fleet: resuming the previous owner's gateway session),
+// its start, then whether the predecessor's session was resumed or why
+// not.
 
 // Outcomes of a takeover.
 const (
@@ -64,6 +67,7 @@ type soakLogLine struct {
 	From        string `json:"from"`
 	Token       uint64 `json:"token"`
 	Republished *int   `json:"republished"`
+	Reason      string `json:"reason"`
 }
 
 // soakInstances reads a relay's log: each instance's takeover. A line
@@ -80,7 +84,8 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 			continue
 		}
 		switch {
-		case l.Message == "fleet: taking over the previous owner's subscription":
+		case l.Message == "fleet: taking over the previous owner's subscription",
+			l.Message == "fleet: resuming the previous owner's gateway session":
 			pending[l.Source] = soakTakeoverOutcome{HandoffFrom: l.From}
 		case strings.HasPrefix(l.Message, "fleet: handoff ignored"):
 			pending[l.Source] = soakTakeoverOutcome{Outcome: soakNoHandoff, Reason: strings.TrimPrefix(l.Message, "fleet: ") + ": " + l.Error}
@@ -116,6 +121,18 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 			}
 			if m := soakHeldRE.FindStringSubmatch(l.Message); m != nil {
 				o.Held, _ = strconv.Atoi(m[1])
+			}
+			out[in] = o
+		case l.Message == "predecessor's gateway session resumed",
+			strings.HasPrefix(l.Message, "predecessor's gateway session not resumed"):
+			in, ok := cur[l.Source]
+			if !ok {
+				continue
+			}
+			o := out[in]
+			o.Outcome, o.Reason = soakTransferred, ""
+			if l.Reason != "" {
+				o.Outcome, o.Reason = soakFallback, l.Reason
 			}
 			out[in] = o
 		case l.Republished != nil && strings.HasPrefix(l.Message, "the successor caught up"):

@@ -23,6 +23,12 @@ func TestSoakInstances(t *testing.T) {
 		`{"level":"warn","source":"line1","error":"recorded for primary x","message":"the predecessor's handoff does not fit this source: new subscriptions and a snapshot"}`,
 		`{"level":"info","source":"line1","token":55,"message":"fleet: source owned, started"}`,
 		`{"level":"info","source":"galaxy2","token":60,"message":"fleet: source owned, started"}`,
+		`{"level":"info","source":"galaxy","from":"r1","token":61,"session":"s1","lastStored":90,"message":"fleet: resuming the previous owner's gateway session"}`,
+		`{"level":"info","source":"galaxy","token":70,"message":"fleet: source owned, started"}`,
+		`{"level":"info","source":"galaxy","endpoint":"gw1","session":"s1","after":90,"message":"predecessor's gateway session resumed"}`,
+		`{"level":"info","source":"galaxy2","from":"r2","token":60,"session":"s2","lastStored":7,"message":"fleet: resuming the previous owner's gateway session"}`,
+		`{"level":"info","source":"galaxy2","token":72,"message":"fleet: source owned, started"}`,
+		`{"level":"warn","source":"galaxy2","endpoint":"gw2","session":"s2","reason":"session gone","message":"predecessor's gateway session not resumed: opening a new one and subscribing again with a refresh; changes since its last stored event are lost"}`,
 	}, "\n")
 	got, err := soakInstances(strings.NewReader(log))
 	if err != nil {
@@ -33,6 +39,8 @@ func TestSoakInstances(t *testing.T) {
 		{"line1", 41}:   {Outcome: soakFallback, HandoffFrom: "r2", Reason: "the predecessor served from the backup"},
 		{"line1", 55}:   {Outcome: soakFallback, HandoffFrom: "r3", Reason: "handoff does not fit: recorded for primary x"},
 		{"galaxy2", 60}: {Outcome: soakNoHandoff},
+		{"galaxy", 70}:  {Outcome: soakTransferred, HandoffFrom: "r1"},
+		{"galaxy2", 72}: {Outcome: soakFallback, HandoffFrom: "r2", Reason: "session gone"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
