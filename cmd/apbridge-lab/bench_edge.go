@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,15 +92,15 @@ type wanRun struct {
 // benchWAN runs an edge site (hub cluster of 3, site leaf cluster of 3,
 // R3 streams on both) cfg.runs times with plan.
 func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, error) {
-	e, err := natstest.StartEdge(ctx, natstest.EdgeOptions{
-		Site: []natstest.Option{natstest.WithLameDuck(cfg.grace+time.Second, cfg.grace)},
-	})
+	e, err := startWANWorld(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer e.Close()
+	defer e.close()
 	if cfg.wanRTT > 0 {
-		e.SlowWAN(cfg.wanRTT / 2)
+		if err := e.link.slow(cfg.wanRTT / 2); err != nil {
+			return nil, err
+		}
 	}
 	var tot jsTotals
 	var catchups, rates []float64
@@ -137,6 +138,8 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 		r.set("wan_fault", cfg.wan)
 	}
 	r.set("wan_rtt_ms", ms(cfg.wanRTT))
+	r.set("hub", cfg.hub)
+	r.set("catchup_rate_bps", cfg.catchupRate)
 	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
 	r.set("catchup_s", catchups)
 	r.set("catchup_per_s", rates)
@@ -170,8 +173,8 @@ type streamCounter struct {
 	stream jetstream.Stream
 }
 
-func newStreamCounter(ctx context.Context, cl *natstest.Cluster, name string) (*streamCounter, error) {
-	nc, err := nats.Connect(cl.URLs()[0], append(cl.ClientOptions(), nats.MaxReconnects(-1))...)
+func newStreamCounter(ctx context.Context, urls []string, opts []nats.Option, name string) (*streamCounter, error) {
+	nc, err := nats.Connect(strings.Join(urls, ","), append(opts, nats.MaxReconnects(-1))...)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +330,7 @@ func (w *silenceWatch) end() ([phases]time.Duration, [phases]uint64) {
 	return w.longest, w.blocked
 }
 
-func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPlan, run int) (wanRun, error) {
+func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, run int) (wanRun, error) {
 	var w wanRun
 	siteStream, hubStream := "SITE"+strconv.Itoa(run), "PLANT"+strconv.Itoa(run)
 	src := simsource.NewShared("site" + strconv.Itoa(run))
@@ -338,14 +341,14 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	}
 	floor := max(cfg.outage, time.Minute)
 	rcfg := &relay.Config{
-		NATS: relay.NATSConfig{Servers: e.Site.URLs()},
+		NATS: relay.NATSConfig{Servers: e.site.URLs()},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
-			Stream: siteStream, Domain: e.SiteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending,
+			Stream: siteStream, Domain: e.siteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending,
 		}},
-		Edge: &edge.Config{Hub: edge.Hub{Domain: e.HubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
+		Edge: &edge.Config{Hub: edge.Hub{Domain: e.hubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
 	}
 	view := src.Relay()
-	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.Site.ClientOptions()...), relay.WithSource(view, tags))
+	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.site.ClientOptions()...), relay.WithSource(view, tags))
 	if err != nil {
 		return w, err
 	}
@@ -355,16 +358,16 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 		rl.Shutdown(sctx)
 	}()
 	sink := rl.JetStream()
-	if err := e.SourceFromSite(ctx, hubStream, siteStream, 3); err != nil {
+	if err := e.sourceFromSite(ctx, hubStream, siteStream, cfg.catchupRate); err != nil {
 		return w, fmt.Errorf("hub stream: %w", err)
 	}
-	defer deleteStreams(e, siteStream, hubStream)
-	hub, err := newStreamCounter(ctx, e.Hub, hubStream)
+	defer e.deleteStreams(siteStream, hubStream)
+	hub, err := newStreamCounter(ctx, e.hubURLs, e.hubOpts, hubStream)
 	if err != nil {
 		return w, err
 	}
 	defer hub.close()
-	site, err := newStreamCounter(ctx, e.Site, siteStream)
+	site, err := newStreamCounter(ctx, e.site.URLs(), e.site.ClientOptions(), siteStream)
 	if err != nil {
 		return w, err
 	}
@@ -392,18 +395,24 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	switch {
 	case plan.flap:
 		for end := time.Now().Add(cfg.flap); time.Now().Before(end); {
-			e.CutWAN()
+			if err := e.link.cut(); err != nil {
+				return w, err
+			}
 			if err := ctxtime.Sleep(ctx, edgeFlapCut); err != nil {
 				return w, err
 			}
-			e.HealWAN()
+			if err := e.link.heal(); err != nil {
+				return w, err
+			}
 			if err := ctxtime.Sleep(ctx, edgeFlapUp); err != nil {
 				return w, err
 			}
 		}
 		// The last cut, measured as the others are not: the hub's
 		// catch-up after it.
-		e.CutWAN()
+		if err := e.link.cut(); err != nil {
+			return w, err
+		}
 		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
 			return w, err
 		}
@@ -414,10 +423,12 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	default:
 		start := time.Now()
 		cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Str("wan", cfg.wan).Msg("wan down")
+		down := e.link.cut
 		if cfg.wan == wanFreeze {
-			e.FreezeWAN()
-		} else {
-			e.CutWAN()
+			down = e.link.freeze
+		}
+		if err := down(); err != nil {
+			return w, err
 		}
 		if err := ctxtime.Sleep(ctx, time.Second); err != nil {
 			return w, err
@@ -427,7 +438,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 			if err := ctxtime.Sleep(ctx, cfg.outage/3); err != nil {
 				return w, err
 			}
-			if err := ldmActiveNode(ctx, e, rl, siteStream); err != nil {
+			if err := ldmActiveNode(ctx, e.site, rl, siteStream); err != nil {
 				return w, err
 			}
 		}
@@ -445,7 +456,9 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 		return w, err
 	}
 	cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Uint64("backlog", siteAt-hubAt).Msg("wan healed")
-	e.HealWAN()
+	if err := e.link.heal(); err != nil {
+		return w, err
+	}
 	watch.next(phaseCatchup)
 	healed := time.Now()
 	w.backlog = siteAt - hubAt
@@ -462,7 +475,7 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 	}
 	w.catchup = time.Since(healed)
 	watch.next(phaseAfter)
-	if w.report, err = edge.Check(ctx, rl.Conn().Active(), rcfg.Edge.WithDefaults(), edge.Site{Domain: e.SiteDomain, Stream: siteStream}); err != nil {
+	if w.report, err = edge.Check(ctx, rl.Conn().Active(), rcfg.Edge.WithDefaults(), edge.Site{Domain: e.siteDomain, Stream: siteStream}); err != nil {
 		return w, fmt.Errorf("edge check: %w", err)
 	}
 
@@ -506,12 +519,12 @@ func wanOnce(ctx context.Context, e *natstest.Edge, cfg benchConfig, plan wanPla
 // ldmActiveNode puts the site node under the relay's active connection
 // into lame-duck mode, waits for it to shut down, restarts it and waits for
 // the site stream to be current again.
-func ldmActiveNode(ctx context.Context, e *natstest.Edge, rl *relay.Relay, stream string) error {
+func ldmActiveNode(ctx context.Context, site *natstest.Cluster, rl *relay.Relay, stream string) error {
 	nc := rl.Conn().Active()
 	if nc == nil {
 		return errors.New("the relay has no active connection")
 	}
-	node := e.Site.NodeByURL(nc.ConnectedUrl())
+	node := site.NodeByURL(nc.ConnectedUrl())
 	if node == nil {
 		return fmt.Errorf("no site node at %s", nc.ConnectedUrl())
 	}
@@ -525,27 +538,7 @@ func ldmActiveNode(ctx context.Context, e *natstest.Edge, rl *relay.Relay, strea
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return e.Site.WaitStreamCurrent(wctx, stream)
-}
-
-// deleteStreams removes a run's streams, so that the next run's
-// reservations fit on the disk. The relay itself never deletes a stream.
-func deleteStreams(e *natstest.Edge, site, hub string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, x := range []struct {
-		cl   *natstest.Cluster
-		name string
-	}{{e.Hub, hub}, {e.Site, site}} {
-		nc, err := nats.Connect(x.cl.URLs()[0], x.cl.ClientOptions()...)
-		if err != nil {
-			continue
-		}
-		if js, err := jetstream.New(nc); err == nil {
-			js.DeleteStream(ctx, x.name)
-		}
-		nc.Close()
-	}
+	return site.WaitStreamCurrent(wctx, stream)
 }
 
 // startEdgeRelay is relay.Start with its error said to be the relay's.

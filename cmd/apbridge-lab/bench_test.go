@@ -30,6 +30,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--wan", "drop"}, `--wan: "drop" is not valid (valid: cut, freeze)`},
 		{[]string{"--flap", "1s"}, "--flap: 1s is out of range (valid 10s-24h)"},
 		{[]string{"--wan-rtt", "-1ms"}, "--wan-rtt: -1ms is out of range (valid 0-10s)"},
+		{[]string{"--hub", "remote"}, `--hub: "remote" is not valid (valid: process, inline)`},
+		{[]string{"--catchup-rate", "1000"}, "--catchup-rate: 1000 is out of range (valid 0, or 1000000-10000000000 bits/s)"},
 		{[]string{"--hz", "0"}, "--hz: 0 is out of range (valid 1-50)"},
 		// A flag after a scenario's name is read as a flag.
 		{[]string{"relay-restart", "--runs", "0"}, "--runs: 0 is out of range (valid 1-1000)"},

@@ -29,6 +29,8 @@ func commands() []cli.Command {
 		{Name: "soak-relay", Summary: "the relay process the soak measures", Run: runSoakRelay, Hidden: true},
 		// Hidden: ua-ingest's processes when the lab's test binary is
 		// their binary (the bench's test).
+		// Hidden: the edge scenarios' hub cluster, in a process of its own.
+		{Name: "edge-hub", Summary: "the hub cluster of the edge scenarios", Run: runEdgeHub, Hidden: true},
 		{Name: "ingest-child", Summary: "the processes ua-ingest measures", Run: relaychild.RunIngest, Hidden: true},
 	}
 }

@@ -26,6 +26,8 @@ type Edge struct {
 	Hub, Site *Cluster
 	// HubDomain and SiteDomain are the clusters' JetStream domains.
 	HubDomain, SiteDomain string
+
+	opts EdgeOptions // with the defaults
 }
 
 // EdgeOptions configures StartEdge. Zero fields take the defaults.
@@ -45,6 +47,28 @@ type EdgeOptions struct {
 // hub through those proxies, and returns once every site node has its
 // leaf connection and the hub reaches the site's JetStream API across it.
 func StartEdge(ctx context.Context, o EdgeOptions) (*Edge, error) {
+	e, err := StartHub(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	o = e.opts
+	site, err := StartSite(ctx, o, e.LeafURLs()...)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.Site = site
+	wctx, cancel := context.WithTimeout(ctx, site.cfg.ReadyWait)
+	defer cancel()
+	if err := e.WaitLinked(wctx); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// withDefaults fills in the zero fields and checks the domains.
+func (o EdgeOptions) withDefaults() (EdgeOptions, error) {
 	if o.HubNodes == 0 {
 		o.HubNodes = 3
 	}
@@ -58,36 +82,111 @@ func StartEdge(ctx context.Context, o EdgeOptions) (*Edge, error) {
 		o.SiteDomain = "site"
 	}
 	if o.HubDomain == o.SiteDomain {
-		return nil, fmt.Errorf("natstest: StartEdge: the hub and the site need different JetStream domains, both are %q", o.HubDomain)
+		return o, fmt.Errorf("natstest: the hub and the site need different JetStream domains, both are %q", o.HubDomain)
+	}
+	return o, nil
+}
+
+// StartHub starts only the hub half of an edge: the hub cluster, each
+// node's leaf node port behind a proxy (LeafURLs). Its Site is nil. A
+// benchmark runs it in a process of its own, as a hub is a machine of its
+// own, and starts the site with StartSite in another: the two then share
+// no heap and no garbage collector. CutWAN, FreezeWAN, SlowWAN and HealWAN
+// work on it.
+func StartHub(ctx context.Context, o EdgeOptions) (*Edge, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("natstest: StartEdge: %w", err)
 	}
 	hubOpts := append([]Option{WithNodes(o.HubNodes), WithName("hub"), WithDomain(o.HubDomain), WithLeafListen()}, o.Hub...)
 	hub, err := Start(ctx, hubOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("natstest: StartEdge: hub: %w", err)
 	}
-	var leafURLs []string
-	for _, n := range hub.Nodes() {
-		leafURLs = append(leafURLs, n.LeafURL())
-	}
-	siteOpts := append([]Option{WithNodes(o.SiteNodes), WithName("site"), WithDomain(o.SiteDomain), WithLeafRemotes(leafURLs...)}, o.Site...)
-	site, err := Start(ctx, siteOpts...)
-	if err != nil {
-		hub.Close()
-		return nil, fmt.Errorf("natstest: StartEdge: site: %w", err)
-	}
-	e := &Edge{Hub: hub, Site: site, HubDomain: o.HubDomain, SiteDomain: o.SiteDomain}
-	wctx, cancel := context.WithTimeout(ctx, site.cfg.ReadyWait)
-	defer cancel()
-	if err := e.WaitLinked(wctx); err != nil {
-		e.Close()
-		return nil, err
-	}
-	return e, nil
+	return &Edge{Hub: hub, HubDomain: o.HubDomain, SiteDomain: o.SiteDomain, opts: o}, nil
 }
 
-// Close shuts both clusters down. It is idempotent.
+// LeafURLs returns the URLs a site dials for the hub's leaf node ports,
+// each through its proxy (the WAN).
+func (e *Edge) LeafURLs() []string {
+	var urls []string
+	for _, n := range e.Hub.Nodes() {
+		urls = append(urls, n.LeafURL())
+	}
+	return urls
+}
+
+// StartSite starts the site's leaf cluster of o (domain o.SiteDomain,
+// o.Site's options) whose nodes are leaf nodes of the hub at hubLeafURLs,
+// and returns once it is ready; that its leaf connections are up is
+// WaitSiteLinked's to wait for.
+func StartSite(ctx context.Context, o EdgeOptions, hubLeafURLs ...string) (*Cluster, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("natstest: StartSite: %w", err)
+	}
+	siteOpts := append([]Option{WithNodes(o.SiteNodes), WithName("site"), WithDomain(o.SiteDomain), WithLeafRemotes(hubLeafURLs...)}, o.Site...)
+	site, err := Start(ctx, siteOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("natstest: StartSite: %w", err)
+	}
+	return site, nil
+}
+
+// WaitSiteLinked waits until every running node of site has a leaf
+// connection and hub, a connection to the hub, reaches the site's
+// JetStream API across them: StartEdge's readiness for a hub that runs
+// elsewhere.
+func WaitSiteLinked(ctx context.Context, site *Cluster, hub *nats.Conn, siteDomain string) error {
+	for {
+		err := siteLinked(site, hub, siteDomain)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("natstest: the site is not linked to the hub: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func siteLinked(site *Cluster, hub *nats.Conn, siteDomain string) error {
+	for _, n := range site.Nodes() {
+		srv := n.Server()
+		if srv == nil || !srv.Running() {
+			continue
+		}
+		lz, err := srv.Leafz(&server.LeafzOptions{})
+		if err != nil {
+			return err
+		}
+		if lz.NumLeafs == 0 {
+			return fmt.Errorf("site node %s has no leaf connection", srv.Name())
+		}
+	}
+	return reachSiteAPI(hub, siteDomain)
+}
+
+// reachSiteAPI asks the site's JetStream API for its account info across
+// the leaf connections.
+func reachSiteAPI(hub *nats.Conn, siteDomain string) error {
+	m, err := hub.Request("$JS."+siteDomain+".API.INFO", nil, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("the site's JetStream API from the hub: %w", err)
+	}
+	if len(m.Data) == 0 {
+		return errors.New("the site's JetStream API from the hub: empty reply")
+	}
+	return nil
+}
+
+// Close shuts both clusters down (the hub only, from StartHub). It is
+// idempotent.
 func (e *Edge) Close() {
-	e.Site.Close()
+	if e.Site != nil {
+		e.Site.Close()
+	}
 	e.Hub.Close()
 }
 
@@ -187,14 +286,7 @@ func (e *Edge) linked() error {
 		return err
 	}
 	defer nc.Close()
-	m, err := nc.Request("$JS."+e.SiteDomain+".API.INFO", nil, 2*time.Second)
-	if err != nil {
-		return fmt.Errorf("the site's JetStream API from the hub: %w", err)
-	}
-	if len(m.Data) == 0 {
-		return errors.New("the site's JetStream API from the hub: empty reply")
-	}
-	return nil
+	return reachSiteAPI(nc, e.SiteDomain)
 }
 
 // HubConn connects a client to the hub (any running node), for reading
@@ -220,13 +312,31 @@ func (e *Edge) HubConn() (*nats.Conn, error) {
 // while it backs off, and asks again as soon as the site's heartbeat
 // arrives. A stream or consumer of the name that exists already is left
 // as it is.
-func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, replicas int) error {
+func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, replicas int, opts ...SourceOption) error {
 	nc, err := e.Hub.connectAny()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	site, err := jetstream.NewWithDomain(nc, e.SiteDomain)
+	return SourceFromSiteOn(ctx, nc, e.SiteDomain, name, siteStream, replicas, opts...)
+}
+
+// SourceOption configures SourceFromSite's source consumer.
+type SourceOption func(*jetstream.ConsumerConfig)
+
+// WithCatchupRate caps what the site's source consumer sends the hub at
+// bitsPerSecond (the consumer's rate_limit_bps; 0: no cap): the catch-up
+// after an outage then leaves the site's servers, which also store the
+// relay's new updates, the rest of their time.
+func WithCatchupRate(bitsPerSecond uint64) SourceOption {
+	return func(c *jetstream.ConsumerConfig) { c.RateLimit = bitsPerSecond }
+}
+
+// SourceFromSiteOn is SourceFromSite on hub, a connection to the hub
+// cluster, for a site of the domain siteDomain: for a hub or a site that
+// runs in another process (StartHub, StartSite).
+func SourceFromSiteOn(ctx context.Context, hub *nats.Conn, siteDomain, name, siteStream string, replicas int, opts ...SourceOption) error {
+	site, err := jetstream.NewWithDomain(hub, siteDomain)
 	if err != nil {
 		return err
 	}
@@ -234,7 +344,7 @@ func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, repl
 	if err != nil {
 		return fmt.Errorf("site stream %s: %w", siteStream, err)
 	}
-	_, err = site.CreatePushConsumer(ctx, siteStream, jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:        SourceConsumer(name),
 		DeliverSubject: SourceDeliver(name),
 		AckPolicy:      jetstream.AckFlowControlPolicy,
@@ -246,11 +356,15 @@ func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, repl
 		// itself, 32 MiB, holds about 75,000 updates).
 		MaxAckPending: SourceMaxAckPending,
 		Replicas:      ss.CachedInfo().Config.Replicas,
-	})
+	}
+	for _, o := range opts {
+		o(&cc)
+	}
+	_, err = site.CreatePushConsumer(ctx, siteStream, cc)
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 		return fmt.Errorf("source consumer on the site stream %s: %w", siteStream, err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(hub)
 	if err != nil {
 		return err
 	}
@@ -260,7 +374,7 @@ func (e *Edge) SourceFromSite(ctx context.Context, name, siteStream string, repl
 		Storage:  jetstream.FileStorage,
 		Sources: []*jetstream.StreamSource{{
 			Name:     siteStream,
-			External: &jetstream.ExternalStream{APIPrefix: "$JS." + e.SiteDomain + ".API"},
+			External: &jetstream.ExternalStream{APIPrefix: "$JS." + siteDomain + ".API"},
 			Consumer: &jetstream.StreamConsumerSource{Name: SourceConsumer(name), DeliverSubject: SourceDeliver(name)},
 		}},
 	})
