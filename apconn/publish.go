@@ -31,19 +31,34 @@ type publisher struct {
 	released chan struct{}
 }
 
-// entry is one publish kept for replay.
+// entry is one publish kept for replay: a compact record of the message,
+// not the *nats.Msg. The message and its header map are the publisher's
+// again once nats.go has written them to its buffer (PublishMsg copies
+// synchronously), so a hot path can reuse them for its next publish; the
+// ledger keeps only what it needs to build the message again for a
+// replay: the subject, the payload and the header strings (in
+// ledger.hdrs), which for the relay's update messages are the payload's
+// own text or constants (see wire.EncodeMsg).
 type entry struct {
-	seq  uint64
-	gen  uint64 // member it was sent on; 0 if held (not sent yet)
-	msg  *nats.Msg
-	size int
+	seq   uint64
+	gen   uint64 // member it was sent on; 0 if held (not sent yet)
+	subj  string
+	reply string
+	data  []byte
+	hdr   int // index of its first header string in ledger.hdrs
+	nhdr  int // header strings: key and value in turn, two per value
+	size  int
 }
 
 // ledger is a FIFO of publishes not yet confirmed by the broker they were
 // sent to, plus publishes held while there is no target.
 type ledger struct {
-	entries   []entry
-	head      int
+	entries []entry
+	head    int
+	// hdrs holds the entries' headers, in entry order: one slice for all
+	// of them, reused as entries are confirmed, instead of a header map
+	// (two allocations and some 400 bytes) per kept message.
+	hdrs      []string
 	bytes     int
 	max       int
 	confirmed map[uint64]uint64 // member gen -> highest seq it confirmed
@@ -52,9 +67,36 @@ type ledger struct {
 
 func (l *ledger) len() int { return len(l.entries) - l.head }
 
-func (l *ledger) push(e entry) {
+// push appends e with the header strings kv (key and value in turn).
+func (l *ledger) push(e entry, kv []string) {
+	e.hdr, e.nhdr = len(l.hdrs), len(kv)
+	l.hdrs = append(l.hdrs, kv...)
 	l.entries = append(l.entries, e)
 	l.bytes += e.size
+}
+
+// msg fills m with e's message, to send it again. m and its header map
+// are reused from one entry to the next: nats.go's PublishMsg has copied
+// what it sends when it returns. A header's single value is a slice of
+// hdrs capped at its length, so that nothing appends into hdrs.
+func (l *ledger) msg(e *entry, m *nats.Msg) {
+	m.Subject, m.Reply, m.Data = e.subj, e.reply, e.data
+	if e.nhdr == 0 {
+		m.Header = nil
+		return
+	}
+	if m.Header == nil {
+		m.Header = make(nats.Header, e.nhdr/2)
+	}
+	clear(m.Header)
+	for i := e.hdr; i < e.hdr+e.nhdr; i += 2 {
+		k := l.hdrs[i]
+		if vs, ok := m.Header[k]; ok {
+			m.Header[k] = append(vs, l.hdrs[i+1])
+		} else {
+			m.Header[k] = l.hdrs[i+1 : i+2 : i+2]
+		}
+	}
 }
 
 // confirm records that member gen has processed everything it was sent up to
@@ -80,9 +122,13 @@ func (l *ledger) trim() {
 	l.compact()
 }
 
+// drop drops the head entry, and its header strings: they may hold its
+// payload (the relay's header values are slices of it).
 func (l *ledger) drop() {
-	l.bytes -= l.entries[l.head].size
-	l.entries[l.head] = entry{}
+	e := &l.entries[l.head]
+	l.bytes -= e.size
+	clear(l.hdrs[e.hdr : e.hdr+e.nhdr])
+	*e = entry{}
 	l.head++
 }
 
@@ -90,6 +136,7 @@ func (l *ledger) drop() {
 func (l *ledger) compact() {
 	if l.head == len(l.entries) {
 		l.entries = l.entries[:0]
+		l.hdrs = l.hdrs[:0]
 		l.head = 0
 		return
 	}
@@ -98,6 +145,13 @@ func (l *ledger) compact() {
 		clear(l.entries[n:])
 		l.entries = l.entries[:n]
 		l.head = 0
+		base := l.entries[0].hdr
+		k := copy(l.hdrs, l.hdrs[base:])
+		clear(l.hdrs[k:])
+		l.hdrs = l.hdrs[:k]
+		for i := range l.entries {
+			l.entries[i].hdr -= base
+		}
 	}
 }
 
@@ -123,27 +177,6 @@ func (l *ledger) forget(gen uint64) {
 	delete(l.confirmed, gen)
 }
 
-// copyMsg copies what Publish needs to send m again: the caller may reuse
-// its buffers once Publish returns.
-func copyMsg(subj, reply string, hdr nats.Header, data []byte) (*nats.Msg, int) {
-	m := &nats.Msg{Subject: subj, Reply: reply}
-	size := len(subj) + len(reply) + len(data)
-	if len(data) > 0 {
-		m.Data = append([]byte(nil), data...)
-	}
-	if len(hdr) > 0 {
-		m.Header = make(nats.Header, len(hdr))
-		for k, v := range hdr {
-			m.Header[k] = append([]string(nil), v...)
-			size += len(k)
-			for _, s := range v {
-				size += len(s)
-			}
-		}
-	}
-	return m, size + 64
-}
-
 // Publish publishes data on subj through the active broker. It returns once
 // the message is handed to the connection (as nats.go does) or held for a
 // switch in progress; the message is kept and sent again after a switch
@@ -160,10 +193,13 @@ func (c *Conn) PublishMsg(m *nats.Msg) error {
 	return c.publish(m.Subject, m.Reply, m.Header, m.Data)
 }
 
-// PublishOwned publishes m as PublishMsg does, without copying it: the
-// Conn keeps m for replay until the broker confirms it, so the caller must
-// not change m, its Data or its Header after the call. It saves a copy per
-// message on hot paths that build a new message for every publish.
+// PublishOwned publishes m as PublishMsg does, without copying its Data:
+// the Conn keeps m.Data, and the strings of m's subject and headers, for
+// replay until the broker confirms it, so the caller must not change
+// m.Data after the call. m itself and its Header map are the caller's
+// again when PublishOwned returns (the Conn keeps neither), to reuse for
+// the next message. It saves a copy per message on hot paths that build a
+// new payload for every publish.
 func (c *Conn) PublishOwned(m *nats.Msg) error {
 	if m == nil {
 		return nats.ErrInvalidMsg
@@ -171,7 +207,9 @@ func (c *Conn) PublishOwned(m *nats.Msg) error {
 	if m.Subject == "" {
 		return nats.ErrBadSubject
 	}
-	return c.publishMsg(m, msgSize(m))
+	var buf [2 * 16]string
+	kv := headerStrings(buf[:0], m.Header)
+	return c.publishMsg(m, kv, msgSize(m, kv))
 }
 
 // PublishRequest publishes data on subj with reply as the reply subject.
@@ -179,38 +217,55 @@ func (c *Conn) PublishRequest(subj, reply string, data []byte) error {
 	return c.publish(subj, reply, nil, data)
 }
 
+// publish publishes a copy of data: the caller may reuse its buffers once
+// publish returns.
 func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 	if subj == "" {
 		return nats.ErrBadSubject
 	}
-	m, size := copyMsg(subj, reply, hdr, data)
-	return c.publishMsg(m, size)
-}
-
-// msgSize is what the replay buffer counts for m, kept by PublishOwned.
-func msgSize(m *nats.Msg) int {
-	size := msgStruct + cap(m.Data) + len(m.Subject) + len(m.Reply)
-	if n := len(m.Header); n > 0 {
-		size += headerMap + (n+7)/8*headerGroup + n*headerValue
+	m := &nats.Msg{Subject: subj, Reply: reply, Header: hdr}
+	if len(data) > 0 {
+		m.Data = append([]byte(nil), data...)
 	}
-	return size
+	kv := headerStrings(nil, hdr)
+	size := msgSize(m, kv)
+	// The header text is the caller's own, not a part of the payload.
+	for _, s := range kv {
+		size += len(s)
+	}
+	return c.publishMsg(m, kv, size)
 }
 
-// What a message PublishOwned keeps holds on the heap besides its Data:
-// the message itself, and for headers the map (its struct and a group of 8
-// slots, each a string key and a []string value, per 8 headers) and each
-// value (a string header and its text, which the relay's update messages
-// share with their Data: see wire.EncodeMsg). Counted so, without a walk
-// over the headers, the replay buffer's bound is the heap its messages
-// hold, not half of it.
+// headerStrings appends h's keys and values to kv, key and value in turn,
+// once per value: what nats.go sends of h, and what the ledger keeps.
+func headerStrings(kv []string, h nats.Header) []string {
+	for k, vs := range h {
+		for _, v := range vs {
+			kv = append(kv, k, v)
+		}
+	}
+	return kv
+}
+
+// msgSize is what the replay buffer counts for m, kept with the header
+// strings kv: its entry, its Data's capacity, its subject and reply, and
+// a string header per header string. The strings' text is not counted:
+// the relay's header values are the payload's own text (see
+// wire.EncodeMsg) and its keys constants. Counted so, without more than
+// the walk over the headers the ledger makes anyway, the replay buffer's
+// bound is the heap its records hold.
+func msgSize(m *nats.Msg, kv []string) int {
+	return entrySize + cap(m.Data) + len(m.Subject) + len(m.Reply) + len(kv)*stringSize
+}
+
 const (
-	msgStruct   = int(unsafe.Sizeof(nats.Msg{}))
-	headerMap   = 48
-	headerGroup = 8 + 8*(16+24)
-	headerValue = 32
+	entrySize  = int(unsafe.Sizeof(entry{}))
+	stringSize = int(unsafe.Sizeof(""))
 )
 
-func (c *Conn) publishMsg(m *nats.Msg, size int) error {
+// publishMsg sends m on the target, if there is one, and keeps it in the
+// ledger, as m.Data and the header strings kv, counted as size.
+func (c *Conn) publishMsg(m *nats.Msg, kv []string, size int) error {
 	p := &c.pub
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -222,7 +277,7 @@ func (c *Conn) publishMsg(m *nats.Msg, size int) error {
 		return ErrPublishBufferFull
 	}
 	p.nextSeq++
-	e := entry{seq: p.nextSeq, msg: m, size: size}
+	e := entry{seq: p.nextSeq, subj: m.Subject, reply: m.Reply, data: m.Data, size: size}
 	if t := p.target; t != nil {
 		if err := t.nc.PublishMsg(m); err != nil {
 			// The target broke under us (closed, or nats.go's own
@@ -235,7 +290,7 @@ func (c *Conn) publishMsg(m *nats.Msg, size int) error {
 			e.gen = t.gen
 		}
 	}
-	p.ledger.push(e)
+	p.ledger.push(e, kv)
 	c.stats.published.Add(1)
 	return nil
 }
@@ -283,6 +338,7 @@ func (p *publisher) release(m *member, resend bool) (replayed int, ok bool) {
 		return 0, false
 	}
 	l := &p.ledger
+	var msg nats.Msg
 	for i := l.head; i < len(l.entries); i++ {
 		e := &l.entries[i]
 		if e.gen != 0 && !resend {
@@ -291,7 +347,8 @@ func (p *publisher) release(m *member, resend bool) (replayed int, ok bool) {
 		if e.gen != 0 && e.seq <= l.confirmed[e.gen] {
 			continue
 		}
-		if err := m.nc.PublishMsg(e.msg); err != nil {
+		l.msg(e, &msg)
+		if err := m.nc.PublishMsg(&msg); err != nil {
 			return replayed, false
 		}
 		if e.gen != 0 {
@@ -324,6 +381,7 @@ func (p *publisher) resendOrphans(gen uint64) int {
 	defer p.mu.Unlock()
 	l := &p.ledger
 	n := 0
+	var msg nats.Msg
 	for i := l.head; i < len(l.entries); i++ {
 		e := &l.entries[i]
 		if e.gen != gen {
@@ -333,7 +391,8 @@ func (p *publisher) resendOrphans(gen uint64) int {
 			e.gen = 0 // held: release sends it
 			continue
 		}
-		if p.target.nc.PublishMsg(e.msg) == nil {
+		l.msg(e, &msg)
+		if p.target.nc.PublishMsg(&msg) == nil {
 			e.gen = p.target.gen
 			n++
 		} else {
