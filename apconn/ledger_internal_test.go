@@ -37,8 +37,13 @@ func TestLedgerKeepsNeitherMsgNorHeaderMap(t *testing.T) {
 			m.Header["Apb-Seq"] = []string{string(data[7 : len(data)-1])}
 			m.Header["Apb-Quality"] = []string{"good"}
 			err = c.PublishOwned(m)
-		case 2: // a multi-valued header
+		case 2: // a multi-valued header, once with more strings than a chunk holds
 			m.Header["X-Many"] = []string{"one", "two", fmt.Sprint(i)}
+			if i == 2502 {
+				for j := range chunkHdrs {
+					m.Header["X-Many"] = append(m.Header["X-Many"], fmt.Sprint(j))
+				}
+			}
 			err = c.PublishOwned(m)
 		case 3: // a reply subject, through the copying path
 			m.Reply = "reply." + fmt.Sprint(i)
@@ -61,21 +66,21 @@ func TestLedgerKeepsNeitherMsgNorHeaderMap(t *testing.T) {
 		}
 	}
 	l := &c.pub.ledger
-	// Sent to member 1, which confirms the first 2,000: a compaction.
-	for i := l.head; i < len(l.entries); i++ {
-		l.entries[i].gen = 1
+	// Sent to member 1, which confirms the first 2,000: chunks go.
+	for _, e := range l.all() {
+		e.gen = 1
 	}
 	const confirmed = 2000
 	l.confirm(1, confirmed)
-	if l.head != 0 || l.len() != n-confirmed {
-		t.Fatalf("after the confirmation: head %d, %d entries, want 0 and %d (compacted)", l.head, l.len(), n-confirmed)
+	if l.len() != n-confirmed || len(l.chunks) > (n-confirmed)/chunkEntries+3 || len(l.free) > len(l.chunks)+1 {
+		t.Fatalf("after the confirmation: %d entries in %d chunks, %d free; want %d entries", l.len(), len(l.chunks), len(l.free), n-confirmed)
 	}
 	// Twice: a replay leaves the records as they were, for the next one.
 	var got nats.Msg
 	for range 2 {
-		for i := range l.len() {
-			e := &l.entries[l.head+i]
-			l.msg(e, &got)
+		i := 0
+		for c, e := range l.all() {
+			c.msg(e, &got)
 			w := &want[confirmed+i]
 			if got.Subject != w.Subject || got.Reply != w.Reply || string(got.Data) != string(w.Data) {
 				t.Fatalf("entry %d: %q %q %q, want %q %q %q", i, got.Subject, got.Reply, got.Data, w.Subject, w.Reply, w.Data)
@@ -83,25 +88,30 @@ func TestLedgerKeepsNeitherMsgNorHeaderMap(t *testing.T) {
 			if !maps.EqualFunc(got.Header, w.Header, slices.Equal) || (got.Header == nil) != (w.Header == nil) {
 				t.Fatalf("entry %d (%s): headers %v, want %v", i, w.Subject, got.Header, w.Header)
 			}
+			i++
+		}
+		if i != n-confirmed {
+			t.Fatalf("%d entries, want %d", i, n-confirmed)
 		}
 	}
-	used := l.entries[len(l.entries)-1].hdr + l.entries[len(l.entries)-1].nhdr
-	if used != len(l.hdrs) {
-		t.Fatalf("the entries use %d header strings, the ledger holds %d", used, len(l.hdrs))
-	}
-	for i, s := range l.hdrs[len(l.hdrs):cap(l.hdrs)] {
+	// The strings of the dropped entries in the first chunk are cleared.
+	first := l.chunks[0]
+	for i, s := range first.hdrs[:first.entries[first.head].hdr] {
 		if s != "" {
-			t.Fatalf("header string %d past the entries is %q: a dropped entry's string is kept", len(l.hdrs)+i, s)
+			t.Fatalf("header string %d of a dropped entry is %q: it is kept", i, s)
 		}
 	}
-	// Confirming the rest empties the ledger and its strings.
+	// Confirming the rest empties the ledger and gives its chunks back,
+	// but one, its strings cleared.
 	l.confirm(1, n)
-	if l.len() != 0 || len(l.hdrs) != 0 || l.bytes != 0 {
-		t.Fatalf("after the last confirmation: %d entries, %d header strings, %d bytes", l.len(), len(l.hdrs), l.bytes)
+	if l.len() != 0 || len(l.chunks) != 0 || len(l.free) > 1 || l.bytes != 0 {
+		t.Fatalf("after the last confirmation: %d entries, %d chunks, %d free, %d bytes", l.len(), len(l.chunks), len(l.free), l.bytes)
 	}
-	for i, s := range l.hdrs[:cap(l.hdrs)] {
-		if s != "" {
-			t.Fatalf("header string %d is %q after every entry was dropped", i, s)
+	for _, c := range l.free {
+		for i, s := range c.hdrs[:cap(c.hdrs)] {
+			if s != "" {
+				t.Fatalf("header string %d of a free chunk is %q after every entry was dropped", i, s)
+			}
 		}
 	}
 }

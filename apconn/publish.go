@@ -31,152 +31,6 @@ type publisher struct {
 	released chan struct{}
 }
 
-// entry is one publish kept for replay: a compact record of the message,
-// not the *nats.Msg. The message and its header map are the publisher's
-// again once nats.go has written them to its buffer (PublishMsg copies
-// synchronously), so a hot path can reuse them for its next publish; the
-// ledger keeps only what it needs to build the message again for a
-// replay: the subject, the payload and the header strings (in
-// ledger.hdrs), which for the relay's update messages are the payload's
-// own text or constants (see wire.EncodeMsg).
-type entry struct {
-	seq   uint64
-	gen   uint64 // member it was sent on; 0 if held (not sent yet)
-	subj  string
-	reply string
-	data  []byte
-	hdr   int // index of its first header string in ledger.hdrs
-	nhdr  int // header strings: key and value in turn, two per value
-	size  int
-}
-
-// ledger is a FIFO of publishes not yet confirmed by the broker they were
-// sent to, plus publishes held while there is no target.
-type ledger struct {
-	entries []entry
-	head    int
-	// hdrs holds the entries' headers, in entry order: one slice for all
-	// of them, reused as entries are confirmed, instead of a header map
-	// (two allocations and some 400 bytes) per kept message.
-	hdrs      []string
-	bytes     int
-	max       int
-	confirmed map[uint64]uint64 // member gen -> highest seq it confirmed
-	overflow  uint64            // sent entries dropped for space: not replayable
-}
-
-func (l *ledger) len() int { return len(l.entries) - l.head }
-
-// push appends e with the header strings kv (key and value in turn).
-func (l *ledger) push(e entry, kv []string) {
-	e.hdr, e.nhdr = len(l.hdrs), len(kv)
-	l.hdrs = append(l.hdrs, kv...)
-	l.entries = append(l.entries, e)
-	l.bytes += e.size
-}
-
-// msg fills m with e's message, to send it again. m and its header map
-// are reused from one entry to the next: nats.go's PublishMsg has copied
-// what it sends when it returns. A header's single value is a slice of
-// hdrs capped at its length, so that nothing appends into hdrs.
-func (l *ledger) msg(e *entry, m *nats.Msg) {
-	m.Subject, m.Reply, m.Data = e.subj, e.reply, e.data
-	if e.nhdr == 0 {
-		m.Header = nil
-		return
-	}
-	if m.Header == nil {
-		m.Header = make(nats.Header, e.nhdr/2)
-	}
-	clear(m.Header)
-	for i := e.hdr; i < e.hdr+e.nhdr; i += 2 {
-		k := l.hdrs[i]
-		if vs, ok := m.Header[k]; ok {
-			m.Header[k] = append(vs, l.hdrs[i+1])
-		} else {
-			m.Header[k] = l.hdrs[i+1 : i+2 : i+2]
-		}
-	}
-}
-
-// confirm records that member gen has processed everything it was sent up to
-// seq, and drops the confirmed entries at the head.
-func (l *ledger) confirm(gen, seq uint64) {
-	if l.confirmed == nil {
-		l.confirmed = make(map[uint64]uint64)
-	}
-	if seq > l.confirmed[gen] {
-		l.confirmed[gen] = seq
-	}
-	l.trim()
-}
-
-func (l *ledger) trim() {
-	for l.head < len(l.entries) {
-		e := &l.entries[l.head]
-		if e.gen == 0 || e.seq > l.confirmed[e.gen] {
-			break
-		}
-		l.drop()
-	}
-	l.compact()
-}
-
-// drop drops the head entry, and its header strings: they may hold its
-// payload (the relay's header values are slices of it).
-func (l *ledger) drop() {
-	e := &l.entries[l.head]
-	l.bytes -= e.size
-	clear(l.hdrs[e.hdr : e.hdr+e.nhdr])
-	*e = entry{}
-	l.head++
-}
-
-// compact reclaims the dropped prefix once it is most of the slice.
-func (l *ledger) compact() {
-	if l.head == len(l.entries) {
-		l.entries = l.entries[:0]
-		l.hdrs = l.hdrs[:0]
-		l.head = 0
-		return
-	}
-	if l.head > 1024 && l.head > len(l.entries)/2 {
-		n := copy(l.entries, l.entries[l.head:])
-		clear(l.entries[n:])
-		l.entries = l.entries[:n]
-		l.head = 0
-		base := l.entries[0].hdr
-		k := copy(l.hdrs, l.hdrs[base:])
-		clear(l.hdrs[k:])
-		l.hdrs = l.hdrs[:k]
-		for i := range l.entries {
-			l.entries[i].hdr -= base
-		}
-	}
-}
-
-// makeRoom drops already-sent entries from the head until size more bytes
-// fit. It reports false when held entries fill the buffer.
-func (l *ledger) makeRoom(size int) bool {
-	for l.bytes+size > l.max && l.head < len(l.entries) {
-		if l.entries[l.head].gen == 0 {
-			return false
-		}
-		l.drop()
-		l.overflow++
-	}
-	l.compact()
-	return l.bytes+size <= l.max || l.len() == 0
-}
-
-// forget drops member gen's confirmation record; the entries stay. Call it
-// once no entry carries gen any more (resendOrphans has moved them all to
-// another member or back to held), so that nothing consults the record
-// again and the map does not grow with every member the Conn ever had.
-func (l *ledger) forget(gen uint64) {
-	delete(l.confirmed, gen)
-}
-
 // Publish publishes data on subj through the active broker. It returns once
 // the message is handed to the connection (as nats.go does) or held for a
 // switch in progress; the message is kept and sent again after a switch
@@ -339,15 +193,14 @@ func (p *publisher) release(m *member, resend bool) (replayed int, ok bool) {
 	}
 	l := &p.ledger
 	var msg nats.Msg
-	for i := l.head; i < len(l.entries); i++ {
-		e := &l.entries[i]
+	for c, e := range l.all() {
 		if e.gen != 0 && !resend {
 			continue
 		}
 		if e.gen != 0 && e.seq <= l.confirmed[e.gen] {
 			continue
 		}
-		l.msg(e, &msg)
+		c.msg(e, &msg)
 		if err := m.nc.PublishMsg(&msg); err != nil {
 			return replayed, false
 		}
@@ -382,8 +235,7 @@ func (p *publisher) resendOrphans(gen uint64) int {
 	l := &p.ledger
 	n := 0
 	var msg nats.Msg
-	for i := l.head; i < len(l.entries); i++ {
-		e := &l.entries[i]
+	for c, e := range l.all() {
 		if e.gen != gen {
 			continue
 		}
@@ -391,7 +243,7 @@ func (p *publisher) resendOrphans(gen uint64) int {
 			e.gen = 0 // held: release sends it
 			continue
 		}
-		l.msg(e, &msg)
+		c.msg(e, &msg)
 		if p.target.nc.PublishMsg(&msg) == nil {
 			e.gen = p.target.gen
 			n++
