@@ -29,7 +29,7 @@ type entry struct {
 // strings, up to chunkHdrs of them (more for an entry that has more
 // alone). The ledger is a FIFO of chunks: a chunk goes when its last
 // entry is dropped, so what the ledger holds beyond its entries is at
-// most a chunk at each end (and the free chunks), where one slice for all
+// most a chunk at each end (and the free chunks, see ledger.free), where one slice for all
 // entries, compacted once its dropped prefix was half of it, held up to
 // twice its entries.
 const (
@@ -72,11 +72,14 @@ func (c *chunk) msg(e *entry, m *nats.Msg) {
 type ledger struct {
 	chunks []*chunk
 	n      int // entries kept
-	// free holds emptied chunks for the next entries, no more of them
-	// than are in use (plus one), so that a ledger that drains gives its
-	// memory back while a busy one does not allocate a chunk every 256
-	// publishes.
+	// free holds emptied chunks for the next entries: a busy ledger
+	// drains at every confirmation and fills again until the next, and
+	// would otherwise allocate a chunk every 256 publishes. It keeps no
+	// more than the chunks the ledger had lately (hw) in all, and hw
+	// decays at every confirm tick (age), so that a ledger gone quiet
+	// gives its memory back within a few seconds.
 	free      []*chunk
+	hw        int
 	bytes     int
 	max       int
 	confirmed map[uint64]uint64 // member gen -> highest seq it confirmed
@@ -94,6 +97,7 @@ func (l *ledger) push(e entry, kv []string) {
 	if c == nil || len(c.entries) == cap(c.entries) || cap(c.hdrs) > 0 && len(c.hdrs)+len(kv) > cap(c.hdrs) {
 		c = l.newChunk(len(kv))
 		l.chunks = append(l.chunks, c)
+		l.hw = max(l.hw, len(l.chunks))
 	}
 	if len(kv) > 0 && cap(c.hdrs) == 0 {
 		// Only a chunk whose messages have headers holds strings for them.
@@ -172,11 +176,19 @@ func (l *ledger) drop() {
 	copy(l.chunks, l.chunks[1:])
 	l.chunks[len(l.chunks)-1] = nil
 	l.chunks = l.chunks[:len(l.chunks)-1]
-	if cap(c.hdrs) <= chunkHdrs && len(l.free) <= len(l.chunks) {
+	if cap(c.hdrs) <= chunkHdrs && len(l.free)+len(l.chunks) < l.hw {
 		c.entries, c.hdrs, c.head = c.entries[:0], c.hdrs[:0], 0
 		l.free = append(l.free, c)
 	}
-	if len(l.free) > len(l.chunks)+1 {
+}
+
+// age lets the high-water mark of chunks decay by a 64th (at least one)
+// and gives the free chunks beyond it to the collector. The Conn calls it
+// at every confirm tick: a busy ledger refills what it drained within a
+// tick, and keeps all but a 64th of its free chunks from one to the next.
+func (l *ledger) age() {
+	l.hw = max(len(l.chunks), l.hw-(l.hw+63)/64)
+	for len(l.free) > 0 && len(l.chunks)+len(l.free) > l.hw {
 		k := len(l.free)
 		l.free[k-1] = nil
 		l.free = l.free[:k-1]

@@ -170,12 +170,13 @@ func (p *publisher) hold() (prev *member, lastSeq uint64, lastPub time.Time) {
 // observe records now as the time of the last publish if there has been
 // one since the last observation. The Conn calls it at every confirm
 // tick, so that hold can bound the time of the last publish without a
-// clock read per publish.
+// clock read per publish; and the ledger ages its free chunks.
 func (p *publisher) observe(now time.Time) {
 	p.mu.Lock()
 	if p.nextSeq != p.seenSeq {
 		p.seenSeq, p.seenAt = p.nextSeq, now
 	}
+	p.ledger.age()
 	p.mu.Unlock()
 }
 
