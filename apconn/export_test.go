@@ -2,8 +2,6 @@ package apconn
 
 import (
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // PassiveRTT returns the smallest round trip in the passive's recent
@@ -19,6 +17,17 @@ func PassiveRTT(c *Conn) time.Duration {
 	return p.rtt.min()
 }
 
-// MsgSize is what the replay buffer counts for a message PublishOwned
-// keeps.
-func MsgSize(m *nats.Msg) int { return msgSize(m) }
+// HeldConn is a Conn with no broker: what it is given is held in its
+// replay buffer, bounded by max bytes.
+func HeldConn(max int) *Conn {
+	c := &Conn{}
+	c.pub.ledger.max = max
+	return c
+}
+
+// LedgerBytes is what the replay buffer counts for what it holds.
+func LedgerBytes(c *Conn) int {
+	c.pub.mu.Lock()
+	defer c.pub.mu.Unlock()
+	return c.pub.ledger.bytes
+}

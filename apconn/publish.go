@@ -31,119 +31,6 @@ type publisher struct {
 	released chan struct{}
 }
 
-// entry is one publish kept for replay.
-type entry struct {
-	seq  uint64
-	gen  uint64 // member it was sent on; 0 if held (not sent yet)
-	msg  *nats.Msg
-	size int
-}
-
-// ledger is a FIFO of publishes not yet confirmed by the broker they were
-// sent to, plus publishes held while there is no target.
-type ledger struct {
-	entries   []entry
-	head      int
-	bytes     int
-	max       int
-	confirmed map[uint64]uint64 // member gen -> highest seq it confirmed
-	overflow  uint64            // sent entries dropped for space: not replayable
-}
-
-func (l *ledger) len() int { return len(l.entries) - l.head }
-
-func (l *ledger) push(e entry) {
-	l.entries = append(l.entries, e)
-	l.bytes += e.size
-}
-
-// confirm records that member gen has processed everything it was sent up to
-// seq, and drops the confirmed entries at the head.
-func (l *ledger) confirm(gen, seq uint64) {
-	if l.confirmed == nil {
-		l.confirmed = make(map[uint64]uint64)
-	}
-	if seq > l.confirmed[gen] {
-		l.confirmed[gen] = seq
-	}
-	l.trim()
-}
-
-func (l *ledger) trim() {
-	for l.head < len(l.entries) {
-		e := &l.entries[l.head]
-		if e.gen == 0 || e.seq > l.confirmed[e.gen] {
-			break
-		}
-		l.drop()
-	}
-	l.compact()
-}
-
-func (l *ledger) drop() {
-	l.bytes -= l.entries[l.head].size
-	l.entries[l.head] = entry{}
-	l.head++
-}
-
-// compact reclaims the dropped prefix once it is most of the slice.
-func (l *ledger) compact() {
-	if l.head == len(l.entries) {
-		l.entries = l.entries[:0]
-		l.head = 0
-		return
-	}
-	if l.head > 1024 && l.head > len(l.entries)/2 {
-		n := copy(l.entries, l.entries[l.head:])
-		clear(l.entries[n:])
-		l.entries = l.entries[:n]
-		l.head = 0
-	}
-}
-
-// makeRoom drops already-sent entries from the head until size more bytes
-// fit. It reports false when held entries fill the buffer.
-func (l *ledger) makeRoom(size int) bool {
-	for l.bytes+size > l.max && l.head < len(l.entries) {
-		if l.entries[l.head].gen == 0 {
-			return false
-		}
-		l.drop()
-		l.overflow++
-	}
-	l.compact()
-	return l.bytes+size <= l.max || l.len() == 0
-}
-
-// forget drops member gen's confirmation record; the entries stay. Call it
-// once no entry carries gen any more (resendOrphans has moved them all to
-// another member or back to held), so that nothing consults the record
-// again and the map does not grow with every member the Conn ever had.
-func (l *ledger) forget(gen uint64) {
-	delete(l.confirmed, gen)
-}
-
-// copyMsg copies what Publish needs to send m again: the caller may reuse
-// its buffers once Publish returns.
-func copyMsg(subj, reply string, hdr nats.Header, data []byte) (*nats.Msg, int) {
-	m := &nats.Msg{Subject: subj, Reply: reply}
-	size := len(subj) + len(reply) + len(data)
-	if len(data) > 0 {
-		m.Data = append([]byte(nil), data...)
-	}
-	if len(hdr) > 0 {
-		m.Header = make(nats.Header, len(hdr))
-		for k, v := range hdr {
-			m.Header[k] = append([]string(nil), v...)
-			size += len(k)
-			for _, s := range v {
-				size += len(s)
-			}
-		}
-	}
-	return m, size + 64
-}
-
 // Publish publishes data on subj through the active broker. It returns once
 // the message is handed to the connection (as nats.go does) or held for a
 // switch in progress; the message is kept and sent again after a switch
@@ -160,10 +47,13 @@ func (c *Conn) PublishMsg(m *nats.Msg) error {
 	return c.publish(m.Subject, m.Reply, m.Header, m.Data)
 }
 
-// PublishOwned publishes m as PublishMsg does, without copying it: the
-// Conn keeps m for replay until the broker confirms it, so the caller must
-// not change m, its Data or its Header after the call. It saves a copy per
-// message on hot paths that build a new message for every publish.
+// PublishOwned publishes m as PublishMsg does, without copying its Data:
+// the Conn keeps m.Data, and the strings of m's subject and headers, for
+// replay until the broker confirms it, so the caller must not change
+// m.Data after the call. m itself and its Header map are the caller's
+// again when PublishOwned returns (the Conn keeps neither), to reuse for
+// the next message. It saves a copy per message on hot paths that build a
+// new payload for every publish.
 func (c *Conn) PublishOwned(m *nats.Msg) error {
 	if m == nil {
 		return nats.ErrInvalidMsg
@@ -171,7 +61,9 @@ func (c *Conn) PublishOwned(m *nats.Msg) error {
 	if m.Subject == "" {
 		return nats.ErrBadSubject
 	}
-	return c.publishMsg(m, msgSize(m))
+	var buf [2 * 16]string
+	kv := headerStrings(buf[:0], m.Header)
+	return c.publishMsg(m, kv, msgSize(m, kv))
 }
 
 // PublishRequest publishes data on subj with reply as the reply subject.
@@ -179,38 +71,55 @@ func (c *Conn) PublishRequest(subj, reply string, data []byte) error {
 	return c.publish(subj, reply, nil, data)
 }
 
+// publish publishes a copy of data: the caller may reuse its buffers once
+// publish returns.
 func (c *Conn) publish(subj, reply string, hdr nats.Header, data []byte) error {
 	if subj == "" {
 		return nats.ErrBadSubject
 	}
-	m, size := copyMsg(subj, reply, hdr, data)
-	return c.publishMsg(m, size)
-}
-
-// msgSize is what the replay buffer counts for m, kept by PublishOwned.
-func msgSize(m *nats.Msg) int {
-	size := msgStruct + cap(m.Data) + len(m.Subject) + len(m.Reply)
-	if n := len(m.Header); n > 0 {
-		size += headerMap + (n+7)/8*headerGroup + n*headerValue
+	m := &nats.Msg{Subject: subj, Reply: reply, Header: hdr}
+	if len(data) > 0 {
+		m.Data = append([]byte(nil), data...)
 	}
-	return size
+	kv := headerStrings(nil, hdr)
+	size := msgSize(m, kv)
+	// The header text is the caller's own, not a part of the payload.
+	for _, s := range kv {
+		size += len(s)
+	}
+	return c.publishMsg(m, kv, size)
 }
 
-// What a message PublishOwned keeps holds on the heap besides its Data:
-// the message itself, and for headers the map (its struct and a group of 8
-// slots, each a string key and a []string value, per 8 headers) and each
-// value (a string header and its text, which the relay's update messages
-// share with their Data: see wire.EncodeMsg). Counted so, without a walk
-// over the headers, the replay buffer's bound is the heap its messages
-// hold, not half of it.
+// headerStrings appends h's keys and values to kv, key and value in turn,
+// once per value: what nats.go sends of h, and what the ledger keeps.
+func headerStrings(kv []string, h nats.Header) []string {
+	for k, vs := range h {
+		for _, v := range vs {
+			kv = append(kv, k, v)
+		}
+	}
+	return kv
+}
+
+// msgSize is what the replay buffer counts for m, kept with the header
+// strings kv: its entry, its Data's capacity, its subject and reply, and
+// a string header per header string. The strings' text is not counted:
+// the relay's header values are the payload's own text (see
+// wire.EncodeMsg) and its keys constants. Counted so, without more than
+// the walk over the headers the ledger makes anyway, the replay buffer's
+// bound is the heap its records hold.
+func msgSize(m *nats.Msg, kv []string) int {
+	return entrySize + cap(m.Data) + len(m.Subject) + len(m.Reply) + len(kv)*stringSize
+}
+
 const (
-	msgStruct   = int(unsafe.Sizeof(nats.Msg{}))
-	headerMap   = 48
-	headerGroup = 8 + 8*(16+24)
-	headerValue = 32
+	entrySize  = int(unsafe.Sizeof(entry{}))
+	stringSize = int(unsafe.Sizeof(""))
 )
 
-func (c *Conn) publishMsg(m *nats.Msg, size int) error {
+// publishMsg sends m on the target, if there is one, and keeps it in the
+// ledger, as m.Data and the header strings kv, counted as size.
+func (c *Conn) publishMsg(m *nats.Msg, kv []string, size int) error {
 	p := &c.pub
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -222,7 +131,7 @@ func (c *Conn) publishMsg(m *nats.Msg, size int) error {
 		return ErrPublishBufferFull
 	}
 	p.nextSeq++
-	e := entry{seq: p.nextSeq, msg: m, size: size}
+	e := entry{seq: p.nextSeq, subj: m.Subject, reply: m.Reply, data: m.Data, size: size}
 	if t := p.target; t != nil {
 		if err := t.nc.PublishMsg(m); err != nil {
 			// The target broke under us (closed, or nats.go's own
@@ -235,7 +144,7 @@ func (c *Conn) publishMsg(m *nats.Msg, size int) error {
 			e.gen = t.gen
 		}
 	}
-	p.ledger.push(e)
+	p.ledger.push(e, kv)
 	c.stats.published.Add(1)
 	return nil
 }
@@ -261,12 +170,13 @@ func (p *publisher) hold() (prev *member, lastSeq uint64, lastPub time.Time) {
 // observe records now as the time of the last publish if there has been
 // one since the last observation. The Conn calls it at every confirm
 // tick, so that hold can bound the time of the last publish without a
-// clock read per publish.
+// clock read per publish; and the ledger ages its free chunks.
 func (p *publisher) observe(now time.Time) {
 	p.mu.Lock()
 	if p.nextSeq != p.seenSeq {
 		p.seenSeq, p.seenAt = p.nextSeq, now
 	}
+	p.ledger.age()
 	p.mu.Unlock()
 }
 
@@ -283,15 +193,16 @@ func (p *publisher) release(m *member, resend bool) (replayed int, ok bool) {
 		return 0, false
 	}
 	l := &p.ledger
-	for i := l.head; i < len(l.entries); i++ {
-		e := &l.entries[i]
+	var msg nats.Msg
+	for c, e := range l.all() {
 		if e.gen != 0 && !resend {
 			continue
 		}
 		if e.gen != 0 && e.seq <= l.confirmed[e.gen] {
 			continue
 		}
-		if err := m.nc.PublishMsg(e.msg); err != nil {
+		c.msg(e, &msg)
+		if err := m.nc.PublishMsg(&msg); err != nil {
 			return replayed, false
 		}
 		if e.gen != 0 {
@@ -324,8 +235,8 @@ func (p *publisher) resendOrphans(gen uint64) int {
 	defer p.mu.Unlock()
 	l := &p.ledger
 	n := 0
-	for i := l.head; i < len(l.entries); i++ {
-		e := &l.entries[i]
+	var msg nats.Msg
+	for c, e := range l.all() {
 		if e.gen != gen {
 			continue
 		}
@@ -333,7 +244,8 @@ func (p *publisher) resendOrphans(gen uint64) int {
 			e.gen = 0 // held: release sends it
 			continue
 		}
-		if p.target.nc.PublishMsg(e.msg) == nil {
+		c.msg(e, &msg)
+		if p.target.nc.PublishMsg(&msg) == nil {
 			e.gen = p.target.gen
 			n++
 		} else {

@@ -26,8 +26,8 @@ func BenchmarkPublishLedger(b *testing.B) {
 		if i++; i%4096 == 0 {
 			b.StopTimer()
 			l := &c.pub.ledger
-			for j := l.head; j < len(l.entries); j++ {
-				l.entries[j].gen = 1
+			for _, e := range l.all() {
+				e.gen = 1
 			}
 			l.confirm(1, c.pub.nextSeq)
 			b.StartTimer()

@@ -52,6 +52,14 @@ type runner struct {
 	// that adds and removes tags lets its additions go first.
 	subStarted chan struct{}
 
+	// spare is the message of the last update, for the next one to take
+	// and fill again, when the sink is the core sink: apconn keeps the
+	// payload and the header strings, not the message or its header map.
+	// Taken and given back without r.mu (the publish is outside it), and
+	// a second update at the same time gets a new one: the source calls
+	// Update one at a time, but nothing here relies on it.
+	spare atomic.Pointer[wire.MsgBuf]
+
 	mu         sync.Mutex // guards tags, byHandle, the tags' mutable fields and the fields below
 	refreshing bool
 	health     Health
@@ -131,12 +139,22 @@ func (r *runner) Update(handle uint32, u wire.Update) {
 	ts.seq++
 	u.Tag, u.Seq = ts.cfg.Name, ts.seq
 	ts.last, ts.have = u, true
-	m := r.encodeLocked(ts.subject, &u, typ)
+	var buf *wire.MsgBuf
+	if _, core := r.b.sink.(*CoreSink); core {
+		if buf = r.spare.Swap(nil); buf == nil {
+			buf = new(wire.MsgBuf)
+		}
+	}
+	m := r.encodeLocked(ts.subject, &u, typ, buf)
 	r.mu.Unlock()
 	// Outside r.mu: a sink may block here (backpressure), and status,
 	// snapshot and write-back must not wait for it. The order of a tag's
 	// updates is kept by the source calling Update one at a time.
-	if err := r.publish(m, u); err != nil {
+	err := r.publish(m, u)
+	if buf != nil {
+		r.spare.Store(buf)
+	}
+	if err != nil {
 		r.counters.publishErrors.Add(1)
 		r.b.log.Warn().Err(err).Str("source", r.src.Name()).Str("tag", u.Tag).Msg("publish failed")
 		return
@@ -195,11 +213,17 @@ func (r *runner) reindexLocked() {
 }
 
 // encodeLocked encodes u, whose value is of type typ, as the message for
-// the sink; r.mu is held.
-func (r *runner) encodeLocked(subject string, u *wire.Update, typ wire.Type) *nats.Msg {
-	// A fresh message per update: the sink keeps it until the broker
-	// confirms it. Sized from the last one, its payload rarely grows.
-	m := wire.EncodeMsg(subject, u, typ, r.lastLen+32, !r.b.cfg.NoHeaders, r.refreshing)
+// the sink, into buf if it is not nil (the core sink's); r.mu is held.
+func (r *runner) encodeLocked(subject string, u *wire.Update, typ wire.Type, buf *wire.MsgBuf) *nats.Msg {
+	// A fresh payload per update, sized from the last one (it rarely
+	// grows): the sink keeps it until the broker confirms it. A fresh
+	// message too for a sink other than the core sink, which may keep it.
+	var m *nats.Msg
+	if buf != nil {
+		m = wire.EncodeMsgTo(buf, subject, u, typ, r.lastLen+32, !r.b.cfg.NoHeaders, r.refreshing)
+	} else {
+		m = wire.EncodeMsg(subject, u, typ, r.lastLen+32, !r.b.cfg.NoHeaders, r.refreshing)
+	}
 	if m.Header != nil {
 		m.Header[wire.HeaderEpoch] = r.b.epoch
 	}

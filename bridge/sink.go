@@ -16,7 +16,8 @@ import (
 // Publish is called from one goroutine per source, in the order of that
 // source's updates; it may block to apply backpressure toward the source.
 // The message is the sink's from then on: the bridge does not touch it
-// again. u is the update the message carries, for sinks that need its
+// again. (The CoreSink alone is done with it when Publish returns, and
+// the bridge fills the same message again for the next update.) u is the update the message carries, for sinks that need its
 // identity (wire.MessageID) or fields; it must not be kept after Publish returns.
 //
 // A sink may also implement Binder, Aborter and StatusReporter.
@@ -73,7 +74,9 @@ type CoreSink struct{ conn *apconn.Conn }
 func NewCoreSink(conn *apconn.Conn) *CoreSink { return &CoreSink{conn: conn} }
 
 // Publish implements Sink: m goes out on the active connection, and the
-// connection keeps it for replay until a broker confirms it.
+// connection keeps its payload and header strings for replay until a
+// broker confirms it (apconn.Conn.PublishOwned): neither m nor its header
+// map, which are the caller's again when Publish returns.
 func (s *CoreSink) Publish(_ string, m *nats.Msg, _ *wire.Update) error {
 	return s.conn.PublishOwned(m)
 }

@@ -40,11 +40,44 @@ func EncodeMsg(subject string, u *Update, typ Type, sizeHint int, headers, refre
 		data := appendJSON(make([]byte, 0, sizeHint), u, typ, nil)
 		return &nats.Msg{Subject: subject, Data: data[:len(data):len(data)]}
 	}
+	return encodeMsg(&msgBox{}, make(nats.Header, msgHeaderSlots), subject, u, typ, sizeHint, refresh)
+}
+
+// MsgBuf is a message and its header map that EncodeMsgTo fills again
+// for every update: for a sink that is done with the message when its
+// publish returns (the core sink: apconn.PublishOwned keeps the payload
+// and the header strings, neither the message nor its map). The zero
+// value is ready; a MsgBuf is for one update at a time.
+type MsgBuf struct {
+	box msgBox
+	h   nats.Header
+}
+
+// EncodeMsgTo is EncodeMsg into b: the message it returns is b's, and
+// valid until the next EncodeMsgTo on b. Only the payload is new, one
+// allocation instead of three (the message and the header map are some
+// 600 bytes of the 860 EncodeMsg allocates).
+func EncodeMsgTo(b *MsgBuf, subject string, u *Update, typ Type, sizeHint int, headers, refresh bool) *nats.Msg {
+	if !headers {
+		data := appendJSON(make([]byte, 0, sizeHint), u, typ, nil)
+		b.box = msgBox{m: nats.Msg{Subject: subject, Data: data[:len(data):len(data)]}}
+		return &b.box.m
+	}
+	if b.h == nil {
+		b.h = make(nats.Header, msgHeaderSlots)
+	}
+	clear(b.h)
+	// The last payload's text goes: the values are set again below.
+	b.box = msgBox{}
+	return encodeMsg(&b.box, b.h, subject, u, typ, sizeHint, refresh)
+}
+
+// encodeMsg encodes u into box's message with the header map h, empty.
+func encodeMsg(box *msgBox, h nats.Header, subject string, u *Update, typ Type, sizeHint int, refresh bool) *nats.Msg {
 	var mk jsonMarks
 	data := appendJSON(make([]byte, 0, sizeHint), u, typ, &mk)
 	data = data[:len(data):len(data)]
-	box := &msgBox{m: nats.Msg{Subject: subject, Data: data}}
-	h := make(nats.Header, msgHeaderSlots)
+	box.m = nats.Msg{Subject: subject, Data: data}
 	text := func(at [2]int) string {
 		return unsafe.String(&data[at[0]], at[1]-at[0])
 	}

@@ -86,3 +86,31 @@ func TestEncodeMsgHeadersSurviveAppend(t *testing.T) {
 		t.Errorf("headers %v", m.Header)
 	}
 }
+
+// EncodeMsgTo gives the message EncodeMsg gives, update after update into
+// one MsgBuf: with and without headers and the refresh header, so that
+// nothing of an update is left in the next one's message.
+func TestEncodeMsgToIsEncodeMsg(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 123456789, time.UTC)
+	var b wire.MsgBuf
+	steps := []struct {
+		u                wire.Update
+		headers, refresh bool
+	}{
+		{wire.Update{Tag: "T", Value: int64(1), Status: wire.StatusGood, SourceTime: now, ServerTime: now, Seq: 1}, true, true},
+		{wire.Update{Tag: "T", Value: "two", Status: wire.StatusGood, ServerTime: now, Seq: 2}, true, false},
+		{wire.Update{Tag: "T", Value: 3.5, Status: wire.StatusGood, Seq: 3}, false, false},
+		{wire.Update{Tag: "T", Value: int64(4), Status: wire.StatusGood, SourceTime: now, Seq: 4}, true, false},
+	}
+	for i, s := range steps {
+		typ, _ := wire.TypeOf(s.u.Value)
+		want := wire.EncodeMsg("a.T", &s.u, typ, 16, s.headers, s.refresh)
+		got := wire.EncodeMsgTo(&b, "a.T", &s.u, typ, 16, s.headers, s.refresh)
+		if got.Subject != want.Subject || got.Reply != "" || string(got.Data) != string(want.Data) {
+			t.Fatalf("update %d: %q %q, want %q %q", i, got.Subject, got.Data, want.Subject, want.Data)
+		}
+		if !maps.EqualFunc(got.Header, want.Header, slices.Equal) || (got.Header == nil) != (want.Header == nil) {
+			t.Fatalf("update %d: headers %v, want %v", i, got.Header, want.Header)
+		}
+	}
+}
