@@ -330,7 +330,8 @@ func (s *Source) resumed(m *member, session string, after uint64) {
 // returns the items left to subscribe. The changes of adopted items not
 // in todo stay held for a later subscribe; the handoff moves on once
 // every adopted item is mapped (until then eventDone records nothing: a
-// successor would find held changes behind the sequence recorded).
+// successor would find held changes behind the sequence recorded), and
+// no change of an item the record did not name is held either.
 func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	s.emitMu.Lock()
 	defer s.emitMu.Unlock()
@@ -353,17 +354,18 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	}
 	var relay, keep []mxgateway.DataChange
 	for _, d := range m.held {
-		switch {
-		case m.pending[d.Handle]:
-			keep = append(keep, d)
-		default:
+		if _, mapped := m.byGateway[d.Handle]; mapped {
 			relay = append(relay, d)
+		} else {
+			keep = append(keep, d)
 		}
 	}
 	m.held = keep
 	done := len(m.adopted) == 0
 	if done {
-		m.adopted, m.pending, m.held, m.adopting = nil, nil, nil, false
+		// The changes still held are of items the record did not name:
+		// they wait for their tags' subscribe (subscribeBatch).
+		m.adopted, m.pending, m.adopting = nil, nil, false
 	}
 	heldSeq := m.heldSeq
 	sess := m.sess
@@ -382,7 +384,7 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 		}
 		last = d.Seq
 	}
-	if seq := max(last, heldSeq); s.ho != nil && done && seq > 0 && sess != nil {
+	if seq := max(last, heldSeq); s.ho != nil && done && len(keep) == 0 && seq > 0 && sess != nil {
 		s.ho.handled(m, gen, sess, seq)
 	}
 	return rest

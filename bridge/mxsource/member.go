@@ -37,9 +37,16 @@ type member struct {
 	// of those items are held, in order, until a subscribe of the
 	// bridge maps them (see adopt): the bridge may subscribe its tags
 	// in more than one call. heldSeq is the last event meanwhile.
+	// On a resumed session (resumed) the changes of every item not
+	// mapped yet are held so, not only those of the adopted items: a
+	// predecessor's record may name fewer items than its session has
+	// advised (one recorded before a subscribe's answer), and the
+	// gateway sends the others' changes too; a later subscribe of their
+	// tags maps them and relays what is held of them first, in order.
 	adopted  map[string]int32
 	pending  map[int32]bool
 	adopting bool
+	resumed  bool
 	held     []mxgateway.DataChange
 	heldSeq  uint64
 
@@ -278,7 +285,7 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.gen++
-	m.adopted, m.adopting, m.held, m.heldSeq = adopted, adopted != nil, nil, 0
+	m.adopted, m.adopting, m.resumed, m.held, m.heldSeq = adopted, adopted != nil, adopted != nil, nil, 0
 	m.pending = nil
 	if adopted != nil {
 		m.pending = make(map[int32]bool, len(adopted))
@@ -307,7 +314,7 @@ func (s *Source) detach(m *member, gen uint64) time.Duration {
 		return 0
 	}
 	m.sess, m.kill = nil, nil
-	m.adopted, m.pending, m.adopting, m.held = nil, nil, false, nil
+	m.adopted, m.pending, m.adopting, m.resumed, m.held = nil, nil, false, false, nil
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx] = 0, false
 	}
@@ -331,7 +338,8 @@ func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
 		s.mu.Unlock()
 		return
 	}
-	if m.adopting && m.pending[d.Handle] {
+	handle, ok := m.byGateway[d.Handle]
+	if !ok && m.resumed {
 		// An item of a predecessor's session, mapped when the bridge
 		// subscribes its tag; until then its changes wait, in order.
 		if len(m.held) < maxEarly {
@@ -340,7 +348,6 @@ func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
 		s.mu.Unlock()
 		return
 	}
-	handle, ok := m.byGateway[d.Handle]
 	if ok {
 		if it := s.items[handle]; it != nil {
 			it.last[m.idx] = &d
@@ -451,7 +458,9 @@ func (s *Source) eventDone(m *member, gen uint64, seq uint64) {
 	defer s.emitMu.Unlock()
 	s.mu.Lock()
 	ok := s.active == m.idx && m.gen == gen
-	if m.gen == gen && m.adopting {
+	if m.gen == gen && (m.adopting || len(m.held) > 0) {
+		// Changes are held behind this event: a successor must find
+		// them after the sequence recorded.
 		m.heldSeq, ok = seq, false
 	}
 	sess := m.sess

@@ -73,11 +73,15 @@ func (s *Source) subscribeBatch(ctx context.Context, m *member, sess *mxgateway.
 		return out
 	}
 	record := func(idx []int, res []mxgateway.ItemResult, advised bool) error {
-		var es []early
+		var es, held []early
 		defer func() { s.replayEarly(m, gen, es) }()
+		// emitMu from before the mapping until the held changes are
+		// relayed: a change that comes meanwhile follows them.
+		s.emitMu.Lock()
+		defer s.emitMu.Unlock()
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		if m.gen != gen {
+			s.mu.Unlock()
 			return errSessionChanged
 		}
 		for k, i := range idx {
@@ -96,6 +100,28 @@ func (s *Source) subscribeBatch(ctx context.Context, m *member, sess *mxgateway.
 				delete(m.early, res[k].Handle)
 				es = append(es, early{it.tag.Handle, d})
 			}
+		}
+		if len(m.held) > 0 {
+			// A resumed session's changes of the items mapped now,
+			// held since the resume (see member.held).
+			keep := m.held[:0]
+			for _, d := range m.held {
+				if handle, ok := m.byGateway[d.Handle]; ok {
+					if it := s.items[handle]; it != nil {
+						dd := d
+						it.last[m.idx] = &dd
+					}
+					held = append(held, early{handle, d})
+				} else {
+					keep = append(keep, d)
+				}
+			}
+			clear(m.held[len(keep):])
+			m.held = keep
+		}
+		s.mu.Unlock()
+		for _, e := range held {
+			s.emitLocked(m, gen, e.handle, e.d)
 		}
 		return nil
 	}
