@@ -206,22 +206,14 @@ func startHubChild(ctx context.Context, verbose bool) (*hubChild, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "edge-hub")
-	cmd.Env = append(os.Environ(), labChildEnv+"=1")
 	if verbose {
 		cmd.Stderr = os.Stderr
 	}
-	in, err := cmd.StdinPipe()
+	in, out, err := startLabChild(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("hub process: %w", err)
 	}
-	h := &hubChild{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	h := &hubChild{cmd: cmd, in: in, out: out}
 	first := make(chan error, 1)
 	go func() {
 		if !h.out.Scan() {

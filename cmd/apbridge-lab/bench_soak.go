@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,6 +35,25 @@ const (
 // a test binary of this package run the lab's command line instead of its
 // tests, so that the soak's relay process works under `go test` too.
 const labChildEnv = "APBRIDGE_LAB_CHILD"
+
+// startLabChild starts cmd as one of the lab's child processes (labChildEnv
+// set) with a pipe to its stdin and one from its stdout: the lab talks to
+// its children in lines.
+func startLabChild(cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner, error) {
+	cmd.Env = append(os.Environ(), labChildEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return in, bufio.NewScanner(out), nil
+}
 
 const (
 	soakStream     = "SOAK"

@@ -42,21 +42,13 @@ type ingestChild struct {
 // printed "ready" (every item has its first value).
 func startIngestChild(ctx context.Context, exe, name string, args ...string) (*ingestChild, error) {
 	cmd := exec.CommandContext(ctx, exe, append([]string{"ingest-child"}, args...)...)
-	// The lab's test binary runs the lab's commands with it (TestMain).
-	cmd.Env = append(os.Environ(), labChildEnv+"=1")
 	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	// The lab's test binary runs the lab's commands with it (TestMain).
+	in, out, err := startLabChild(cmd)
 	if err != nil {
 		return nil, err
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	c := &ingestChild{name: name, cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	c := &ingestChild{name: name, cmd: cmd, in: in, out: out}
 	if !c.out.Scan() || c.out.Text() != "ready" {
 		c.close()
 		return nil, fmt.Errorf("the %s process did not get ready: %q", name, c.out.Text())

@@ -73,24 +73,16 @@ func startSoakChild(ctx context.Context, config, logPath string, verbose bool) (
 		return nil, err
 	}
 	cmd := exec.Command(exe, "soak-relay", "--config", config, "-v")
-	cmd.Env = append(os.Environ(), labChildEnv+"=1")
 	cmd.Stderr = logFile
 	if verbose {
 		cmd.Stderr = io.MultiWriter(logFile, os.Stderr)
 	}
-	in, err := cmd.StdinPipe()
+	in, out, err := startLabChild(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, err
 	}
-	c := &soakChild{cmd: cmd, in: in, out: bufio.NewScanner(out), log: logFile}
+	c := &soakChild{cmd: cmd, in: in, out: out, log: logFile}
 	c.out.Buffer(make([]byte, 1<<20), 1<<24)
 	ready := make(chan bool, 1)
 	go func() { ready <- c.out.Scan() && c.out.Text() == "ready" }()
