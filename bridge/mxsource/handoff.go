@@ -27,7 +27,9 @@ import (
 //
 // The file is written whole and atomically (a temporary file, fsynced,
 // renamed over the old one, the directory fsynced), at most every
-// stateWriteInterval while it changes. Nothing in it is secret.
+// stateWriteInterval while it changes, and at once when a new active
+// session's first record is due (handoff.switched). Nothing in it is
+// secret.
 
 // stateWriteInterval bounds how often the state file is written while it
 // changes: a successor that reads an older one gets a few events again,
@@ -140,6 +142,9 @@ func (f fileStore) RecordHandoff(h Handoff) error {
 type handoff struct {
 	store HandoffStore
 	wake  chan struct{}
+	// now cuts the writer's pause between writes: a new active session's
+	// first record is written as soon as it can be (see switched).
+	now chan struct{}
 
 	mu      sync.Mutex
 	sn      bridge.StoreNotifier // nil: an event counts as stored once handed to the bridge
@@ -150,11 +155,44 @@ type handoff struct {
 	stored  uint64 // the last whose updates are stored
 	marking bool   // a store mark is out
 	dirty   bool
+	prompt  bool // the next stored mark is a new active's first: written at once
 	stopped bool // abandoned: a dead process writes nothing more
 }
 
 func newHandoff(store HandoffStore) *handoff {
-	return &handoff{store: store, wake: make(chan struct{}, 1)}
+	return &handoff{store: store, wake: make(chan struct{}, 1), now: make(chan struct{}, 1)}
+}
+
+// switched makes m's session gen, which just became the active one (a
+// promoted standby, or a new session), the one the handoff names, without
+// waiting for an event of it to be handled: a relay killed between the
+// switch and the first value stored from the new session would otherwise
+// leave a record naming the old session, on a gateway that is gone, and
+// its successor would fall back. seen is the last event received on the
+// session before it became the active one. None of those events' changes
+// was relayed as it came (the session was not the active), but what a
+// successor resuming after seen could miss was handed to the bridge
+// before this call: each item's last value of the standby (promote's
+// refresh) and what the old active relayed of the standby's older changes
+// (those the old active never delivered, the switch itself skips: its
+// refresh carries the standby's last value). So the record names the session with lastStored
+// seen once a store mark set now comes back: every update handed so far
+// is stored then. It is written at once, not after the pause between
+// writes. With seen 0 (no event yet) nothing is recorded before the
+// session's first stored event, as before. s.emitMu is held.
+func (h *handoff) switched(m *member, gen uint64, sess *mxgateway.Session, seen uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == m && h.gen == gen {
+		return
+	}
+	h.m, h.gen, h.rec = m, gen, sess.Record()
+	h.handed, h.stored, h.marking, h.prompt = 0, 0, false, false
+	if seen == 0 {
+		return
+	}
+	h.handed, h.prompt = seen, true
+	h.markLocked(m, gen, seen)
 }
 
 // handled records that the events of m's session gen up to seq are handed
@@ -209,6 +247,13 @@ func (h *handoff) storedLocked(seq uint64) {
 	case h.wake <- struct{}{}:
 	default:
 	}
+	if h.prompt {
+		h.prompt = false
+		select {
+		case h.now <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // stop makes the handoff write nothing more: the source is abandoned.
@@ -239,6 +284,8 @@ func (s *Source) writeState() {
 			s.flushState()
 			return
 		case <-t.C:
+		case <-h.now:
+			t.Stop()
 		}
 	}
 }

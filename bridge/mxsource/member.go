@@ -49,6 +49,10 @@ type member struct {
 	resumed  bool
 	held     []mxgateway.DataChange
 	heldSeq  uint64
+	// lastDone is the last event of the session handled (eventDone, with
+	// a handoff store): where a successor may resume it once it is made
+	// the active one (handoff.switched).
+	lastDone uint64
 
 	lastEvent atomic.Int64 // unix nanoseconds of the session's last event
 	// busy counts the subscribe requests of ours running on the session:
@@ -286,6 +290,7 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	defer s.mu.Unlock()
 	m.gen++
 	m.adopted, m.adopting, m.resumed, m.held, m.heldSeq = adopted, adopted != nil, adopted != nil, nil, 0
+	m.lastDone = 0
 	m.pending = nil
 	if adopted != nil {
 		m.pending = make(map[int32]bool, len(adopted))
@@ -458,6 +463,9 @@ func (s *Source) eventDone(m *member, gen uint64, seq uint64) {
 	defer s.emitMu.Unlock()
 	s.mu.Lock()
 	ok := s.active == m.idx && m.gen == gen
+	if m.gen == gen {
+		m.lastDone = seq
+	}
 	if m.gen == gen && (m.adopting || len(m.held) > 0) {
 		// Changes are held behind this event: a successor must find
 		// them after the sequence recorded.

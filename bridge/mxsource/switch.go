@@ -266,7 +266,16 @@ func (s *Source) handle(e memberEvent) {
 			s.active = m.idx
 			s.connected = true
 		}
+		record := becomes && s.ho != nil && m.gen == e.gen && !m.adopting && len(m.held) == 0
+		seen := m.lastDone
 		s.mu.Unlock()
+		if record {
+			// A new session made the active one: the handoff names it
+			// at once (see handoff.switched).
+			s.emitMu.Lock()
+			s.ho.switched(m, e.gen, e.sess, seen)
+			s.emitMu.Unlock()
+		}
 		s.log.Info().Str("endpoint", m.target).Str("session", e.sess.ID()).Strs("capabilities", e.sess.Capabilities()).
 			Dur("command_timeout_ms", e.sess.CommandTimeout()).Bool("active", becomes).
 			Bool("supervisory", e.sess.Supervisory()).Msg("gateway session open")
@@ -363,6 +372,10 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	}
 	s.active = next.idx
 	hot := s.cfg.Mode == ModeHot
+	nextGen, nextSess, seen := next.gen, next.sess, next.lastDone
+	// A session still adopting a predecessor's items records itself
+	// (adopt); a standby never is one, but the rule is adopt's.
+	record := s.ho != nil && !next.adopting && len(next.held) == 0
 	// A switch during the last switch's refresh closes that one first,
 	// so that every refresh-start has its refresh-end.
 	closePrev := s.refresh != nil
@@ -398,6 +411,10 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	h.RefreshStart(fmt.Sprintf("%s: %s -> %s", causeText(cause), old.target, next.target))
 	for _, r := range replay {
 		h.Update(r.handle, toUpdate(r.d))
+	}
+	if record {
+		// After the replay: the handoff's store mark covers it.
+		s.ho.switched(next, nextGen, nextSess, seen)
 	}
 	if len(pending) == 0 {
 		h.RefreshEnd()
