@@ -138,25 +138,7 @@ func TestSuccessorResumesTheSession(t *testing.T) {
 			// Nothing lost: per counter, what both relays published
 			// covers every value from the first to the last.
 			for _, tg := range e1.tags {
-				seen := map[int64]bool{}
-				var lo, hi int64
-				for _, e := range []*mxEnv{e1, e2} {
-					e.mu.Lock()
-					for _, u := range e.updates[tg.Name] {
-						v := u.Value.(int64)
-						seen[v] = true
-						if lo == 0 || v < lo {
-							lo = v
-						}
-						hi = max(hi, v)
-					}
-					e.mu.Unlock()
-				}
-				for v := lo; v <= hi; v++ {
-					if !seen[v] {
-						t.Fatalf("%s: value %d lost across the successor (seen %d-%d)", tg.Name, v, lo, hi)
-					}
-				}
+				noCounterGap(t, tg.Name, "across the successor", e1, e2)
 			}
 		})
 	}

@@ -252,3 +252,28 @@ func proxiedPrimary(t *testing.T, proxy **faultproxy.Proxy) func(int, *mxsim.Gat
 		return p.Addr()
 	}
 }
+
+// noCounterGap fails t if counter tag's values, as the relays of envs
+// published them together, miss one between the lowest and the highest.
+func noCounterGap(t *testing.T, tag, what string, envs ...*mxEnv) {
+	t.Helper()
+	seen := map[int64]bool{}
+	var lo, hi int64
+	for _, e := range envs {
+		e.mu.Lock()
+		for _, u := range e.updates[tag] {
+			v := u.Value.(int64)
+			seen[v] = true
+			if lo == 0 || v < lo {
+				lo = v
+			}
+			hi = max(hi, v)
+		}
+		e.mu.Unlock()
+	}
+	for v := lo; v <= hi; v++ {
+		if !seen[v] {
+			t.Fatalf("%s: value %d lost %s (seen %d-%d)", tag, v, what, lo, hi)
+		}
+	}
+}
