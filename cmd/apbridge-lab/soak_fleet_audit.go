@@ -395,7 +395,7 @@ func (r *soakRig) reportFleet(ctx context.Context, res *result) error {
 	if len(unseen) > 0 {
 		res.set("takeovers_unseen_examples", unseen[:min(len(unseen), 5)])
 	}
-	r.takeoverOutcomes(tos, a)
+	setTakeoverOutcomes(r.relays, r.cfg.progress, tos, a)
 	var times []float64
 	var dual, back float64
 	outcomes := map[string]int{}

@@ -109,30 +109,23 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 				o.Outcome, o.Reason = soakFallback, "handoff does not fit: "+l.Error
 				pending[l.Source] = o
 			}
-		case l.Event == "successor takeover":
+		case l.Event == "successor takeover",
+			l.Message == "predecessor's gateway session resumed",
+			strings.HasPrefix(l.Message, "predecessor's gateway session not resumed"):
+			// The outcome: an OPC UA source's takeover event (why it
+			// fell back in its error), a gateway source's resume or not
+			// (why in its reason).
 			in, ok := cur[l.Source]
 			if !ok {
 				continue
 			}
 			o := out[in]
 			o.Outcome, o.Reason = soakTransferred, ""
-			if l.Error != "" {
-				o.Outcome, o.Reason = soakFallback, l.Error
+			if why := l.Error + l.Reason; why != "" {
+				o.Outcome, o.Reason = soakFallback, why
 			}
 			if m := soakHeldRE.FindStringSubmatch(l.Message); m != nil {
 				o.Held, _ = strconv.Atoi(m[1])
-			}
-			out[in] = o
-		case l.Message == "predecessor's gateway session resumed",
-			strings.HasPrefix(l.Message, "predecessor's gateway session not resumed"):
-			in, ok := cur[l.Source]
-			if !ok {
-				continue
-			}
-			o := out[in]
-			o.Outcome, o.Reason = soakTransferred, ""
-			if l.Reason != "" {
-				o.Outcome, o.Reason = soakFallback, l.Reason
 			}
 			out[in] = o
 		case l.Republished != nil && strings.HasPrefix(l.Message, "the successor caught up"):
@@ -146,11 +139,12 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 	return out, sc.Err()
 }
 
-// takeoverOutcomes sets each takeover's outcome from its new owner's log,
-// and its cost from the audit.
-func (r *soakRig) takeoverOutcomes(tos []soakTakeover, a soakIdentity) {
+// setTakeoverOutcomes sets each takeover's outcome from its new owner's
+// log (relays'), and its cost from the audit; a log that cannot be read
+// is said on progress.
+func setTakeoverOutcomes(relays []*soakRelay, progress io.Writer, tos []soakTakeover, a soakIdentity) {
 	logs := map[string]map[soakInstance]soakTakeoverOutcome{}
-	for _, rel := range r.relays {
+	for _, rel := range relays {
 		f, err := os.Open(rel.logPath)
 		if err != nil {
 			continue
@@ -158,7 +152,7 @@ func (r *soakRig) takeoverOutcomes(tos []soakTakeover, a soakIdentity) {
 		in, err := soakInstances(f)
 		f.Close()
 		if err != nil {
-			fmt.Fprintf(r.cfg.progress, "  relay %s's log: %v\n", rel.id, err)
+			fmt.Fprintf(progress, "  relay %s's log: %v\n", rel.id, err)
 		}
 		logs[rel.id] = in
 	}
