@@ -34,13 +34,7 @@ func TestEdgeHubAndSiteStartedApart(t *testing.T) {
 	if err := WaitSiteLinked(ctx, site, hub, e.SiteDomain); err != nil {
 		t.Fatal(err)
 	}
-	sjs, err := jetstream.New(connect(t, site, site.URLs()[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SITE", Subjects: []string{"plant.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	sjs := siteStream(ctx, t, site, jetstream.StreamConfig{})
 	if err := SourceFromSiteOn(ctx, hub, e.SiteDomain, "HUB", "SITE", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -73,15 +67,9 @@ func TestEdgeCatchupRate(t *testing.T) {
 	e := startEdge(t, EdgeOptions{HubNodes: 1, SiteNodes: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	sjs, err := jetstream.New(connect(t, e.Site, e.Site.URLs()[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// MaxMsgSize bounds the limiter's burst (the largest message): the
 	// whole backlog is paced.
-	if _, err := sjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SITE", Subjects: []string{"plant.>"}, MaxMsgSize: 2048}); err != nil {
-		t.Fatal(err)
-	}
+	sjs := siteStream(ctx, t, e.Site, jetstream.StreamConfig{MaxMsgSize: 2048})
 	const msgs, size = 2000, 1000
 	payload := make([]byte, size)
 	for range msgs {

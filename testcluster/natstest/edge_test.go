@@ -24,6 +24,21 @@ func startEdge(t *testing.T, o EdgeOptions) *Edge {
 	return e
 }
 
+// siteStream creates the stream SITE on plant.> in the site cluster c,
+// with cfg's other settings, and returns a JetStream on c.
+func siteStream(ctx context.Context, t *testing.T, c *Cluster, cfg jetstream.StreamConfig) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(connect(t, c, c.URLs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name, cfg.Subjects = "SITE", []string{"plant.>"}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // waitFor polls cond every 20 ms until it holds or d passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
@@ -46,14 +61,7 @@ func TestEdgeHubSourcesAcrossACut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	site := connect(t, e.Site, e.Site.URLs()[0])
-	sjs, err := jetstream.New(site)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SITE", Subjects: []string{"plant.>"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	sjs := siteStream(ctx, t, e.Site, jetstream.StreamConfig{Replicas: 3})
 	hub := connect(t, e.Hub, e.Hub.URLs()[0])
 	hjs, err := jetstream.New(hub)
 	if err != nil {
@@ -128,14 +136,7 @@ func TestEdgeHubResumesSoonAfterALongCut(t *testing.T) {
 	e := startEdge(t, EdgeOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	site := connect(t, e.Site, e.Site.URLs()[0])
-	sjs, err := jetstream.New(site)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sjs.CreateStream(ctx, jetstream.StreamConfig{Name: "SITE", Subjects: []string{"plant.>"}, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	sjs := siteStream(ctx, t, e.Site, jetstream.StreamConfig{Replicas: 3})
 	if err := e.SourceFromSite(ctx, "HUB", "SITE", 3); err != nil {
 		t.Fatal(err)
 	}
