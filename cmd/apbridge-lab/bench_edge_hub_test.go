@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -34,12 +35,7 @@ func TestEdgeHubProcess(t *testing.T) {
 	}
 	waitLeafs := func(what string, ok func(int) bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !ok(leafs()); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the site has %d leaf connections after 30 s", what, leafs())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testutil.WaitFor(t, what+": the site's leaf connections", 30*time.Second, func() bool { return ok(leafs()) })
 	}
 	if got := leafs(); got != len(w.site.Nodes()) {
 		t.Fatalf("linked site with %d leaf connections, want one per node (%d)", got, len(w.site.Nodes()))
