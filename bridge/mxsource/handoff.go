@@ -395,7 +395,6 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 			continue
 		}
 		delete(m.adopted, it.tag.Address)
-		delete(m.pending, h)
 		it.handle[m.idx], it.advised[m.idx] = h, true
 		m.byGateway[h] = it.tag.Handle
 	}
@@ -412,7 +411,7 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	if done {
 		// The changes still held are of items the record did not name:
 		// they wait for their tags' subscribe (subscribeBatch).
-		m.adopted, m.pending, m.adopting = nil, nil, false
+		m.adopted = nil
 	}
 	heldSeq := m.heldSeq
 	sess := m.sess

@@ -32,23 +32,21 @@ type member struct {
 	// resume is the predecessor's state, for the first session (Start).
 	resume *Handoff
 	// adopted are the items of a predecessor's session resumed, by
-	// address, not yet mapped to tags, and pending their gateway
-	// handles; while adopting (some are not mapped), the data changes
-	// of those items are held, in order, until a subscribe of the
-	// bridge maps them (see adopt): the bridge may subscribe its tags
-	// in more than one call. heldSeq is the last event meanwhile.
+	// address, not yet mapped to tags (nil once every one is, or for a
+	// new session); while some are not, the data changes of those items
+	// are held, in order, until a subscribe of the bridge maps them (see
+	// adopt): the bridge may subscribe its tags in more than one call.
+	// heldSeq is the last event meanwhile.
 	// On a resumed session (resumed) the changes of every item not
 	// mapped yet are held so, not only those of the adopted items: a
 	// predecessor's record may name fewer items than its session has
 	// advised (one recorded before a subscribe's answer), and the
 	// gateway sends the others' changes too; a later subscribe of their
 	// tags maps them and relays what is held of them first, in order.
-	adopted  map[string]int32
-	pending  map[int32]bool
-	adopting bool
-	resumed  bool
-	held     []mxgateway.DataChange
-	heldSeq  uint64
+	adopted map[string]int32
+	resumed bool
+	held    []mxgateway.DataChange
+	heldSeq uint64
 	// lastDone is the last event of the session handled (eventDone, with
 	// a handoff store): where a successor may resume it once it is made
 	// the active one (handoff.switched).
@@ -289,15 +287,8 @@ func (s *Source) attach(m *member, sess *mxgateway.Session, kill context.CancelC
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m.gen++
-	m.adopted, m.adopting, m.resumed, m.held, m.heldSeq = adopted, adopted != nil, adopted != nil, nil, 0
+	m.adopted, m.resumed, m.held, m.heldSeq = adopted, adopted != nil, nil, 0
 	m.lastDone = 0
-	m.pending = nil
-	if adopted != nil {
-		m.pending = make(map[int32]bool, len(adopted))
-		for _, h := range adopted {
-			m.pending[h] = true
-		}
-	}
 	m.sess, m.kill, m.openedAt = sess, kill, time.Now()
 	m.byGateway = map[int32]uint32{}
 	m.early = map[int32]mxgateway.DataChange{}
@@ -319,7 +310,7 @@ func (s *Source) detach(m *member, gen uint64) time.Duration {
 		return 0
 	}
 	m.sess, m.kill = nil, nil
-	m.adopted, m.pending, m.adopting, m.resumed, m.held = nil, nil, false, false, nil
+	m.adopted, m.resumed, m.held = nil, false, nil
 	for _, it := range s.items {
 		it.handle[m.idx], it.advised[m.idx] = 0, false
 	}
@@ -466,7 +457,7 @@ func (s *Source) eventDone(m *member, gen uint64, seq uint64) {
 	if m.gen == gen {
 		m.lastDone = seq
 	}
-	if m.gen == gen && (m.adopting || len(m.held) > 0) {
+	if m.gen == gen && (m.adopted != nil || len(m.held) > 0) {
 		// Changes are held behind this event: a successor must find
 		// them after the sequence recorded.
 		m.heldSeq, ok = seq, false

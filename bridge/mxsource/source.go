@@ -307,7 +307,7 @@ func (s *Source) Subscribe(ctx context.Context, tags []bridge.Tag) ([]error, err
 	}
 	m := s.members[a]
 	sess, gen := m.sess, m.gen
-	adopting := m.adopting || m.adopted != nil
+	adopting := m.adopted != nil
 	fallback := s.fallback
 	s.fallback = ""
 	var todo []*item
