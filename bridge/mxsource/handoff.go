@@ -398,15 +398,8 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 		it.handle[m.idx], it.advised[m.idx] = h, true
 		m.byGateway[h] = it.tag.Handle
 	}
-	var relay, keep []mxgateway.DataChange
-	for _, d := range m.held {
-		if _, mapped := m.byGateway[d.Handle]; mapped {
-			relay = append(relay, d)
-		} else {
-			keep = append(keep, d)
-		}
-	}
-	m.held = keep
+	relay := s.takeHeldLocked(m)
+	waiting := len(m.held)
 	done := len(m.adopted) == 0
 	if done {
 		// The changes still held are of items the record did not name:
@@ -417,20 +410,11 @@ func (s *Source) adopt(m *member, gen uint64, todo []*item) []*item {
 	sess := m.sess
 	s.mu.Unlock()
 	var last uint64
-	for _, d := range relay {
-		s.mu.Lock()
-		handle, ok := m.byGateway[d.Handle]
-		if it := s.items[handle]; ok && it != nil {
-			dd := d
-			it.last[m.idx] = &dd
-		}
-		s.mu.Unlock()
-		if ok {
-			s.emitLocked(m, gen, handle, d)
-		}
-		last = d.Seq
+	for _, e := range relay {
+		s.emitLocked(m, gen, e.handle, e.d)
+		last = e.d.Seq
 	}
-	if seq := max(last, heldSeq); s.ho != nil && done && len(keep) == 0 && seq > 0 && sess != nil {
+	if seq := max(last, heldSeq); s.ho != nil && done && waiting == 0 && seq > 0 && sess != nil {
 		s.ho.handled(m, gen, sess, seq)
 	}
 	return rest

@@ -359,6 +359,30 @@ func (s *Source) onData(m *member, gen uint64, d mxgateway.DataChange) {
 	s.emit1(m, gen, handle, d)
 }
 
+// takeHeldLocked takes the changes of the items mapped now out of m.held,
+// in order, each made its item's last; s.mu is held. The caller relays
+// them, with s.emitMu held since before the mapping, so that no change of
+// those items comes in between.
+func (s *Source) takeHeldLocked(m *member) []early {
+	var out []early
+	keep := m.held[:0]
+	for _, d := range m.held {
+		handle, ok := m.byGateway[d.Handle]
+		if !ok {
+			keep = append(keep, d)
+			continue
+		}
+		if it := s.items[handle]; it != nil {
+			dd := d
+			it.last[m.idx] = &dd
+		}
+		out = append(out, early{handle, d})
+	}
+	clear(m.held[len(keep):])
+	m.held = keep
+	return out
+}
+
 // maxEarly bounds the data changes held for items not yet mapped.
 const maxEarly = 100_000
 

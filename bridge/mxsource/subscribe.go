@@ -101,24 +101,9 @@ func (s *Source) subscribeBatch(ctx context.Context, m *member, sess *mxgateway.
 				es = append(es, early{it.tag.Handle, d})
 			}
 		}
-		if len(m.held) > 0 {
-			// A resumed session's changes of the items mapped now,
-			// held since the resume (see member.held).
-			keep := m.held[:0]
-			for _, d := range m.held {
-				if handle, ok := m.byGateway[d.Handle]; ok {
-					if it := s.items[handle]; it != nil {
-						dd := d
-						it.last[m.idx] = &dd
-					}
-					held = append(held, early{handle, d})
-				} else {
-					keep = append(keep, d)
-				}
-			}
-			clear(m.held[len(keep):])
-			m.held = keep
-		}
+		// A resumed session's changes of the items mapped now, held
+		// since the resume (see member.held).
+		held = s.takeHeldLocked(m)
 		s.mu.Unlock()
 		for _, e := range held {
 			s.emitLocked(m, gen, e.handle, e.d)
