@@ -166,10 +166,7 @@ func (hs *handoffStore) update(pair string, token uint64, set func(*handoffRecor
 		go hs.run()
 	}
 	hs.mu.Unlock()
-	select {
-	case hs.wake <- struct{}{}:
-	default:
-	}
+	hs.kick()
 }
 
 func (hs *handoffStore) run() {
@@ -220,35 +217,79 @@ func (hs *handoffStore) flush() {
 		}
 		e.dirty = false
 		rec := e.rec
-		rec.Endpoints = make(map[string]uaclient.Handoff, len(e.rec.Endpoints))
-		for k, v := range e.rec.Endpoints {
-			rec.Endpoints[k] = v
-		}
+		rec.Endpoints = maps.Clone(e.rec.Endpoints)
 		jobs = append(jobs, job{pair, rec, e.rev})
 	}
 	hs.mu.Unlock()
 	for _, j := range jobs {
-		rev, deposed, err := hs.write(context.Background(), j.pair, j.rec, j.rev)
-		hs.mu.Lock()
-		if e := hs.entries[j.pair]; e != nil && e.rec.Token == j.rec.Token {
-			e.rev, e.deposed = rev, deposed
-			if err != nil {
-				e.dirty, retry = true, true
-			}
-		}
-		hs.mu.Unlock()
-		switch {
-		case deposed:
-			hs.log.Info().Str("source", j.pair).Uint64("token", j.rec.Token).Msg("fleet: a newer owner's handoff is recorded; this relay records this source's no more")
-		case err != nil:
-			hs.log.Debug().Err(err).Str("source", j.pair).Msg("fleet: handoff not written; retried")
+		if hs.writeEntry(context.Background(), j.pair, j.rec, j.rev) != nil {
+			retry = true
 		}
 	}
 	if retry {
-		select {
-		case hs.wake <- struct{}{}:
-		default:
+		hs.kick()
+	}
+}
+
+func (hs *handoffStore) kick() {
+	select {
+	case hs.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeEntry writes rec, pair's record as it was taken from its entry at
+// revision rev, and notes the outcome in the entry: the new revision, a
+// newer owner's record found (deposed), or a failure (dirty again, for
+// the next flush). Called with wmu held.
+func (hs *handoffStore) writeEntry(ctx context.Context, pair string, rec handoffRecord, rev uint64) error {
+	rev, deposed, err := hs.write(ctx, pair, rec, rev)
+	hs.mu.Lock()
+	if e := hs.entries[pair]; e != nil && e.rec.Token == rec.Token {
+		e.rev, e.deposed = rev, deposed
+		if err != nil {
+			e.dirty = true
 		}
+	}
+	hs.mu.Unlock()
+	switch {
+	case deposed:
+		hs.log.Info().Str("source", pair).Uint64("token", rec.Token).Msg("fleet: a newer owner's handoff is recorded; this relay records this source's no more")
+	case err != nil:
+		hs.log.Debug().Err(err).Str("source", pair).Msg("fleet: handoff not written; retried")
+	}
+	return err
+}
+
+// syncer returns the handoff sync (uaclient.WithHandoffSync) of pair's
+// instance that runs under the lease of token: it writes pair's record
+// now, not at the next write interval, and returns once it is written.
+// A switch of the pair's serving session waits for it, so that no
+// successor takes the subscription it switched from over once anything
+// of the new one is stored.
+func (hs *handoffStore) syncer(pair string, token uint64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		hs.wmu.Lock()
+		defer hs.wmu.Unlock()
+		hs.mu.Lock()
+		e := hs.entries[pair]
+		if e == nil || e.deposed || e.rec.Token != token || !e.dirty {
+			hs.mu.Unlock()
+			return nil // written, or no longer this instance's to write
+		}
+		if tok, ok := hs.valid(pair); !ok || tok != token {
+			hs.mu.Unlock()
+			return fmt.Errorf("fleet: source %s: the lease is not valid now; its handoff is written when it is", pair)
+		}
+		e.dirty = false
+		rec, rev := e.rec, e.rev
+		rec.Endpoints = maps.Clone(e.rec.Endpoints)
+		hs.mu.Unlock()
+		err := hs.writeEntry(ctx, pair, rec, rev)
+		if err != nil {
+			hs.kick()
+		}
+		return err
 	}
 }
 
@@ -337,8 +378,11 @@ func (hs *handoffStore) takeover(pair string, token uint64) (h uaclient.Handoff,
 		hs.ignored(pair, fmt.Sprintf("no handoff for its serving endpoint %q", rec.Serving), nil)
 		return h, false
 	}
-	hs.log.Info().Str("source", pair).Str("from", rec.Relay).Uint64("token", rec.Token).
-		Msg("fleet: taking over the previous owner's subscription")
+	msg := "fleet: taking over the previous owner's subscription"
+	if h.DataSub == 0 {
+		msg = "fleet: the previous owner had just switched to its " + h.Endpoint + ": starting there, with new subscriptions"
+	}
+	hs.log.Info().Str("source", pair).Str("from", rec.Relay).Uint64("token", rec.Token).Msg(msg)
 	return h, true
 }
 
@@ -405,7 +449,8 @@ func (f *fleetPart) handoffOptions(pair string, opts []uaclient.PairOption) []ua
 	if hs == nil || token == 0 {
 		return opts
 	}
-	opts = append(slices.Clip(opts), uaclient.WithHandoffRecorder(hs.recorder(pair, token)), uaclient.WithKeepSubscriptionAtClose())
+	opts = append(slices.Clip(opts), uaclient.WithHandoffRecorder(hs.recorder(pair, token)),
+		uaclient.WithHandoffSync(hs.syncer(pair, token)), uaclient.WithKeepSubscriptionAtClose())
 	if h, ok := hs.takeover(pair, token); ok {
 		opts = append(opts, uaclient.WithTakeover(h))
 	}

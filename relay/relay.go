@@ -296,7 +296,7 @@ func (r *Relay) sourceFactory(i int, sc SourceConfig) (SourceFactory, []bridge.T
 			// data subscription on the server at a graceful stop, and
 			// takes over what its predecessor left.
 			pairOpts = append(slices.Clip(secOpts), uaclient.WithHandoffRecorder(r.state.recorder(sc.Name)),
-				uaclient.WithKeepSubscriptionAtClose())
+				uaclient.WithHandoffSync(r.state.syncer(sc.Name)), uaclient.WithKeepSubscriptionAtClose())
 			if h, ok := r.state.takeover(sc.Name); ok {
 				pairOpts = append(pairOpts, uaclient.WithTakeover(h))
 			}

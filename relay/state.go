@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +64,8 @@ type sourceState struct {
 type stateStore struct {
 	dir string
 	log zerolog.Logger
+	// wmu orders the writes: a sync's and the writer's.
+	wmu sync.Mutex
 
 	mu    sync.Mutex
 	state map[string]*sourceState
@@ -129,24 +133,45 @@ func (st *stateStore) run() {
 }
 
 // flush writes every source whose state changed since its last write.
-func (st *stateStore) flush() {
+func (st *stateStore) flush() { st.write("") }
+
+// syncer returns the handoff sync (uaclient.WithHandoffSync) of source:
+// it writes the source's state now, not at the next write interval, and
+// returns once it is on disk. A switch of the source's serving session
+// waits for it, so that no successor takes the subscription it switched
+// from over once anything of the new one is stored.
+func (st *stateStore) syncer(source string) func(context.Context) error {
+	return func(context.Context) error { return st.write(source) }
+}
+
+// write writes the state of only (of every source when empty) if it
+// changed since its last write, and returns the first error.
+func (st *stateStore) write(only string) error {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
 	st.mu.Lock()
 	var names []string
 	var data [][]byte
 	for name := range st.dirty {
+		if only != "" && name != only {
+			continue
+		}
 		b, err := json.MarshalIndent(st.state[name], "", "  ")
 		if err != nil {
 			continue
 		}
 		names, data = append(names, name), append(data, b)
+		delete(st.dirty, name)
 	}
-	clear(st.dirty)
 	st.mu.Unlock()
+	var first error
 	for i, name := range names {
 		if err := atomicfile.Write(filepath.Join(st.dir, stateFileName(name)), data[i]); err != nil {
 			st.log.Warn().Err(err).Str("source", name).Msg("state not written: a successor will create new subscriptions for this source")
+			first = cmp.Or(first, err)
 		}
 	}
+	return first
 }
 
 // close writes what changed last and stops the writer; idempotent.

@@ -22,7 +22,12 @@ type Handoff struct {
 	// URL and Endpoint name the server and its role in the pair.
 	URL      string `json:"url"`
 	Endpoint string `json:"endpoint"`
-	// HealthSub and DataSub are the server's subscription IDs.
+	// HealthSub and DataSub are the server's subscription IDs. DataSub
+	// is 0 while nothing may be taken over: the Pair has just switched
+	// to Endpoint (a failover, or a new subscription replacing a lost
+	// one) and its new subscription's first message after the snapshot
+	// is not stored yet. A successor given such a handoff starts on
+	// Endpoint with new subscriptions and a snapshot (a fallback).
 	HealthSub uint32 `json:"healthSubscription"`
 	DataSub   uint32 `json:"dataSubscription"`
 	// NextUnacked is the data subscription's first sequence number not

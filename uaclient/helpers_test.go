@@ -38,6 +38,7 @@ type rig struct {
 	pair    *uaclient.Pair
 	items   []uaclient.Item
 	gate    *gate
+	onData  func(uaclient.Update)
 
 	mu      sync.Mutex
 	events  []uaclient.Event
@@ -56,9 +57,13 @@ type rigOption struct {
 	cfg       func(*uaclient.PairConfig)
 	servers   []uaserver.Option
 	opts      []uaclient.PairOption
-	noStart   bool
+	// optsFor, if set, adds options made for the servers.
+	optsFor func(*uaserver.Pair) []uaclient.PairOption
+	noStart bool
 	// gate, if set, can hold the data handler.
 	gate *gate
+	// onData, if set, sees each update first, on the data handler.
+	onData func(uaclient.Update)
 }
 
 // gate holds the data handler while shut.
@@ -106,7 +111,7 @@ func newRig(t *testing.T, o rigOption) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(servers.Close)
-	r := &rig{t: t, servers: servers, changed: make(chan struct{}, 1), gate: o.gate}
+	r := &rig{t: t, servers: servers, changed: make(chan struct{}, 1), gate: o.gate, onData: o.onData}
 	cfg := uaclient.PairConfig{Endpoints: servers.Endpoints(), QueueSize: new(10)}
 	if o.endpoints != nil {
 		cfg.Endpoints = o.endpoints(t, servers)
@@ -120,6 +125,9 @@ func newRig(t *testing.T, o rigOption) *rig {
 		uaclient.WithDataHandler(r.onUpdate),
 		uaclient.WithEventHandler(r.onEvent),
 	}, o.opts...)
+	if o.optsFor != nil {
+		opts = append(opts, o.optsFor(servers)...)
+	}
 	p, err := uaclient.NewPair(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +177,9 @@ func (r *rig) poke() {
 func (r *rig) onUpdate(u uaclient.Update) {
 	if r.gate != nil {
 		r.gate.pass()
+	}
+	if r.onData != nil {
+		r.onData(u)
 	}
 	r.mu.Lock()
 	r.updates = append(r.updates, u)

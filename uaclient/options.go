@@ -37,6 +37,9 @@ type options struct {
 	afterStore func(done func())
 	unstored   int
 	onHandoff  func(Handoff)
+	// syncHandoff waits until what onHandoff was given is durable
+	// (WithHandoffSync).
+	syncHandoff func(context.Context) error
 	// takeover is a predecessor's handoff (WithTakeover); keepAtClose
 	// leaves the data subscription at Close (WithKeepSubscriptionAtClose).
 	takeover    *Handoff
@@ -181,11 +184,36 @@ func WithUnstoredLimit(n int) PairOption {
 // WithHandoffRecorder calls f with what a successor of the Pair needs to
 // take its data subscription over (Handoff), each time it changes: a new
 // serving session, its items reconciled, more of its messages
-// acknowledged. f runs on the Pair's loop: it must not block (keep the
-// latest and write it elsewhere, throttled). Default: none.
+// acknowledged; at a switch of the serving session, a Handoff that names
+// no subscription (WithHandoffSync). f runs on the Pair's loop: it must
+// not block (keep the latest and write it elsewhere, throttled).
+// Default: none.
 func WithHandoffRecorder(f func(Handoff)) PairOption {
 	return func(o *options) error {
 		o.onHandoff = f
+		return nil
+	}
+}
+
+// WithHandoffSync makes the Pair wait, before it delivers anything of a
+// session that takes the data path over from another (a failover, a new
+// subscription replacing a lost one), until sync returns: sync must
+// return once every Handoff given to the recorder (WithHandoffRecorder)
+// before it is durable, or ctx ends. At such a switch the recorder is
+// first told that nothing may be taken over (a Handoff whose DataSub is
+// 0): the subscription the data came from until then may still hold
+// messages older than what the new session is about to store, and the
+// new subscription's first messages may predate its snapshot, so a
+// successor that took either over would store values older than the
+// ones stored before it. Once the new subscription's first message after
+// its snapshot is stored, the Handoff names it again. sync runs on the
+// data handler's goroutine and holds the data back while it runs: keep
+// it short (one write) and bounded; the Pair gives up waiting after
+// handoffSyncBound, or at Close. Default: none (the switch is recorded,
+// but may be written after the new session's first values are stored).
+func WithHandoffSync(sync func(ctx context.Context) error) PairOption {
+	return func(o *options) error {
+		o.syncHandoff = sync
 		return nil
 	}
 }

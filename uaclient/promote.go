@@ -116,6 +116,7 @@ func (p *Pair) cutOver(s *session, now time.Time) {
 	pr.snapVer, pr.next, pr.pending = 0, 0, nil
 	total := len(p.items)
 	s.fence = make(map[uint32]*ua.DataValue, total)
+	p.recordSwitch(s)
 	p.out.data(Update{Kind: UpdateRefreshStart, Epoch: p.epoch, Endpoint: s.ep, Cause: pr.cause, Items: total, Received: now})
 	if old := p.serving; old != nil && old != s {
 		p.demote(old)
@@ -168,6 +169,9 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	s.to(phaseServing)
 	p.activating = nil
 	p.serving = s
+	if sb := s.subs[s.conn.dataSub]; sb != nil {
+		s.recordFrom = sb.seq.next
+	}
 	p.deliver(s, pr.buffered)
 	if old != nil && old != s {
 		p.demote(old)

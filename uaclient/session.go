@@ -46,6 +46,12 @@ type session struct {
 	attempt  int
 	lastMsgs [2][]dataNote // the last two data messages handed on while serving
 	items    []HandoffItem // the data items as last reconciled, for the Handoff
+	// switched: s took the data path over from another session (cutOver),
+	// and the Handoff names no subscription until the data subscription's
+	// message recordFrom (the first after the snapshot; 0 while the
+	// snapshot is read) is stored (recordHandoff).
+	switched   bool
+	recordFrom uint32
 }
 
 func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.Duration) *session {

@@ -48,7 +48,7 @@ func (p *Pair) startSession(e servicelevel.Endpoint, dialTimeout time.Duration, 
 	if r := p.remnants[e]; role != RoleActive && r != nil {
 		p.remnants[e] = nil // a standby has no data to recover
 		if r.takeover {
-			p.successorFallback(s, fmt.Errorf("the predecessor served from the %s, which this Pair starts as its standby", e), now)
+			p.successorFallback(s.ep, fmt.Errorf("the predecessor served from the %s, which this Pair starts as its standby", e), now)
 		}
 	}
 	msg := fmt.Sprintf("connecting %s %s (%s, dial timeout %v)", role, e, s.conn.url, dialTimeout)
@@ -118,7 +118,7 @@ func (p *Pair) onConnected(ev evConnected, now time.Time) {
 		}
 		switch {
 		case s.conn.from != nil && s.conn.from.takeover:
-			p.successorFallback(s, s.conn.refused, now)
+			p.successorFallback(s.ep, s.conn.refused, now)
 		case s.conn.from != nil:
 			p.log.Warn().Str("endpoint", s.conn.url).Str("member", s.ep.String()).Msg("the server no longer had the session or its subscriptions: " +
 				"a new session, and a snapshot, replace them; what the server produced meanwhile is lost")

@@ -1,6 +1,7 @@
 package uaclient
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -45,8 +46,11 @@ func (p *Pair) takeoverRemnant(h Handoff, now time.Time) (servicelevel.Endpoint,
 	if h.URL == "" || h.URL != p.urls[ep] {
 		return 0, nil, fmt.Errorf("recorded for %s %s, but the %s is %s", h.Endpoint, h.URL, h.Endpoint, p.urls[ep])
 	}
-	if h.DataSub == 0 || h.NextUnacked == 0 {
-		return 0, nil, fmt.Errorf("no data subscription (%d) or sequence number (%d)", h.DataSub, h.NextUnacked)
+	if h.DataSub == 0 {
+		return ep, nil, errSwitching
+	}
+	if h.NextUnacked == 0 {
+		return 0, nil, fmt.Errorf("no sequence number for data subscription %d", h.DataSub)
 	}
 	st := newItemState()
 	for _, it := range h.Items {
@@ -90,6 +94,14 @@ func (p *Pair) startTakeover(now time.Time) {
 		return
 	}
 	ep, r, err := p.takeoverRemnant(*h, now)
+	if errors.Is(err, errSwitching) {
+		// The predecessor had just switched to ep: it serves there, but
+		// neither its subscription nor the one before may be taken over.
+		p.pol.StartOn(ep)
+		p.setStartStatus()
+		p.successorFallback(ep, err, now)
+		return
+	}
 	if err != nil {
 		p.log.Warn().Err(err).Msg("the predecessor's handoff does not fit this source: new subscriptions and a snapshot")
 		return
@@ -100,9 +112,7 @@ func (p *Pair) startTakeover(now time.Time) {
 	// the subscription over; a standby session would leave it, and what
 	// the server held for it, behind.
 	p.pol.StartOn(ep)
-	p.statusMu.Lock()
-	p.status.Active, p.status.ActiveURL, p.status.Policy = p.pol.Active(), p.urls[p.pol.Active()], p.pol.Status()
-	p.statusMu.Unlock()
+	p.setStartStatus()
 	if len(p.items) > 0 {
 		return
 	}
@@ -112,6 +122,13 @@ func (p *Pair) startTakeover(now time.Time) {
 		p.items[h] = &spec
 		p.adopted[h] = true
 	}
+}
+
+// setStartStatus shows the endpoint the Pair starts on.
+func (p *Pair) setStartStatus() {
+	p.statusMu.Lock()
+	p.status.Active, p.status.ActiveURL, p.status.Policy = p.pol.Active(), p.urls[p.pol.Active()], p.pol.Status()
+	p.statusMu.Unlock()
 }
 
 // releaseAdopted ends the adoption of the handoff's items at the first
@@ -130,6 +147,10 @@ func (p *Pair) releaseAdopted() {
 // errTransferRefused marks a takeover the server refused: the session
 // goes on with new subscriptions.
 var errTransferRefused = errors.New("the server did not transfer the data subscription")
+
+// errSwitching marks a handoff recorded as the predecessor switched
+// servers (recordSwitch): nothing in it may be taken over.
+var errSwitching = errors.New("the predecessor had just switched to this server: no subscription may be taken over")
 
 // takenOver starts the numbering of a data subscription taken over from
 // a predecessor, given the numbers the server still holds
@@ -189,19 +210,22 @@ func (p *Pair) successorUp(s *session, avail int, now time.Time) {
 
 // successorFallback reports a takeover that did not work, once: new
 // subscriptions and a snapshot follow.
-func (p *Pair) successorFallback(s *session, why error, now time.Time) {
+func (p *Pair) successorFallback(ep servicelevel.Endpoint, why error, now time.Time) {
 	p.successorFallbacks++
 	if why == nil {
 		why = errors.New("the predecessor's session was not taken over")
 	}
-	p.emit(Event{Kind: EventTakeover, At: now, Endpoint: s.ep, Role: RoleActive, Err: why,
+	p.emit(Event{Kind: EventTakeover, At: now, Endpoint: ep, Role: RoleActive, Err: why,
 		Message: fmt.Sprintf("%s: the predecessor's data subscription was not taken over (%v): new subscriptions and a snapshot; "+
-			"what the server produced since the predecessor's last stored message is lost", s.ep, why)})
+			"what the server produced since the predecessor's last stored message is lost", ep, why)})
 }
 
 // recordHandoff tells the recorder (WithHandoffRecorder) what a successor
 // needs now, when it changed: the serving session's subscriptions, how far
-// they are acknowledged and its items.
+// they are acknowledged and its items. After a switch (recordSwitch) the
+// data subscription is named again only once its first message after the
+// snapshot is stored: before, a successor would ask for messages whose
+// values may predate the snapshot's, stored before them.
 func (p *Pair) recordHandoff() {
 	f, s := p.opt.onHandoff, p.serving
 	if f == nil || s == nil || s.dead() || !s.serves() {
@@ -210,6 +234,12 @@ func (p *Pair) recordHandoff() {
 	sb := s.subs[s.conn.dataSub]
 	if sb == nil {
 		return
+	}
+	if s.switched {
+		if s.recordFrom == 0 || seqDiff(sb.acked, s.recordFrom) <= 0 {
+			return // the switch's record stands
+		}
+		s.switched = false
 	}
 	d := s.conn.link.Data
 	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, DataSub: s.conn.dataSub,
@@ -222,4 +252,52 @@ func (p *Pair) recordHandoff() {
 	}
 	p.handoff = h
 	f(h)
+}
+
+// recordSwitch tells the recorder, as s takes the data path over from
+// another session, that nothing may be taken over (DataSub 0): the
+// subscription the data came from may still hold messages older than what
+// s is about to deliver, and s's own first messages may predate its
+// snapshot. With WithHandoffSync, what s delivers waits until that is
+// durable: a successor must never take the old subscription over once
+// anything of s is stored.
+func (p *Pair) recordSwitch(s *session) {
+	f := p.opt.onHandoff
+	if f == nil {
+		return
+	}
+	s.switched, s.recordFrom = true, 0
+	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, Items: s.items}
+	p.handoff = h
+	f(h)
+	if sync := p.opt.syncHandoff; sync != nil {
+		p.out.after(func() { p.waitHandoffSync(sync, s.ep) })
+	}
+}
+
+// handoffSyncBound bounds the wait for a switch's record (WithHandoffSync):
+// past it the data goes on, and a successor may take the old
+// subscription over.
+const handoffSyncBound = 5 * time.Second
+
+// waitHandoffSync waits, on the data handler's goroutine, for sync to
+// report the switch's record durable, at most handoffSyncBound or until
+// Close.
+func (p *Pair) waitHandoffSync(sync func(context.Context) error, to servicelevel.Endpoint) {
+	ctx, cancel := context.WithTimeout(context.Background(), handoffSyncBound)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sync(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-p.stop:
+		cancel()
+		<-done
+		return
+	}
+	if err != nil {
+		p.log.Warn().Err(err).Str("member", to.String()).
+			Msg("the switch to " + to.String() + " could not be recorded: a successor may take the previous subscription over")
+	}
 }

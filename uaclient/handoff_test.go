@@ -1,0 +1,151 @@
+package uaclient_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/testcluster/uaserver"
+	"github.com/apbridge/apbridge/uaclient"
+)
+
+// handoffStore keeps the handoffs a Pair records as a relay's stores do:
+// the latest in memory, written (durable) every write interval by a
+// writer of its own, or at once by the sync.
+type handoffStore struct {
+	mu      sync.Mutex
+	latest  uaclient.Handoff
+	durable uaclient.Handoff
+	syncs   int
+	// bad collects what the data handler saw delivered while the durable
+	// record named another endpoint's subscription.
+	bad []string
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newHandoffStore(t *testing.T) *handoffStore {
+	hs := &handoffStore{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(hs.done)
+		tk := time.NewTicker(250 * time.Millisecond)
+		defer tk.Stop()
+		for {
+			select {
+			case <-hs.stop:
+				return
+			case <-tk.C:
+				hs.mu.Lock()
+				hs.durable = hs.latest
+				hs.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(hs.stop); <-hs.done })
+	return hs
+}
+
+func (hs *handoffStore) record(h uaclient.Handoff) {
+	hs.mu.Lock()
+	hs.latest = h
+	hs.mu.Unlock()
+}
+
+func (hs *handoffStore) sync(context.Context) error {
+	hs.mu.Lock()
+	hs.durable = hs.latest
+	hs.syncs++
+	hs.mu.Unlock()
+	return nil
+}
+
+func (hs *handoffStore) state() (durable uaclient.Handoff, syncs int, bad []string) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.durable, hs.syncs, append([]string(nil), hs.bad...)
+}
+
+// check, on the data handler, notes an update of ep delivered while a
+// successor would take another endpoint's subscription over.
+func (hs *handoffStore) check(u uaclient.Update) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if d := hs.durable; d.DataSub != 0 && d.Endpoint != u.Endpoint.String() {
+		hs.bad = append(hs.bad, u.Kind.String()+" of the "+u.Endpoint.String()+" while the record names the "+
+			d.Endpoint+"'s subscription")
+	}
+}
+
+// TestPairHandoffAtSwitch: at a failover, the handoff stops naming the
+// old active's data subscription, durably, before anything of the new
+// active is delivered: a successor that took the old subscription over
+// would store the values the server still held for it after the newer
+// ones the new active gave. Once the new subscription's first message
+// after the snapshot is stored, the handoff names it. The control: before
+// the failover the record named the primary's subscription, and the
+// delivery checked against it.
+func TestPairHandoffAtSwitch(t *testing.T) {
+	hs := newHandoffStore(t)
+	r := newRig(t, rigOption{levels: [2]byte{250, 240}, onData: hs.check,
+		opts: []uaclient.PairOption{uaclient.WithHandoffRecorder(hs.record), uaclient.WithHandoffSync(hs.sync),
+			uaclient.WithAckAfterStore(func(done func()) { done() })}})
+	var primarySub uint32
+	r.waitStatus("the primary's subscription recorded", func(uaclient.PairStatus) bool {
+		d, _, _ := hs.state()
+		primarySub = d.DataSub
+		return d.Endpoint == "primary" && d.DataSub != 0 && d.NextUnacked > 1
+	})
+	m := r.mark()
+	r.waitUpdates(m, 3, "data from the primary under its record", dataFrom(servicelevel.Primary))
+
+	r.servers.A().Kill()
+	r.waitEvent(m, "failover", failoverTo(servicelevel.Backup))
+	r.waitUpdates(m, 3*testTags, "data from the backup", dataFrom(servicelevel.Backup))
+	r.waitStatus("the backup's subscription recorded", func(uaclient.PairStatus) bool {
+		d, _, _ := hs.state()
+		return d.Endpoint == "backup" && d.DataSub != 0
+	})
+	d, syncs, bad := hs.state()
+	if syncs == 0 {
+		t.Error("the switch never waited for its record")
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d updates delivered while a successor would take another subscription over, first: %s", len(bad), bad[0])
+	}
+	if d.DataSub == primarySub && d.URL == r.servers.A().Endpoint() {
+		t.Errorf("the record still names the primary's subscription: %+v", d)
+	}
+	t.Logf("primary subscription %d; backup subscription %d from %d on; %d syncs", primarySub, d.DataSub, d.NextUnacked, syncs)
+}
+
+// TestPairTakeoverOfASwitch: a successor given a handoff recorded at a
+// switch (no subscription) starts on the endpoint the predecessor had
+// switched to, as its active, with new subscriptions and a snapshot, and
+// counts the takeover as a fallback, once. The control for the start: a
+// Pair without a takeover starts on the primary.
+func TestPairTakeoverOfASwitch(t *testing.T) {
+	r := newRig(t, rigOption{levels: [2]byte{250, 240},
+		optsFor: func(s *uaserver.Pair) []uaclient.PairOption {
+			return []uaclient.PairOption{uaclient.WithTakeover(uaclient.Handoff{URL: s.B().Endpoint(), Endpoint: "backup", HealthSub: 7})}
+		}})
+	st := r.pair.Status()
+	if st.Active != servicelevel.Backup || st.SuccessorFallbacks != 1 || st.SuccessorTransfers != 0 {
+		t.Fatalf("status: active %v, %d fallbacks, %d transfers; want the backup, 1, 0", st.Active, st.SuccessorFallbacks, st.SuccessorTransfers)
+	}
+	tk := r.eventsSince(mark{}, uaclient.EventTakeover)
+	if len(tk) != 1 || tk[0].Transferred || tk[0].Endpoint != servicelevel.Backup || tk[0].Err == nil {
+		t.Fatalf("takeover events: %+v", tk)
+	}
+	snaps := r.snapshots(r.updatesSince(mark{}))
+	if len(snaps) == 0 || snaps[0].start.Endpoint != servicelevel.Backup {
+		t.Fatalf("no snapshot from the backup first: %d snapshots", len(snaps))
+	}
+
+	control := newRig(t, rigOption{levels: [2]byte{250, 240}})
+	if a := control.pair.Status().Active; a != servicelevel.Primary {
+		t.Fatalf("control: a Pair without a takeover starts on the %v", a)
+	}
+}
