@@ -19,6 +19,8 @@ type handoffStore struct {
 	latest  uaclient.Handoff
 	durable uaclient.Handoff
 	syncs   int
+	// named is the first handoff that named each endpoint's subscription.
+	named map[string]uaclient.Handoff
 	// bad collects what the data handler saw delivered while the durable
 	// record named another endpoint's subscription.
 	bad []string
@@ -28,7 +30,7 @@ type handoffStore struct {
 }
 
 func newHandoffStore(t *testing.T) *handoffStore {
-	hs := &handoffStore{stop: make(chan struct{}), done: make(chan struct{})}
+	hs := &handoffStore{named: map[string]uaclient.Handoff{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(hs.done)
 		tk := time.NewTicker(250 * time.Millisecond)
@@ -51,6 +53,9 @@ func newHandoffStore(t *testing.T) *handoffStore {
 func (hs *handoffStore) record(h uaclient.Handoff) {
 	hs.mu.Lock()
 	hs.latest = h
+	if _, ok := hs.named[h.Endpoint]; !ok && h.DataSub != 0 {
+		hs.named[h.Endpoint] = h
+	}
 	hs.mu.Unlock()
 }
 
@@ -118,7 +123,17 @@ func TestPairHandoffAtSwitch(t *testing.T) {
 	if d.DataSub == primarySub && d.URL == r.servers.A().Endpoint() {
 		t.Errorf("the record still names the primary's subscription: %+v", d)
 	}
-	t.Logf("primary subscription %d; backup subscription %d from %d on; %d syncs", primarySub, d.DataSub, d.NextUnacked, syncs)
+	// The new subscription's first message holds the items' initial
+	// values, sampled before the snapshot's read: a successor must not
+	// ask for it again once the snapshot is stored.
+	hs.mu.Lock()
+	first := hs.named["backup"]
+	hs.mu.Unlock()
+	if first.NextUnacked < 2 {
+		t.Errorf("the backup's subscription was named from %d on: before its first message after the snapshot", first.NextUnacked)
+	}
+	t.Logf("primary subscription %d; backup subscription %d named first from %d on, now from %d on; %d syncs",
+		primarySub, d.DataSub, first.NextUnacked, d.NextUnacked, syncs)
 }
 
 // TestPairTakeoverOfASwitch: a successor given a handoff recorded at a
