@@ -96,10 +96,16 @@ type handoffStore struct {
 	mu      sync.Mutex
 	entries map[string]*handoffEntry
 	wake    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-	started bool
-	closed  bool
+	// now cuts the writer's pause between writes: a gateway source's
+	// record that names a new session is written at once (see
+	// fleetMxStore.RecordHandoff).
+	now chan struct{}
+	// interval is the writer's pause between writes (stateWriteInterval).
+	interval time.Duration
+	stop     chan struct{}
+	done     chan struct{}
+	started  bool
+	closed   bool
 }
 
 // openHandoffStore opens (creating it when absent) the handoff bucket of
@@ -130,7 +136,8 @@ func openHandoffStore(ctx context.Context, js jetstream.JetStream, c *FleetConfi
 		return nil, fmt.Errorf("fleet: handoff bucket %q: %w", name, err)
 	}
 	return &handoffStore{kv: kv, relay: c.RelayID, valid: valid, log: log, timeout: timeout,
-		entries: map[string]*handoffEntry{}, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}, nil
+		entries: map[string]*handoffEntry{}, wake: make(chan struct{}, 1), now: make(chan struct{}, 1), interval: stateWriteInterval,
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
 // recorder returns the handoff recorder of pair's instance that runs
@@ -178,12 +185,14 @@ func (hs *handoffStore) run() {
 		case <-hs.wake:
 		}
 		hs.flush()
-		t := time.NewTimer(stateWriteInterval)
+		t := time.NewTimer(hs.interval)
 		select {
 		case <-hs.stop:
 			t.Stop()
 			return
 		case <-t.C:
+		case <-hs.now:
+			t.Stop()
 		}
 	}
 }

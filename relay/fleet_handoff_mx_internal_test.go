@@ -109,3 +109,65 @@ func TestMxHandoffFencing(t *testing.T) {
 		t.Fatal("the owner does not count as recording")
 	}
 }
+
+// TestMxHandoffNewSessionAtOnce: a record naming another gateway session
+// than the last (a promoted standby) is written without the writer's
+// pause, which the bucket's writer otherwise keeps between writes: with
+// the pause, an owner killed just after a promotion left a record naming
+// the session gone with its gateway, and its successor fell back. The
+// pause here is an hour, so that only the cut writes it; the positive
+// control is the first record, written at once (nothing paused before).
+func TestMxHandoffNewSessionAtOnce(t *testing.T) {
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hs, err := openHandoffStore(ctx, js, &FleetConfig{RelayID: "ra", Bucket: "fy", Replicas: 1},
+		func(string) (uint64, bool) { return 5, true }, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.interval = time.Hour
+	t.Cleanup(hs.close)
+	kv, err := js.KeyValue(ctx, HandoffBucket("fy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() (rec handoffRecord) {
+		t.Helper()
+		en, err := kv.Get(ctx, "gw1")
+		if err != nil {
+			return rec
+		}
+		if err := json.Unmarshal(en.Value(), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	st := &fleetMxStore{hs: hs, pair: "gw1", token: 5}
+	record := func(session, endpoint string, lastStored uint64) {
+		t.Helper()
+		h := mxsource.Handoff{Version: 1, Source: "gw1", Endpoint: endpoint, LastStored: lastStored}
+		h.Session.ID = session
+		if err := st.RecordHandoff(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("mxgw-1/1/1", "gw:1", 10)
+	testutil.WaitFor(t, "the first record", 5*time.Second, func() bool {
+		rec := stored()
+		return rec.Mx != nil && rec.Mx.Session.ID == "mxgw-1/1/1" && rec.Mx.LastStored == 10
+	})
+	// The writer pauses now; the active session moves to the other
+	// gateway.
+	record("mxgw-2/1/2", "gw:2", 3)
+	testutil.WaitFor(t, "the promoted session's record, before the writer's pause ends", 5*time.Second, func() bool {
+		rec := stored()
+		return rec.Mx != nil && rec.Mx.Session.ID == "mxgw-2/1/2" && rec.Mx.LastStored == 3 && rec.Serving == "gw:2"
+	})
+}
