@@ -179,7 +179,8 @@ func newHandoff(store HandoffStore) *handoff {
 // seen once a store mark set now comes back: every update handed so far
 // is stored then. It is written at once, not after the pause between
 // writes. With seen 0 (no event yet) nothing is recorded before the
-// session's first stored event, as before. s.emitMu is held.
+// session's first stored event (resuming "after 0" would be a new
+// stream), and that record is written at once too. s.emitMu is held.
 func (h *handoff) switched(m *member, gen uint64, sess *mxgateway.Session, seen uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -187,11 +188,11 @@ func (h *handoff) switched(m *member, gen uint64, sess *mxgateway.Session, seen 
 		return
 	}
 	h.m, h.gen, h.rec = m, gen, sess.Record()
-	h.handed, h.stored, h.marking, h.prompt = 0, 0, false, false
+	h.handed, h.stored, h.marking, h.prompt = 0, 0, false, true
 	if seen == 0 {
 		return
 	}
-	h.handed, h.prompt = seen, true
+	h.handed = seen
 	h.markLocked(m, gen, seen)
 }
 
