@@ -56,17 +56,7 @@ func TestMxHandoffFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := func() (rec handoffRecord) {
-		t.Helper()
-		en, err := kv.Get(ctx, "gw1")
-		if err != nil {
-			return rec
-		}
-		if err := json.Unmarshal(en.Value(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
+	stored := func() handoffRecord { return storedRecord(ctx, t, kv, "gw1") }
 
 	// No valid lease: nothing written.
 	record(a, 5, 9)
@@ -138,17 +128,7 @@ func TestMxHandoffNewSessionAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := func() (rec handoffRecord) {
-		t.Helper()
-		en, err := kv.Get(ctx, "gw1")
-		if err != nil {
-			return rec
-		}
-		if err := json.Unmarshal(en.Value(), &rec); err != nil {
-			t.Fatal(err)
-		}
-		return rec
-	}
+	stored := func() handoffRecord { return storedRecord(ctx, t, kv, "gw1") }
 	st := &fleetMxStore{hs: hs, pair: "gw1", token: 5}
 	record := func(session, endpoint string, lastStored uint64) {
 		t.Helper()
@@ -170,4 +150,18 @@ func TestMxHandoffNewSessionAtOnce(t *testing.T) {
 		rec := stored()
 		return rec.Mx != nil && rec.Mx.Session.ID == "mxgw-2/1/2" && rec.Mx.LastStored == 3 && rec.Serving == "gw:2"
 	})
+}
+
+// storedRecord reads key's handoff record from kv: the zero record when
+// there is none.
+func storedRecord(ctx context.Context, t *testing.T, kv jetstream.KeyValue, key string) (rec handoffRecord) {
+	t.Helper()
+	en, err := kv.Get(ctx, key)
+	if err != nil {
+		return rec
+	}
+	if err := json.Unmarshal(en.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
