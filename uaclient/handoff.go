@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/gopcua/opcua/ua"
 )
 
 // Handoff is what a successor of the Pair (the same relay restarted) needs
@@ -23,11 +25,11 @@ type Handoff struct {
 	URL      string `json:"url"`
 	Endpoint string `json:"endpoint"`
 	// HealthSub and DataSub are the server's subscription IDs. DataSub
-	// is 0 while nothing may be taken over: the Pair has just switched
-	// to Endpoint (a failover, or a new subscription replacing a lost
-	// one) and its new subscription's first message after the snapshot
-	// is not stored yet. A successor given such a handoff starts on
-	// Endpoint with new subscriptions and a snapshot (a fallback).
+	// is 0 while nothing may be taken over: the Pair is switching to
+	// Endpoint (a failover, or a new subscription replacing a lost one)
+	// and has not yet read its snapshot. A successor given such a handoff
+	// starts on Endpoint with new subscriptions and a snapshot (a
+	// fallback).
 	HealthSub uint32 `json:"healthSubscription"`
 	DataSub   uint32 `json:"dataSubscription"`
 	// NextUnacked is the data subscription's first sequence number not
@@ -56,11 +58,61 @@ type HandoffItem struct {
 	QueueSize     uint32            `json:"queueSize"`
 	DiscardOldest bool              `json:"discardOldest"`
 	Filter        *DataChangeFilter `json:"filter,omitempty"`
+	// Fence, set while the data subscription's first messages may
+	// predate the snapshot stored at a switch, is the snapshot's value of
+	// the item: a successor that asks for those messages again drops the
+	// item's data changes up to it, as the Pair did.
+	Fence *ItemFence `json:"fence,omitempty"`
+}
+
+// ItemFence is a snapshot's value of an item, as far as a successor needs
+// it to tell an older data change: its source time and status.
+type ItemFence struct {
+	SourceTime time.Time `json:"sourceTime"`
+	Status     uint32    `json:"status"`
 }
 
 func (a HandoffItem) same(b HandoffItem) bool {
 	return a.Handle == b.Handle && a.ID == b.ID && a.Node == b.Node && a.SamplingMs == b.SamplingMs &&
-		a.QueueSize == b.QueueSize && a.DiscardOldest == b.DiscardOldest && a.Filter.same(b.Filter)
+		a.QueueSize == b.QueueSize && a.DiscardOldest == b.DiscardOldest && a.Filter.same(b.Filter) &&
+		(a.Fence == nil) == (b.Fence == nil) && (a.Fence == nil || *a.Fence == *b.Fence)
+}
+
+// fencedItems returns items with each one's value in the snapshot fence,
+// where it has one with a source time.
+func fencedItems(items []HandoffItem, fence map[uint32]*ua.DataValue) []HandoffItem {
+	out := slices.Clone(items)
+	for i := range out {
+		if f := fence[out[i].Handle]; f != nil && !f.SourceTimestamp.IsZero() {
+			out[i].Fence = &ItemFence{SourceTime: f.SourceTimestamp, Status: uint32(f.Status)}
+		}
+	}
+	return out
+}
+
+// withoutFences returns items without their fences: a successor's own
+// records carry the fences of its own switches only.
+func withoutFences(items []HandoffItem) []HandoffItem {
+	out := slices.Clone(items)
+	for i := range out {
+		out[i].Fence = nil
+	}
+	return out
+}
+
+// fenceOf is the fence a successor keeps from a handoff's items.
+func fenceOf(items []HandoffItem) map[uint32]*ua.DataValue {
+	var fence map[uint32]*ua.DataValue
+	for _, it := range items {
+		if it.Fence == nil {
+			continue
+		}
+		if fence == nil {
+			fence = map[uint32]*ua.DataValue{}
+		}
+		fence[it.Handle] = &ua.DataValue{SourceTimestamp: it.Fence.SourceTime, Status: ua.StatusCode(it.Fence.Status)}
+	}
+	return fence
 }
 
 // itemsOf lists a worker's items, by handle: what it posts with each

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/servicelevel"
+	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/apbridge/apbridge/uaclient"
+	"github.com/gopcua/opcua/ua"
 )
 
 // handoffStore keeps the handoffs a Pair records as a relay's stores do:
@@ -124,16 +126,29 @@ func TestPairHandoffAtSwitch(t *testing.T) {
 		t.Errorf("the record still names the primary's subscription: %+v", d)
 	}
 	// The new subscription's first message holds the items' initial
-	// values, sampled before the snapshot's read: a successor must not
-	// ask for it again once the snapshot is stored.
+	// values, sampled before the snapshot's read: a successor that asks
+	// for it again must drop those older than the snapshot's, by the
+	// fences the record carries until it is stored.
 	hs.mu.Lock()
 	first := hs.named["backup"]
 	hs.mu.Unlock()
-	if first.NextUnacked < 2 {
-		t.Errorf("the backup's subscription was named from %d on: before its first message after the snapshot", first.NextUnacked)
+	fenced := 0
+	for _, it := range first.Items {
+		if it.Fence != nil {
+			fenced++
+		}
 	}
-	t.Logf("primary subscription %d; backup subscription %d named first from %d on, now from %d on; %d syncs",
-		primarySub, d.DataSub, first.NextUnacked, d.NextUnacked, syncs)
+	if first.NextUnacked < 2 && fenced != testTags {
+		t.Errorf("the backup's subscription was named from %d on, before its first message after the snapshot, with %d of %d items fenced",
+			first.NextUnacked, fenced, testTags)
+	}
+	for _, it := range d.Items {
+		if it.Fence != nil && d.NextUnacked > 2 {
+			t.Errorf("item %d still fenced in a record from %d on", it.Handle, d.NextUnacked)
+		}
+	}
+	t.Logf("primary subscription %d; backup subscription %d named first from %d on (%d items fenced), now from %d on; %d syncs",
+		primarySub, d.DataSub, first.NextUnacked, fenced, d.NextUnacked, syncs)
 }
 
 // TestPairTakeoverOfASwitch: a successor given a handoff recorded at a
@@ -163,4 +178,116 @@ func TestPairTakeoverOfASwitch(t *testing.T) {
 	if a := control.pair.Status().Active; a != servicelevel.Primary {
 		t.Fatalf("control: a Pair without a takeover starts on the %v", a)
 	}
+}
+
+// TestPairSuccessorKeepsTheSwitchFence: a predecessor killed between its
+// snapshot and the storing of its subscription's first message after it
+// leaves a record that names the subscription from message 1 on, with the
+// snapshot's values as fences. The first message holds the items' initial
+// values, sampled before the snapshot's read; a successor that takes the
+// subscription over and asks for it again drops them, as the predecessor
+// did: nothing it relays is as old as what the snapshot stored. The
+// control: the same record without its fences relays them again.
+func TestPairSuccessorKeepsTheSwitchFence(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fenced", false: "control"}[fenced], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+			defer cancel()
+			servers, err := uaserver.StartPair(ctx, uaserver.WithTags(testTags))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(servers.Close)
+			cfg := uaclient.PairConfig{Endpoints: []string{servers.A().Endpoint()}, QueueSize: new(10)}
+			var items []uaclient.Item
+			for i, tag := range servers.Tags()[:testTags] {
+				items = append(items, uaclient.Item{Handle: uint32(i), NodeID: tag.NodeID().String()})
+			}
+			start := func(opts ...uaclient.PairOption) *uaclient.Pair {
+				t.Helper()
+				p, err := uaclient.NewPair(cfg, append([]uaclient.PairOption{uaclient.WithLogger(testutil.Logger(t)),
+					uaclient.WithKeepSubscriptionAtClose()}, opts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(p.Close)
+				if _, err := p.AddItems(ctx, items); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Start(ctx); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+
+			// The predecessor stores nothing: the server keeps every data
+			// message, and the record stays the snapshot's.
+			hs := newHandoffStore(t)
+			first := start(uaclient.WithHandoffRecorder(hs.record), uaclient.WithAckAfterStore(func(func()) {}))
+			var h uaclient.Handoff
+			testutil.WaitFor(t, "the subscription named, the server holding 3 messages", waitLong, func() bool {
+				hs.mu.Lock()
+				h = hs.latest
+				hs.mu.Unlock()
+				for _, sub := range servers.A().Subscriptions() {
+					if sub.ID == h.DataSub && len(sub.Retained) >= 3 && sub.Retained[0] == 1 {
+						return true
+					}
+				}
+				return false
+			})
+			first.Close()
+			if h.NextUnacked != 1 || len(fenceOf(h.Items)) != testTags {
+				t.Fatalf("the record from %d on fences %d of %d items", h.NextUnacked, len(fenceOf(h.Items)), testTags)
+			}
+			fence := fenceOf(h.Items)
+			if !fenced {
+				for i := range h.Items {
+					h.Items[i].Fence = nil
+				}
+			}
+
+			var mu sync.Mutex
+			var old, data int
+			second := start(uaclient.WithTakeover(h), uaclient.WithDataHandler(func(u uaclient.Update) {
+				if u.Kind != uaclient.UpdateData {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				data++
+				if f := fence[u.Handle]; f != nil && !u.Value.SourceTimestamp.After(f.SourceTimestamp) {
+					old++
+				}
+			}))
+			testutil.WaitFor(t, "the successor relaying", waitLong, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return data >= 3*testTags
+			})
+			if st := second.Status(); st.SuccessorTransfers != 1 {
+				t.Fatalf("%d transfers, %d fallbacks", st.SuccessorTransfers, st.SuccessorFallbacks)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("%d data changes relayed by the successor, %d of them no newer than the predecessor's snapshot", data, old)
+			if fenced && old != 0 {
+				t.Errorf("the successor relayed %d values no newer than the predecessor's snapshot", old)
+			}
+			if !fenced && old == 0 {
+				t.Error("control: without the fences the successor relayed nothing older: the test proves nothing")
+			}
+		})
+	}
+}
+
+// fenceOf is the fence a record's items carry, by handle.
+func fenceOf(items []uaclient.HandoffItem) map[uint32]*ua.DataValue {
+	out := map[uint32]*ua.DataValue{}
+	for _, it := range items {
+		if it.Fence != nil {
+			out[it.Handle] = &ua.DataValue{SourceTimestamp: it.Fence.SourceTime}
+		}
+	}
+	return out
 }

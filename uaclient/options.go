@@ -202,11 +202,11 @@ func WithHandoffRecorder(f func(Handoff)) PairOption {
 // before it is durable, or ctx ends. At such a switch the recorder is
 // first told that nothing may be taken over (a Handoff whose DataSub is
 // 0): the subscription the data came from until then may still hold
-// messages older than what the new session is about to store, and the
-// new subscription's first messages may predate its snapshot, so a
-// successor that took either over would store values older than the
-// ones stored before it. Once the new subscription's first message after
-// its snapshot is stored, the Handoff names it again. sync runs on the
+// messages older than what the new session is about to store, and a
+// successor that took it over would store them after newer values. Once
+// the new session's snapshot is read, the Handoff names its subscription,
+// with the snapshot's values as fences (HandoffItem.Fence) until its
+// first message after the snapshot is stored. sync runs on the
 // data handler's goroutine and holds the data back while it runs: keep
 // it short (one write) and bounded; the Pair gives up waiting after
 // handoffSyncBound, or at Close. Default: none (the switch is recorded,

@@ -93,6 +93,9 @@ func (p *Pair) onSnapshotPart(ev evSnapshotPart, now time.Time) {
 		for _, v := range ev.values {
 			p.out.data(Update{Kind: UpdateRefreshValue, Epoch: p.epoch, Endpoint: s.ep, Handle: v.handle, Value: v.dv, Received: now})
 			s.fence[v.handle] = v.dv
+			if s.switchFence != nil {
+				s.switchFence[v.handle] = v.dv
+			}
 		}
 		pr.next += len(ev.values)
 		next, ok := pr.pending[pr.next]
@@ -169,7 +172,7 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	s.to(phaseServing)
 	p.activating = nil
 	p.serving = s
-	if sb := s.subs[s.conn.dataSub]; sb != nil {
+	if sb := s.subs[s.conn.dataSub]; sb != nil && s.switched {
 		s.recordFrom = sb.seq.next
 	}
 	p.deliver(s, pr.buffered)
@@ -199,5 +202,6 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	// samples made of it, have reached the handlers.
 	defer p.out.after(func() { p.readyOnce.Do(func() { close(p.ready) }) })
 
+	p.recordHandoff()
 	p.tellPolicyServing(s, now)
 }

@@ -78,7 +78,7 @@ func (p *Pair) takeoverRemnant(h Handoff, now time.Time) (servicelevel.Endpoint,
 	data.afterStore = p.opt.afterStore != nil
 	data.seq.next, data.seq.horizon, data.acked = h.NextUnacked, h.NextUnacked, h.NextUnacked
 	from := &session{p: p, ep: ep, conn: c, phase: phaseDead, subs: map[uint32]*subscription{h.DataSub: data},
-		items: h.Items}
+		items: withoutFences(h.Items), fence: fenceOf(h.Items)}
 	c.s = from
 	return ep, &remnant{from: from, lostAt: now, takeover: true}, nil
 }
@@ -223,9 +223,10 @@ func (p *Pair) successorFallback(ep servicelevel.Endpoint, why error, now time.T
 // recordHandoff tells the recorder (WithHandoffRecorder) what a successor
 // needs now, when it changed: the serving session's subscriptions, how far
 // they are acknowledged and its items. After a switch (recordSwitch) the
-// data subscription is named again only once its first message after the
-// snapshot is stored: before, a successor would ask for messages whose
-// values may predate the snapshot's, stored before them.
+// data subscription is named once the snapshot is read, with the
+// snapshot's values as the items' fences until its first message after
+// the snapshot is stored: a successor that asks for the messages before
+// again must drop what they hold of older values, as the Pair did.
 func (p *Pair) recordHandoff() {
 	f, s := p.opt.onHandoff, p.serving
 	if f == nil || s == nil || s.dead() || !s.serves() {
@@ -235,16 +236,20 @@ func (p *Pair) recordHandoff() {
 	if sb == nil {
 		return
 	}
-	if s.switched {
-		if s.recordFrom == 0 || seqDiff(sb.acked, s.recordFrom) <= 0 {
-			return // the switch's record stands
-		}
-		s.switched = false
+	items := s.items
+	switch {
+	case !s.switched:
+	case s.recordFrom == 0:
+		return // the switch's record stands
+	case seqDiff(sb.acked, s.recordFrom) > 0:
+		s.switched, s.switchFence = false, nil
+	default:
+		items = fencedItems(items, s.switchFence)
 	}
 	d := s.conn.link.Data
 	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, DataSub: s.conn.dataSub,
 		NextUnacked: sb.acked, DataIntervalMs: msFloat(d.Interval), DataLifetimeCount: d.LifetimeCount,
-		DataKeepAliveCount: d.KeepAliveCount, Items: s.items}
+		DataKeepAliveCount: d.KeepAliveCount, Items: items}
 	last := p.handoff
 	if last.URL == h.URL && last.HealthSub == h.HealthSub && last.DataSub == h.DataSub && last.NextUnacked == h.NextUnacked &&
 		slices.EqualFunc(last.Items, h.Items, HandoffItem.same) {
@@ -255,18 +260,17 @@ func (p *Pair) recordHandoff() {
 }
 
 // recordSwitch tells the recorder, as s takes the data path over from
-// another session, that nothing may be taken over (DataSub 0): the
-// subscription the data came from may still hold messages older than what
-// s is about to deliver, and s's own first messages may predate its
-// snapshot. With WithHandoffSync, what s delivers waits until that is
-// durable: a successor must never take the old subscription over once
-// anything of s is stored.
+// another session, that nothing may be taken over (DataSub 0) until s's
+// snapshot is read: the subscription the data came from may still hold
+// messages older than what s is about to deliver. With WithHandoffSync,
+// what s delivers waits until that is durable: a successor must never
+// take the old subscription over once anything of s is stored.
 func (p *Pair) recordSwitch(s *session) {
 	f := p.opt.onHandoff
 	if f == nil {
 		return
 	}
-	s.switched, s.recordFrom = true, 0
+	s.switched, s.recordFrom, s.switchFence = true, 0, map[uint32]*ua.DataValue{}
 	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, Items: s.items}
 	p.handoff = h
 	f(h)
