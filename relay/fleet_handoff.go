@@ -142,12 +142,30 @@ func openHandoffStore(ctx context.Context, js jetstream.JetStream, c *FleetConfi
 
 // recorder returns the handoff recorder of pair's instance that runs
 // under the lease of token.
+// A record that names another subscription than the last (the Pair
+// switched servers, or read the new subscription's snapshot) is written
+// at once, not after the writer's pause: until it is, a successor falls
+// back to a refresh.
 func (hs *handoffStore) recorder(pair string, token uint64) func(uaclient.Handoff) {
 	return func(h uaclient.Handoff) {
+		var moved bool
 		hs.update(pair, token, func(rec *handoffRecord) {
+			last, ok := rec.Endpoints[rec.Serving]
+			moved = !ok || rec.Serving != h.Endpoint || last.DataSub != h.DataSub
 			rec.Endpoints[h.Endpoint] = h
 			rec.Serving = h.Endpoint
 		})
+		if moved {
+			hs.soon()
+		}
+	}
+}
+
+// soon cuts the writer's pause: what changed is written at once.
+func (hs *handoffStore) soon() {
+	select {
+	case hs.now <- struct{}{}:
+	default:
 	}
 }
 

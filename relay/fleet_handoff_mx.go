@@ -56,10 +56,7 @@ func (st *fleetMxStore) RecordHandoff(h mxsource.Handoff) error {
 		rec.Mx, rec.Serving = &h, h.Endpoint
 	})
 	if moved {
-		select {
-		case st.hs.now <- struct{}{}:
-		default:
-		}
+		st.hs.soon()
 	}
 	return nil
 }

@@ -250,12 +250,9 @@ func (h *handoffs) get() (uaclient.Handoff, int) {
 
 // TestOPCUARecordsHandoff: what a successor needs is recorded: the
 // server's subscription IDs, every tag's item, and how far the data
-// messages are acknowledged. While the sink withholds its confirmation
-// (the server holding the messages) the record names no subscription:
-// the source has just started serving, and nothing after its snapshot is
-// stored, so a successor must start anew rather than store the first
-// messages' values after the snapshot's. Once the sink confirms, the
-// record names the subscription and follows the acknowledgements.
+// messages are acknowledged, which stays at the first while the sink
+// withholds its confirmation (the server holding them) and moves once it
+// confirms.
 func TestOPCUARecordsHandoff(t *testing.T) {
 	ws := &withholdingSink{held: make(chan struct{})}
 	var rec handoffs
@@ -265,22 +262,15 @@ func TestOPCUARecordsHandoff(t *testing.T) {
 	testutil.WaitFor(t, "the server holding 5 data messages", 20*time.Second, func() bool {
 		var ok bool
 		data, health, ok = e.subs()
-		_, n := rec.get()
-		return ok && len(data.Retained) >= 5 && n > 0
+		h, _ := rec.get()
+		return ok && len(data.Retained) >= 5 && len(h.Items) == len(e.pair.Tags())
 	})
 	h, _ := rec.get()
-	if h.DataSub != 0 || h.URL != e.pair.A().Endpoint() || h.Endpoint != "primary" {
-		t.Fatalf("handoff %+v while nothing is stored: want the primary %s, no subscription", h, e.pair.A().Endpoint())
-	}
-	ws.release()
-	testutil.WaitFor(t, "the handoff following the acknowledgements", 10*time.Second, func() bool {
-		h, _ := rec.get()
-		data, _, _ = e.subs()
-		return h.NextUnacked > 10 && (len(data.Retained) == 0 || data.Retained[0] >= h.NextUnacked-1)
-	})
-	h, _ = rec.get()
 	if h.DataSub != data.ID || h.HealthSub != health.ID || h.URL != e.pair.A().Endpoint() {
 		t.Fatalf("handoff %+v: want data subscription %d and health %d on %s", h, data.ID, health.ID, e.pair.A().Endpoint())
+	}
+	if h.NextUnacked != 1 {
+		t.Fatalf("handoff says messages before %d are acknowledged, but the sink confirmed none", h.NextUnacked)
 	}
 	nodes := map[string]bool{}
 	for _, it := range h.Items {
@@ -291,4 +281,10 @@ func TestOPCUARecordsHandoff(t *testing.T) {
 			t.Fatalf("handoff items %+v lack tag %s or its server ID", h.Items, tg.Name)
 		}
 	}
+	ws.release()
+	testutil.WaitFor(t, "the handoff following the acknowledgements", 10*time.Second, func() bool {
+		h, _ := rec.get()
+		data, _, _ = e.subs()
+		return h.NextUnacked > 10 && (len(data.Retained) == 0 || data.Retained[0] >= h.NextUnacked-1)
+	})
 }
