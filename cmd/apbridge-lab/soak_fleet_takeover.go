@@ -87,6 +87,11 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 		case l.Message == "fleet: taking over the previous owner's subscription",
 			l.Message == "fleet: resuming the previous owner's gateway session":
 			pending[l.Source] = soakTakeoverOutcome{HandoffFrom: l.From}
+		case strings.HasPrefix(l.Message, "fleet: the previous owner had just switched"):
+			// A record of a switch: the Pair reports the fallback as it
+			// starts, before its start line.
+			pending[l.Source] = soakTakeoverOutcome{Outcome: soakFallback, HandoffFrom: l.From,
+				Reason: "the previous owner had just switched servers"}
 		case strings.HasPrefix(l.Message, "fleet: handoff ignored"):
 			pending[l.Source] = soakTakeoverOutcome{Outcome: soakNoHandoff, Reason: strings.TrimPrefix(l.Message, "fleet: ") + ": " + l.Error}
 		case l.Message == "fleet: source owned, started":
@@ -114,9 +119,10 @@ func soakInstances(r io.Reader) (map[soakInstance]soakTakeoverOutcome, error) {
 			strings.HasPrefix(l.Message, "predecessor's gateway session not resumed"):
 			// The outcome: an OPC UA source's takeover event (why it
 			// fell back in its error), a gateway source's resume or not
-			// (why in its reason).
+			// (why in its reason). One told before the instance's start
+			// line is the fallback of a switch's record, told already.
 			in, ok := cur[l.Source]
-			if !ok {
+			if p, early := pending[l.Source]; !ok || early && p.Outcome != "" {
 				continue
 			}
 			o := out[in]

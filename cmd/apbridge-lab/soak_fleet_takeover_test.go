@@ -7,8 +7,8 @@ import (
 
 // A relay's log tells each instance's takeover by its lease token: a
 // transfer with what the server held and gave back, a fallback with the
-// server's or the Pair's reason, a handoff that did not fit, and an
-// instance that read no handoff.
+// server's or the Pair's reason, a handoff that did not fit, a record of
+// a switch, and an instance that read no handoff.
 func TestSoakInstances(t *testing.T) {
 	log := strings.Join([]string{
 		`{"level":"info","source":"line2","from":"r1","token":3,"message":"fleet: taking over the previous owner's subscription"}`,
@@ -29,6 +29,9 @@ func TestSoakInstances(t *testing.T) {
 		`{"level":"info","source":"galaxy2","from":"r2","token":60,"session":"s2","lastStored":7,"message":"fleet: resuming the previous owner's gateway session"}`,
 		`{"level":"info","source":"galaxy2","token":72,"message":"fleet: source owned, started"}`,
 		`{"level":"warn","source":"galaxy2","endpoint":"gw2","session":"s2","reason":"session gone","message":"predecessor's gateway session not resumed: opening a new one and subscribing again with a refresh; changes since its last stored event are lost"}`,
+		`{"level":"info","source":"line2","from":"r4","token":80,"message":"fleet: the previous owner had just switched to its backup: starting there, with new subscriptions"}`,
+		`{"level":"warn","source":"line2","event":"successor takeover","member":"backup","error":"the predecessor had just switched to this server","message":"backup: not taken over"}`,
+		`{"level":"info","source":"line2","token":81,"message":"fleet: source owned, started"}`,
 	}, "\n")
 	got, err := soakInstances(strings.NewReader(log))
 	if err != nil {
@@ -41,6 +44,8 @@ func TestSoakInstances(t *testing.T) {
 		{"galaxy2", 60}: {Outcome: soakNoHandoff},
 		{"galaxy", 70}:  {Outcome: soakTransferred, HandoffFrom: "r1"},
 		{"galaxy2", 72}: {Outcome: soakFallback, HandoffFrom: "r2", Reason: "session gone"},
+		// Told before its start line, and not the previous instance's.
+		{"line2", 81}: {Outcome: soakFallback, HandoffFrom: "r4", Reason: "the previous owner had just switched servers"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
