@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/internal/testutil"
+	"github.com/apbridge/apbridge/servicelevel"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
 	"github.com/apbridge/apbridge/uaclient"
 	"github.com/gopcua/opcua/ua"
