@@ -22,13 +22,7 @@ import (
 // one (its write meets the newer record) writes no more, so the newer
 // record stays.
 func TestMxHandoffFencing(t *testing.T) {
-	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
-	nc, err := nats.Connect(cl.Node(0).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := oneNodeJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	open := func(relay string, tok *atomic.Uint64) *handoffStore {
@@ -108,13 +102,7 @@ func TestMxHandoffFencing(t *testing.T) {
 // pause here is an hour, so that only the cut writes it; the positive
 // control is the first record, written at once (nothing paused before).
 func TestMxHandoffNewSessionAtOnce(t *testing.T) {
-	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
-	nc, err := nats.Connect(cl.Node(0).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	js := oneNodeJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hs, err := openHandoffStore(ctx, js, &FleetConfig{RelayID: "ra", Bucket: "fy", Replicas: 1},
@@ -164,4 +152,21 @@ func storedRecord(ctx context.Context, t *testing.T, kv jetstream.KeyValue, key 
 		t.Fatal(err)
 	}
 	return rec
+}
+
+// oneNodeJetStream starts a one-node cluster with JetStream and returns
+// a JetStream context on it.
+func oneNodeJetStream(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
+	nc, err := nats.Connect(cl.Node(0).URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
