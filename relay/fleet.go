@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -615,52 +614,6 @@ func (g *gatedHandler) Restored() {
 	if h, ok := g.live(); ok {
 		h.Restored()
 	}
-}
-
-// fencedSink is the last check before an update leaves a fleet relay: the
-// lease must be valid, and its fencing token goes with the update.
-type fencedSink struct {
-	inner     bridge.Sink
-	f         *fleetPart
-	noHeaders bool
-}
-
-func (s *fencedSink) Publish(source string, m *nats.Msg, u *wire.Update) error {
-	token, ok := s.f.valid(source)
-	if !ok {
-		s.f.fenced.Add(1)
-		return errFenced
-	}
-	if !s.noHeaders {
-		if m.Header == nil {
-			m.Header = nats.Header{}
-		}
-		m.Header[wire.HeaderLease] = []string{strconv.FormatUint(token, 10)}
-		m.Header[wire.HeaderRelay] = []string{s.f.id}
-	}
-	return s.inner.Publish(source, m, u)
-}
-
-func (s *fencedSink) Flush(ctx context.Context) error { return s.inner.Flush(ctx) }
-
-func (s *fencedSink) Bind(ctx context.Context, subj bridge.Subjects) error {
-	if b, ok := s.inner.(bridge.Binder); ok {
-		return b.Bind(ctx, subj)
-	}
-	return nil
-}
-
-func (s *fencedSink) Abort() {
-	if a, ok := s.inner.(bridge.Aborter); ok {
-		a.Abort()
-	}
-}
-
-func (s *fencedSink) SinkStatus() any {
-	if r, ok := s.inner.(bridge.StatusReporter); ok {
-		return r.SinkStatus()
-	}
-	return nil
 }
 
 // fleetReconnectWait is the bucket connection's wait between reconnect

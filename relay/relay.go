@@ -133,7 +133,7 @@ func Start(ctx context.Context, c *Config, opts ...Option) (*Relay, error) {
 		if r.js != nil {
 			inner = r.js
 		}
-		bopts = append(bopts, bridge.WithSink(&fencedSink{inner: inner, f: r.fl, noHeaders: c.NoHeaders}))
+		bopts = append(bopts, bridge.WithSink(newFencedSink(inner, r.fl, c.NoHeaders)))
 	}
 	r.b, err = bridge.New(conn, bridge.Config{
 		Instance:         c.Instance,
