@@ -172,7 +172,7 @@ func (p *Pair) promoted(s *session, ev evReconciled, now time.Time) {
 	s.to(phaseServing)
 	p.activating = nil
 	p.serving = s
-	if sb := s.subs[s.conn.dataSub]; sb != nil && s.switched {
+	if sb := s.subs[s.conn.dataSub]; sb != nil && s.switchFence != nil {
 		s.recordFrom = sb.seq.next
 	}
 	p.deliver(s, pr.buffered)

@@ -46,15 +46,14 @@ type session struct {
 	attempt  int
 	lastMsgs [2][]dataNote // the last two data messages handed on while serving
 	items    []HandoffItem // the data items as last reconciled, for the Handoff
-	// switched: s took the data path over from another session (cutOver).
-	// The Handoff names no subscription while the snapshot is read
-	// (recordFrom 0), then the data subscription with the snapshot's
-	// values as the items' fences (switchFence) until its message
-	// recordFrom (the first after the snapshot) is stored
-	// (recordHandoff).
-	switched    bool
-	recordFrom  uint32
+	// switchFence, set when s took the data path over from another
+	// session (cutOver), holds the snapshot's values while the Handoff
+	// needs them: it names no subscription while the snapshot is read
+	// (recordFrom 0), then the data subscription with these values as
+	// the items' fences until its message recordFrom (the first after
+	// the snapshot) is stored (recordHandoff); nil after.
 	switchFence map[uint32]*ua.DataValue
+	recordFrom  uint32
 }
 
 func newSession(p *Pair, ep servicelevel.Endpoint, id uint64, dialTimeout time.Duration) *session {

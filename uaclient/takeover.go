@@ -238,11 +238,11 @@ func (p *Pair) recordHandoff() {
 	}
 	items := s.items
 	switch {
-	case !s.switched:
+	case s.switchFence == nil:
 	case s.recordFrom == 0:
 		return // the switch's record stands
 	case seqDiff(sb.acked, s.recordFrom) > 0:
-		s.switched, s.switchFence = false, nil
+		s.switchFence = nil
 	default:
 		items = fencedItems(items, s.switchFence)
 	}
@@ -270,7 +270,7 @@ func (p *Pair) recordSwitch(s *session) {
 	if f == nil {
 		return
 	}
-	s.switched, s.recordFrom, s.switchFence = true, 0, map[uint32]*ua.DataValue{}
+	s.recordFrom, s.switchFence = 0, map[uint32]*ua.DataValue{}
 	h := Handoff{URL: s.conn.url, Endpoint: s.ep.String(), HealthSub: s.conn.healthSub, Items: s.items}
 	p.handoff = h
 	f(h)
