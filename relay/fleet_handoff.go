@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -79,6 +80,15 @@ type handoffEntry struct {
 	deposed bool   // a newer owner's record is there: write no more
 }
 
+// take returns a copy of the entry's record to write, over the revision
+// it returns, and marks the entry written; hs.mu is held.
+func (e *handoffEntry) take() (handoffRecord, uint64) {
+	e.dirty = false
+	rec := e.rec
+	rec.Endpoints = maps.Clone(e.rec.Endpoints)
+	return rec, e.rev
+}
+
 // handoffStore writes the pairs' records. Its recorders never block.
 type handoffStore struct {
 	kv    jetstream.KeyValue
@@ -96,9 +106,8 @@ type handoffStore struct {
 	mu      sync.Mutex
 	entries map[string]*handoffEntry
 	wake    chan struct{}
-	// now cuts the writer's pause between writes: a gateway source's
-	// record that names a new session is written at once (see
-	// fleetMxStore.RecordHandoff).
+	// now cuts the writer's pause between writes: a record that names
+	// something else to take over is written at once (see update).
 	now chan struct{}
 	// interval is the writer's pause between writes (stateWriteInterval).
 	interval time.Duration
@@ -142,36 +151,35 @@ func openHandoffStore(ctx context.Context, js jetstream.JetStream, c *FleetConfi
 
 // recorder returns the handoff recorder of pair's instance that runs
 // under the lease of token.
-// A record that names another subscription than the last (the Pair
-// switched servers, or read the new subscription's snapshot) is written
-// at once, not after the writer's pause: until it is, a successor falls
-// back to a refresh.
 func (hs *handoffStore) recorder(pair string, token uint64) func(uaclient.Handoff) {
 	return func(h uaclient.Handoff) {
-		var moved bool
 		hs.update(pair, token, func(rec *handoffRecord) {
-			last, ok := rec.Endpoints[rec.Serving]
-			moved = !ok || rec.Serving != h.Endpoint || last.DataSub != h.DataSub
 			rec.Endpoints[h.Endpoint] = h
 			rec.Serving = h.Endpoint
 		})
-		if moved {
-			hs.soon()
-		}
 	}
 }
 
-// soon cuts the writer's pause: what changed is written at once.
-func (hs *handoffStore) soon() {
-	select {
-	case hs.now <- struct{}{}:
-	default:
+// names is what a successor would take over from rec: the serving
+// endpoint's data subscription, or the gateway session.
+func (rec *handoffRecord) names() string {
+	if rec.Mx != nil {
+		return "mx " + rec.Mx.Session.ID
 	}
+	h, ok := rec.Endpoints[rec.Serving]
+	if !ok {
+		return ""
+	}
+	return rec.Serving + " " + strconv.FormatUint(uint64(h.DataSub), 10)
 }
 
 // update changes, with set, the record of pair's instance that runs under
 // the lease of token, and wakes the writer. Not for an instance of an
-// older lease, still closing.
+// older lease, still closing. A record that names something else to
+// take over than before (the Pair switched servers or read the new
+// subscription's snapshot; the gateway source made another session the
+// active one) is written at once, not after the writer's pause: until it
+// is, a successor falls back, or takes over what it must not.
 func (hs *handoffStore) update(pair string, token uint64, set func(*handoffRecord)) {
 	hs.mu.Lock()
 	e := hs.entries[pair]
@@ -184,7 +192,9 @@ func (hs *handoffStore) update(pair string, token uint64, set func(*handoffRecor
 			Endpoints: map[string]uaclient.Handoff{}}}
 		hs.entries[pair] = e
 	}
+	before := e.rec.names()
 	set(&e.rec)
+	moved := e.rec.names() != before
 	e.dirty = true
 	if !hs.started && !hs.closed {
 		hs.started = true
@@ -192,6 +202,12 @@ func (hs *handoffStore) update(pair string, token uint64, set func(*handoffRecor
 	}
 	hs.mu.Unlock()
 	hs.kick()
+	if moved {
+		select {
+		case hs.now <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (hs *handoffStore) run() {
@@ -242,10 +258,8 @@ func (hs *handoffStore) flush() {
 			e.dirty = false // a newer lease's instance writes its own
 			continue
 		}
-		e.dirty = false
-		rec := e.rec
-		rec.Endpoints = maps.Clone(e.rec.Endpoints)
-		jobs = append(jobs, job{pair, rec, e.rev})
+		rec, rev := e.take()
+		jobs = append(jobs, job{pair, rec, rev})
 	}
 	hs.mu.Unlock()
 	for _, j := range jobs {
@@ -308,9 +322,7 @@ func (hs *handoffStore) syncer(pair string, token uint64) func(context.Context) 
 			hs.mu.Unlock()
 			return fmt.Errorf("fleet: source %s: the lease is not valid now; its handoff is written when it is", pair)
 		}
-		e.dirty = false
-		rec, rev := e.rec, e.rev
-		rec.Endpoints = maps.Clone(e.rec.Endpoints)
+		rec, rev := e.take()
 		hs.mu.Unlock()
 		err := hs.writeEntry(ctx, pair, rec, rev)
 		if err != nil {
@@ -379,9 +391,8 @@ func (hs *handoffStore) finish(ctx context.Context, pair string) {
 	}
 	tok, ok := hs.valid(pair)
 	dirty := e.dirty && ok && tok == e.rec.Token
-	e.dirty, e.deposed = false, true
-	rec, rev := e.rec, e.rev
-	rec.Endpoints = maps.Clone(e.rec.Endpoints)
+	rec, rev := e.take()
+	e.deposed = true
 	hs.mu.Unlock()
 	if !dirty {
 		return

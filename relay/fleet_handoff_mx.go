@@ -43,21 +43,13 @@ func (st *fleetMxStore) LoadHandoff() (*mxsource.Handoff, error) { return st.pre
 // record and wakes the bucket's writer; it never blocks on the bucket. A
 // record that names another session than the last one (the source's
 // active session changed: a promoted standby, a new session) is written
-// at once, not after the writer's pause: the last one names a session
-// that is gone with its gateway, or ended by it, and a successor that
-// reads it falls back. The source writes such a record at once too
-// (mxsource's handoff.switched); the pause would hold it back up to
-// stateWriteInterval more.
+// at once (update): the last one names a session that is gone with its
+// gateway, or ended by it, and a successor that reads it falls back.
 func (st *fleetMxStore) RecordHandoff(h mxsource.Handoff) error {
-	var moved bool
 	st.hs.update(st.pair, st.token, func(rec *handoffRecord) {
-		moved = rec.Mx == nil || rec.Mx.Session.ID != h.Session.ID
 		// h is the store's (the source does not change it after).
 		rec.Mx, rec.Serving = &h, h.Endpoint
 	})
-	if moved {
-		st.hs.soon()
-	}
 	return nil
 }
 
