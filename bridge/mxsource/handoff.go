@@ -175,9 +175,9 @@ func newHandoff(store HandoffStore) *handoff {
 // before this call: each item's last value of the standby (promote's
 // refresh) and what the old active relayed of the standby's older changes
 // (those the old active never delivered, the switch itself skips: its
-// refresh carries the standby's last value). So the record names the session with lastStored
-// seen once a store mark set now comes back: every update handed so far
-// is stored then. It is written at once, not after the pause between
+// refresh carries the standby's last value). So the record names the
+// session with lastStored seen once a store mark set now comes back:
+// every update handed so far is stored then. It is written at once, not after the pause between
 // writes. With seen 0 (no event yet) nothing is recorded before the
 // session's first stored event (resuming "after 0" would be a new
 // stream), and that record is written at once too. s.emitMu is held.

@@ -510,3 +510,12 @@ func (s *Source) keepSession(m *member, gen uint64) bool {
 	defer s.ho.mu.Unlock()
 	return s.ho.m == m && s.ho.gen == gen
 }
+
+// recordable reports whether m's session, made the active one, may be
+// recorded at once (handoff.switched): it adopts no predecessor's items
+// (adopt records those), and no change waits to be relayed (held, or
+// early before its subscribe's answer), for the record to wait for as it
+// does for the session's first stored event. s.mu is held.
+func (m *member) recordable() bool {
+	return m.adopted == nil && len(m.held) == 0 && len(m.early) == 0
+}

@@ -266,7 +266,7 @@ func (s *Source) handle(e memberEvent) {
 			s.active = m.idx
 			s.connected = true
 		}
-		record := becomes && s.ho != nil && m.gen == e.gen && m.adopted == nil && len(m.held) == 0 && len(m.early) == 0
+		record := becomes && s.ho != nil && m.gen == e.gen && m.recordable()
 		seen := m.lastDone
 		s.mu.Unlock()
 		if record {
@@ -378,7 +378,7 @@ func (s *Source) promote(old *member, cause error, detected time.Time) {
 	// that came before their subscribe's answer (early) are relayed only
 	// once it comes, after the switch: the record waits for them, as it
 	// did before, for the first event stored from the session.
-	record := s.ho != nil && next.adopted == nil && len(next.held) == 0 && len(next.early) == 0
+	record := s.ho != nil && next.recordable()
 	// A switch during the last switch's refresh closes that one first,
 	// so that every refresh-start has its refresh-end.
 	closePrev := s.refresh != nil
