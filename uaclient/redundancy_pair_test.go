@@ -19,17 +19,6 @@ import (
 // on real servers: one server reached through two endpoints, a redundant
 // set, and servers that do not describe themselves as one.
 
-// standbyUps returns the standby sessions that came up after m.
-func (r *rig) standbyUps(m mark) []uaclient.Event {
-	var out []uaclient.Event
-	for _, e := range r.eventsSince(m, uaclient.EventSessionUp) {
-		if e.Role == uaclient.RoleStandby {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // TestPairSameServerIsNoStandby: the backup endpoint is a second port of
 // the primary's server (uaserver's Alias, as a port forward would be).
 // The Pair reports it once, as an error and an event, and does not count
@@ -171,8 +160,13 @@ func TestPairRedundantSetChecked(t *testing.T) {
 			t.Fatalf("%s: %v", k, evs[0])
 		}
 	}
-	if ups := r.standbyUps(mark{}); len(ups) == 0 || !strings.Contains(ups[0].Message, "(standby, ServiceLevel 240") {
-		t.Fatalf("standby session up: %v", ups)
+	// The event reaches the handler after the status says the session is
+	// up: wait for it.
+	up := r.waitEvent(mark{}, "the standby session's event", func(e uaclient.Event) bool {
+		return e.Kind == uaclient.EventSessionUp && e.Role == uaclient.RoleStandby
+	})
+	if !strings.Contains(up.Message, "(standby, ServiceLevel 240") {
+		t.Fatalf("standby session up: %v", up)
 	}
 }
 
