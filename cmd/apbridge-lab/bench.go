@@ -89,9 +89,10 @@ type benchConfig struct {
 	flap   time.Duration
 	wanRTT time.Duration
 	// hub is where the edge scenarios run the hub cluster (hubProcess,
-	// hubInline), catchupRate the cap on the site's source consumer in
-	// bits/s (0: none).
+	// hubInline), hubNice the nice value of its process, catchupRate the
+	// cap on the site's source consumer in bits/s (0: none).
 	hub         string
+	hubNice     int
 	catchupRate uint64
 
 	// via is how config-change brings the change (viaAPI, viaSIGHUP),
@@ -246,6 +247,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
+	fs.IntVar(&cfg.hubNice, "hub-nice", 19, "edge scenarios with --hub process: the hub process's nice value (0-19; Linux): the hub stands for other machines, so by default it gets only the CPU the site leaves")
 	fs.Uint64Var(&cfg.catchupRate, "catchup-rate", 0, "edge scenarios: rate_limit_bps of the site's source consumer, the hub's catch-up cap in bits/s (0: none; 1000000-10000000000)")
 	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
 	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
@@ -350,6 +352,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.hub != hubProcess && cfg.hub != hubInline {
 		return fmt.Errorf("--hub: %q is not valid (valid: %s, %s)", cfg.hub, hubProcess, hubInline)
+	}
+	if cfg.hubNice < 0 || cfg.hubNice > 19 {
+		return fmt.Errorf("--hub-nice: %d is out of range (valid 0-19)", cfg.hubNice)
 	}
 	if cfg.catchupRate != 0 && (cfg.catchupRate < 1_000_000 || cfg.catchupRate > 10_000_000_000) {
 		return fmt.Errorf("--catchup-rate: %d is out of range (valid 0, or 1000000-10000000000 bits/s)", cfg.catchupRate)

@@ -139,6 +139,9 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	}
 	r.set("wan_rtt_ms", ms(cfg.wanRTT))
 	r.set("hub", cfg.hub)
+	if cfg.hub == hubProcess {
+		r.set("hub_nice", cfg.hubNice)
+	}
 	r.set("catchup_rate_bps", cfg.catchupRate)
 	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
 	r.set("catchup_s", catchups)

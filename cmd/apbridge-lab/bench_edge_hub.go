@@ -61,7 +61,7 @@ func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
 		return &wanWorld{site: e.Site, siteDomain: e.SiteDomain, hubDomain: e.HubDomain,
 			hubURLs: e.Hub.URLs(), hubOpts: e.Hub.ClientOptions(), link: edgeLink{e}, close: e.Close}, nil
 	}
-	hub, err := startHubChild(ctx, cfg.verbose)
+	hub, err := startHubChild(ctx, cfg.verbose, cfg.hubNice)
 	if err != nil {
 		return nil, err
 	}
@@ -198,9 +198,9 @@ type hubChild struct {
 	once sync.Once
 }
 
-// startHubChild starts the hub process (this executable's edge-hub) and
-// returns once it has said where it listens.
-func startHubChild(ctx context.Context, verbose bool) (*hubChild, error) {
+// startHubChild starts the hub process (this executable's edge-hub) at
+// the given nice value and returns once it has said where it listens.
+func startHubChild(ctx context.Context, verbose bool, nice int) (*hubChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func startHubChild(ctx context.Context, verbose bool) (*hubChild, error) {
 	if verbose {
 		cmd.Stderr = os.Stderr
 	}
-	in, out, err := startLabChild(cmd)
+	in, out, err := startLabChild(cmd, nice)
 	if err != nil {
 		return nil, fmt.Errorf("hub process: %w", err)
 	}
@@ -228,6 +228,9 @@ func startHubChild(ctx context.Context, verbose bool) (*hubChild, error) {
 		err = ctx.Err()
 	case <-time.After(2 * time.Minute):
 		err = errors.New("hub process: not up within 2 minutes")
+	}
+	if err == nil && nice != 0 {
+		err = renice(cmd, nice) // its threads are all made by now
 	}
 	if err != nil {
 		h.stop()

@@ -37,9 +37,9 @@ const (
 const labChildEnv = "APBRIDGE_LAB_CHILD"
 
 // startLabChild starts cmd as one of the lab's child processes (labChildEnv
-// set) with a pipe to its stdin and one from its stdout: the lab talks to
-// its children in lines.
-func startLabChild(cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner, error) {
+// set, at the given nice value) with a pipe to its stdin and one from its
+// stdout: the lab talks to its children in lines.
+func startLabChild(cmd *exec.Cmd, nice int) (io.WriteCloser, *bufio.Scanner, error) {
 	cmd.Env = append(os.Environ(), labChildEnv+"=1")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -49,7 +49,7 @@ func startLabChild(cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startAtPriority(cmd, nice); err != nil {
 		return nil, nil, err
 	}
 	return in, bufio.NewScanner(out), nil

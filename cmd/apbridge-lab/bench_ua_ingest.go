@@ -44,7 +44,7 @@ func startIngestChild(ctx context.Context, exe, name string, args ...string) (*i
 	cmd := exec.CommandContext(ctx, exe, append([]string{"ingest-child"}, args...)...)
 	cmd.Stderr = os.Stderr
 	// The lab's test binary runs the lab's commands with it (TestMain).
-	in, out, err := startLabChild(cmd)
+	in, out, err := startLabChild(cmd, 0)
 	if err != nil {
 		return nil, err
 	}

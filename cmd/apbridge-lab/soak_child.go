@@ -77,7 +77,7 @@ func startSoakChild(ctx context.Context, config, logPath string, verbose bool) (
 	if verbose {
 		cmd.Stderr = io.MultiWriter(logFile, os.Stderr)
 	}
-	in, out, err := startLabChild(cmd)
+	in, out, err := startLabChild(cmd, 0)
 	if err != nil {
 		logFile.Close()
 		return nil, err
