@@ -94,6 +94,9 @@ type benchConfig struct {
 	hub         string
 	hubNice     int
 	catchupRate uint64
+	// dupWindow is the site stream's duplicate window (0: the sink's
+	// default).
+	dupWindow time.Duration
 
 	// via is how config-change brings the change (viaAPI, viaSIGHUP),
 	// source what relays the tags (sourceOPCUA, sourceMx).
@@ -248,6 +251,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
 	fs.IntVar(&cfg.hubNice, "hub-nice", 19, "edge scenarios with --hub process: the hub process's nice value (0-19; Linux): the hub stands for other machines, so by default it gets only the CPU the site leaves")
+	fs.DurationVar(&cfg.dupWindow, "dup-window", 0, "edge scenarios: the site stream's duplicateWindow (0: the relay's default, 2m; 1s-24h), what its servers hold a message ID for: about 100 bytes an update each")
 	fs.Uint64Var(&cfg.catchupRate, "catchup-rate", 0, "edge scenarios: rate_limit_bps of the site's source consumer, the hub's catch-up cap in bits/s (0: none; 1000000-10000000000)")
 	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
 	fs.StringVar(&cfg.via, "via", viaAPI, "config-change: how the change reaches the relay: api (Relay.Apply in this process) or sighup (the apbridge binary, its file rewritten and SIGHUP sent)")
@@ -355,6 +359,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.hubNice < 0 || cfg.hubNice > 19 {
 		return fmt.Errorf("--hub-nice: %d is out of range (valid 0-19)", cfg.hubNice)
+	}
+	if cfg.dupWindow != 0 && (cfg.dupWindow < time.Second || cfg.dupWindow > 24*time.Hour) {
+		return fmt.Errorf("--dup-window: %v is out of range (valid 0, or 1s-24h)", cfg.dupWindow)
 	}
 	if cfg.catchupRate != 0 && (cfg.catchupRate < 1_000_000 || cfg.catchupRate > 10_000_000_000) {
 		return fmt.Errorf("--catchup-rate: %d is out of range (valid 0, or 1000000-10000000000 bits/s)", cfg.catchupRate)

@@ -143,6 +143,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 		r.set("hub_nice", cfg.hubNice)
 	}
 	r.set("catchup_rate_bps", cfg.catchupRate)
+	r.set("dup_window_s", cfg.dupWindow.Seconds())
 	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
 	r.set("catchup_s", catchups)
 	r.set("catchup_per_s", rates)
@@ -346,7 +347,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	rcfg := &relay.Config{
 		NATS: relay.NATSConfig{Servers: e.site.URLs()},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
-			Stream: siteStream, Domain: e.siteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending,
+			Stream: siteStream, Domain: e.siteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending, DuplicateWindow: cfg.dupWindow,
 		}},
 		Edge: &edge.Config{Hub: edge.Hub{Domain: e.hubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
 	}
