@@ -89,9 +89,11 @@ type benchConfig struct {
 	flap   time.Duration
 	wanRTT time.Duration
 	// hub is where the edge scenarios run the hub cluster (hubProcess,
-	// hubInline), hubNice the nice value of its process, catchupRate the
+	// hubInline), site the site's (siteProcess, siteInline), hubNice the
+	// nice value of the hub's process, catchupRate the
 	// cap on the site's source consumer in bits/s (0: none).
 	hub         string
+	site        string
 	hubNice     int
 	catchupRate uint64
 	// dupWindow is the site stream's duplicate window (0: the sink's
@@ -250,6 +252,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
+	fs.StringVar(&cfg.site, "site", siteInline, "edge scenarios: where the site's servers run: inline (in the bench's process, beside the relay, the source and the audit) or process (a process of their own, as the relay and the servers are on a site; needs --hub process)")
 	fs.IntVar(&cfg.hubNice, "hub-nice", 19, "edge scenarios with --hub process: the hub process's nice value (0-19; Linux): the hub stands for other machines, so by default it gets only the CPU the site leaves")
 	fs.DurationVar(&cfg.dupWindow, "dup-window", 0, "edge scenarios: the site stream's duplicateWindow (0: the relay's default, 2m; 1s-24h), what its servers hold a message ID for: about 100 bytes an update each")
 	fs.Uint64Var(&cfg.catchupRate, "catchup-rate", 0, "edge scenarios: rate_limit_bps of the site's source consumer, the hub's catch-up cap in bits/s (0: none; 1000000-10000000000)")
@@ -356,6 +359,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.hub != hubProcess && cfg.hub != hubInline {
 		return fmt.Errorf("--hub: %q is not valid (valid: %s, %s)", cfg.hub, hubProcess, hubInline)
+	}
+	if cfg.site != siteProcess && cfg.site != siteInline {
+		return fmt.Errorf("--site: %q is not valid (valid: %s, %s)", cfg.site, siteProcess, siteInline)
+	}
+	if cfg.site == siteProcess && cfg.hub != hubProcess {
+		return fmt.Errorf("--site %s needs --hub %s", siteProcess, hubProcess)
 	}
 	if cfg.hubNice < 0 || cfg.hubNice > 19 {
 		return fmt.Errorf("--hub-nice: %d is out of range (valid 0-19)", cfg.hubNice)

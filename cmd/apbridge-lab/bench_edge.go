@@ -139,6 +139,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	}
 	r.set("wan_rtt_ms", ms(cfg.wanRTT))
 	r.set("hub", cfg.hub)
+	r.set("site", cfg.site)
 	if cfg.hub == hubProcess {
 		r.set("hub_nice", cfg.hubNice)
 	}
@@ -345,14 +346,14 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	}
 	floor := max(cfg.outage, time.Minute)
 	rcfg := &relay.Config{
-		NATS: relay.NATSConfig{Servers: e.site.URLs()},
+		NATS: relay.NATSConfig{Servers: e.siteURLs},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
 			Stream: siteStream, Domain: e.siteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending, DuplicateWindow: cfg.dupWindow,
 		}},
 		Edge: &edge.Config{Hub: edge.Hub{Domain: e.hubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
 	}
 	view := src.Relay()
-	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.site.ClientOptions()...), relay.WithSource(view, tags))
+	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.siteOpts...), relay.WithSource(view, tags))
 	if err != nil {
 		return w, err
 	}
@@ -371,7 +372,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 		return w, err
 	}
 	defer hub.close()
-	site, err := newStreamCounter(ctx, e.site.URLs(), e.site.ClientOptions(), siteStream)
+	site, err := newStreamCounter(ctx, e.siteURLs, e.siteOpts, siteStream)
 	if err != nil {
 		return w, err
 	}
@@ -442,7 +443,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 			if err := ctxtime.Sleep(ctx, cfg.outage/3); err != nil {
 				return w, err
 			}
-			if err := ldmActiveNode(ctx, e.site, rl, siteStream); err != nil {
+			if err := ldmActiveNode(ctx, e, rl, siteStream); err != nil {
 				return w, err
 			}
 		}
@@ -521,28 +522,14 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 }
 
 // ldmActiveNode puts the site node under the relay's active connection
-// into lame-duck mode, waits for it to shut down, restarts it and waits for
-// the site stream to be current again.
-func ldmActiveNode(ctx context.Context, site *natstest.Cluster, rl *relay.Relay, stream string) error {
+// in lame-duck mode, restarts it and waits for the site stream to be
+// current again.
+func ldmActiveNode(ctx context.Context, e *wanWorld, rl *relay.Relay, stream string) error {
 	nc := rl.Conn().Active()
 	if nc == nil {
 		return errors.New("the relay has no active connection")
 	}
-	node := site.NodeByURL(nc.ConnectedUrl())
-	if node == nil {
-		return fmt.Errorf("no site node at %s", nc.ConnectedUrl())
-	}
-	select {
-	case <-node.EnterLameDuck():
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := node.Restart(ctx); err != nil {
-		return err
-	}
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return site.WaitStreamCurrent(wctx, stream)
+	return e.ldmNode(ctx, nc.ConnectedUrl(), stream)
 }
 
 // startEdgeRelay is relay.Start with its error said to be the relay's.

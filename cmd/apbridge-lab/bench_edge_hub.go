@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/apbridge/apbridge/testcluster/natstest"
@@ -30,15 +25,31 @@ const (
 )
 
 // wanWorld is the edge a WAN scenario runs on: the site cluster in this
-// process (beside the relay), the hub here or in a process of its own.
+// process (beside the relay) or in a process of its own, the hub here or
+// in a process of its own.
 type wanWorld struct {
+	// site is the site cluster when it runs in this process, siteProc
+	// the site's process when it runs in one.
 	site                  *natstest.Cluster
+	siteProc              *siteChild
 	siteDomain, hubDomain string
-	// hubURLs and hubOpts reach the hub's client ports.
-	hubURLs []string
-	hubOpts []nats.Option
+	// siteURLs and siteOpts reach the site's client ports, hubURLs and
+	// hubOpts the hub's.
+	siteURLs []string
+	siteOpts []nats.Option
+	hubURLs  []string
+	hubOpts  []nats.Option
+	// ldmNode puts the site node at a client URL in lame-duck mode,
+	// restarts it and waits for stream to be current again.
+	ldmNode func(ctx context.Context, url, stream string) error
 	link    wanLink
 	close   func()
+}
+
+// inSite makes site, in this process, w's site.
+func (w *wanWorld) inSite(site *natstest.Cluster) {
+	w.site, w.siteURLs, w.siteOpts = site, site.URLs(), site.ClientOptions()
+	w.ldmNode = func(ctx context.Context, url, stream string) error { return ldmNode(ctx, site, url, stream) }
 }
 
 // wanLink cuts, freezes, slows and heals the WAN.
@@ -58,20 +69,33 @@ func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &wanWorld{site: e.Site, siteDomain: e.SiteDomain, hubDomain: e.HubDomain,
-			hubURLs: e.Hub.URLs(), hubOpts: e.Hub.ClientOptions(), link: edgeLink{e}, close: e.Close}, nil
+		w := &wanWorld{siteDomain: e.SiteDomain, hubDomain: e.HubDomain,
+			hubURLs: e.Hub.URLs(), hubOpts: e.Hub.ClientOptions(), link: edgeLink{e}, close: e.Close}
+		w.inSite(e.Site)
+		return w, nil
 	}
 	hub, err := startHubChild(ctx, cfg.verbose, cfg.hubNice)
 	if err != nil {
 		return nil, err
+	}
+	w := &wanWorld{siteDomain: hub.addr.SiteDomain, hubDomain: hub.addr.HubDomain, hubURLs: hub.addr.URLs, link: hub}
+	if cfg.site == siteProcess {
+		sc, err := startSiteChild(ctx, cfg, hub.addr)
+		if err != nil {
+			hub.stop()
+			return nil, err
+		}
+		w.siteProc, w.siteURLs, w.ldmNode = sc, sc.addr.URLs, sc.ldm
+		w.close = func() { sc.stop(); hub.stop() }
+		return w, nil
 	}
 	site, err := natstest.StartSite(ctx, o, hub.addr.Leaf...)
 	if err != nil {
 		hub.stop()
 		return nil, err
 	}
-	w := &wanWorld{site: site, siteDomain: hub.addr.SiteDomain, hubDomain: hub.addr.HubDomain, hubURLs: hub.addr.URLs, link: hub,
-		close: func() { site.Close(); hub.stop() }}
+	w.inSite(site)
+	w.close = func() { site.Close(); hub.stop() }
 	nc, err := w.hubConn()
 	if err != nil {
 		w.close()
@@ -119,7 +143,7 @@ func (w *wanWorld) deleteStreams(site, hub string) {
 		}
 	}
 	del(w.hubURLs, w.hubOpts, hub)
-	del(w.site.URLs(), w.site.ClientOptions(), site)
+	del(w.siteURLs, w.siteOpts, site)
 }
 
 // edgeLink is the WAN of an Edge in this process.
@@ -157,13 +181,7 @@ func runEdgeHub(ctx context.Context, _ []string, stdout, _ io.Writer) error {
 	}
 	defer e.Close()
 	addr := edgeHubAddr{URLs: e.Hub.URLs(), Leaf: e.LeafURLs(), HubDomain: e.HubDomain, SiteDomain: e.SiteDomain}
-	if err := json.NewEncoder(stdout).Encode(addr); err != nil {
-		return err
-	}
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		verb, arg, _ := strings.Cut(strings.TrimSpace(in.Text()), " ")
-		reply := "ok"
+	return serveCommands(os.Stdin, stdout, addr, func(verb, arg string) error {
 		switch verb {
 		case hubCmdCut:
 			e.CutWAN()
@@ -174,85 +192,32 @@ func runEdgeHub(ctx context.Context, _ []string, stdout, _ io.Writer) error {
 		case hubCmdSlow:
 			d, err := time.ParseDuration(arg)
 			if err != nil {
-				reply = "error: " + err.Error()
-				break
+				return err
 			}
 			e.SlowWAN(d)
 		default:
-			reply = fmt.Sprintf("error: unknown command %q", verb)
+			return fmt.Errorf("unknown command %q", verb)
 		}
-		if _, err := fmt.Fprintln(stdout, reply); err != nil {
-			return err
-		}
-	}
-	return in.Err()
+		return nil
+	})
 }
 
 // hubChild is the hub process, seen from the bench.
 type hubChild struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
+	*labProc
 	addr edgeHubAddr
-	mu   sync.Mutex // one command at a time
-	once sync.Once
 }
 
 // startHubChild starts the hub process (this executable's edge-hub) at
 // the given nice value and returns once it has said where it listens.
 func startHubChild(ctx context.Context, verbose bool, nice int) (*hubChild, error) {
-	exe, err := os.Executable()
+	h := &hubChild{}
+	p, err := startLabProc(ctx, "hub process", verbose, nice, &h.addr, "edge-hub")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "edge-hub")
-	if verbose {
-		cmd.Stderr = os.Stderr
-	}
-	in, out, err := startLabChild(cmd, nice)
-	if err != nil {
-		return nil, fmt.Errorf("hub process: %w", err)
-	}
-	h := &hubChild{cmd: cmd, in: in, out: out}
-	first := make(chan error, 1)
-	go func() {
-		if !h.out.Scan() {
-			first <- fmt.Errorf("hub process ended before it was up: %v", h.out.Err())
-			return
-		}
-		first <- json.Unmarshal(h.out.Bytes(), &h.addr)
-	}()
-	select {
-	case err = <-first:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-time.After(2 * time.Minute):
-		err = errors.New("hub process: not up within 2 minutes")
-	}
-	if err == nil && nice != 0 {
-		err = renice(cmd, nice) // its threads are all made by now
-	}
-	if err != nil {
-		h.stop()
-		return nil, err
-	}
+	h.labProc = p
 	return h, nil
-}
-
-// do sends one command and waits for its answer.
-func (h *hubChild) do(line string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, err := fmt.Fprintln(h.in, line); err != nil {
-		return fmt.Errorf("hub process: %s: %w", line, err)
-	}
-	if !h.out.Scan() {
-		return fmt.Errorf("hub process: %s: no answer (%v)", line, h.out.Err())
-	}
-	if r := h.out.Text(); r != "ok" {
-		return fmt.Errorf("hub process: %s: %s", line, r)
-	}
-	return nil
 }
 
 func (h *hubChild) cut() error    { return h.do(hubCmdCut) }
@@ -260,20 +225,4 @@ func (h *hubChild) freeze() error { return h.do(hubCmdFreeze) }
 func (h *hubChild) heal() error   { return h.do(hubCmdHeal) }
 func (h *hubChild) slow(d time.Duration) error {
 	return h.do(hubCmdSlow + " " + d.String())
-}
-
-// stop ends the hub process: its stdin closed, it shuts its cluster down;
-// killed if it has not within 30 s. Idempotent; it waits for the process.
-func (h *hubChild) stop() {
-	h.once.Do(func() {
-		h.in.Close()
-		done := make(chan struct{})
-		go func() { h.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			h.cmd.Process.Kill()
-			<-done
-		}
-	})
 }

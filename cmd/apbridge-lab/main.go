@@ -31,6 +31,7 @@ func commands() []cli.Command {
 		// their binary (the bench's test).
 		// Hidden: the edge scenarios' hub cluster, in a process of its own.
 		{Name: "edge-hub", Summary: "the hub cluster of the edge scenarios", Run: runEdgeHub, Hidden: true},
+		{Name: "edge-site", Summary: "the site cluster of the edge scenarios", Run: runEdgeSite, Hidden: true},
 		{Name: "ingest-child", Summary: "the processes ua-ingest measures", Run: relaychild.RunIngest, Hidden: true},
 	}
 }
