@@ -252,7 +252,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
-	fs.StringVar(&cfg.site, "site", siteInline, "edge scenarios: where the site's servers run: inline (in the bench's process, beside the relay, the source and the audit) or process (a process of their own, as the relay and the servers are on a site; needs --hub process)")
+	fs.StringVar(&cfg.site, "site", siteProcess, "edge scenarios: where the site's servers run: process (a process of their own, as the relay and the servers are on a site; needs --hub process) or inline (in the bench's process, beside the relay, the source and the audit)")
 	fs.IntVar(&cfg.hubNice, "hub-nice", 19, "edge scenarios with --hub process: the hub process's nice value (0-19; Linux): the hub stands for other machines, so by default it gets only the CPU the site leaves")
 	fs.DurationVar(&cfg.dupWindow, "dup-window", 0, "edge scenarios: the site stream's duplicateWindow (0: the relay's default, 2m; 1s-24h), what its servers hold a message ID for: about 100 bytes an update each")
 	fs.Uint64Var(&cfg.catchupRate, "catchup-rate", 0, "edge scenarios: rate_limit_bps of the site's source consumer, the hub's catch-up cap in bits/s (0: none; 1000000-10000000000)")
@@ -364,7 +364,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--site: %q is not valid (valid: %s, %s)", cfg.site, siteProcess, siteInline)
 	}
 	if cfg.site == siteProcess && cfg.hub != hubProcess {
-		return fmt.Errorf("--site %s needs --hub %s", siteProcess, hubProcess)
+		return fmt.Errorf("--site %s (the default) needs --hub %s; with --hub %s give --site %s", siteProcess, hubProcess, hubInline, siteInline)
 	}
 	if cfg.hubNice < 0 || cfg.hubNice > 19 {
 		return fmt.Errorf("--hub-nice: %d is out of range (valid 0-19)", cfg.hubNice)
