@@ -78,7 +78,11 @@ type wanRun struct {
 	// silence is the longest time the site stream acknowledged nothing
 	// from the relay; blocked how often the relay was held by a full
 	// window; timeouts its publishes not acknowledged in time.
-	silence  [phases]time.Duration
+	silence [phases]time.Duration
+	// waited is the longest an update waited in the relay's sink for the
+	// site's acknowledgement: what the relay noticed of the site, without
+	// the source's own lateness that a silence includes.
+	waited   [phases]time.Duration
 	blocked  [phases]uint64
 	timeouts uint64
 	switches uint64
@@ -104,7 +108,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	}
 	var tot jsTotals
 	var catchups, rates []float64
-	var silences [phases][]float64
+	var silences, waits [phases][]float64
 	var blocked [phases]uint64
 	var timeouts, switches, gained, backlog uint64
 	for run := 1; run <= cfg.runs; run++ {
@@ -118,15 +122,16 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 		rates = append(rates, round0(rate))
 		for p := range phases {
 			silences[p] = append(silences[p], ms(w.silence[p]))
+			waits[p] = append(waits[p], ms(w.waited[p]))
 			blocked[p] += w.blocked[p]
 		}
 		timeouts += w.timeouts
 		switches += w.switches
 		gained += w.hubGained
 		backlog += w.backlog
-		fmt.Fprintf(cfg.progress, "  run %d: %d updates, %d at the hub: lost %d, duplicated %d, out of order %d; backlog %d caught up in %.1f s (%.0f/s); site silence ms (steady/outage/catch-up/after) %v, held %v times, switches %d; edge check: absorb %v (%s), fill %.3f\n",
+		fmt.Fprintf(cfg.progress, "  run %d: %d updates, %d at the hub: lost %d, duplicated %d, out of order %d; backlog %d caught up in %.1f s (%.0f/s); site silence ms (steady/outage/catch-up/after) %v, longest wait for an ack ms %v, held %v times, switches %d; edge check: absorb %v (%s), fill %.3f\n",
 			run, w.audit.Expected, w.audit.Stored, w.audit.Lost, w.audit.Duplicated, w.audit.OutOfOrder, w.backlog, w.catchup.Seconds(), rate,
-			silenceMs(w.silence), w.blocked, w.switches, w.report.Absorb.Round(time.Second), w.report.AbsorbLimit, w.report.Site.FillBytes)
+			silenceMs(w.silence), silenceMs(w.waited), w.blocked, w.switches, w.report.Absorb.Round(time.Second), w.report.AbsorbLimit, w.report.Site.FillBytes)
 	}
 	r := tot.result(cfg.runs)
 	r.set("reordered", tot.reordered)
@@ -153,10 +158,12 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	// outage phase against the steady phase before it.
 	for p := range phases {
 		r.set("site_silence_ms_"+phaseNames[p], silences[p])
+		r.set("site_ack_wait_ms_"+phaseNames[p], waits[p])
 		r.set("site_blocked_"+phaseNames[p], blocked[p])
 	}
 	r.MaxGap = slices.Max(silences[phaseOutage])
 	r.set("site_silence_ms", r.MaxGap)
+	r.set("site_ack_wait_ms", slices.Max(waits[phaseOutage]))
 	r.set("site_ack_timeouts", timeouts)
 	r.set("site_switches", switches)
 	r.set("hub_gained_during_outage", gained)
@@ -262,7 +269,8 @@ const (
 var phaseNames = [phases]string{"steady", "outage", "catchup", "after"}
 
 // silenceWatch measures, phase by phase, the longest time the sink
-// acknowledged nothing and how often it held the source (a full window),
+// acknowledged nothing, the longest an update waited in it for its
+// acknowledgement, and how often it held the source (a full window),
 // polling its counters every 2 ms. Each silence longer than
 // edgeSilenceLog is logged (at debug level: --v) with its start, for
 // finding what the site waited for.
@@ -274,6 +282,7 @@ type silenceWatch struct {
 	mu      sync.Mutex
 	phase   int
 	longest [phases]time.Duration
+	waited  [phases]time.Duration
 	blocked [phases]uint64
 	mark    uint64 // Blocked at the start of the phase
 }
@@ -296,7 +305,11 @@ func watchSilence(s *jetstreamsink.Sink, log zerolog.Logger) *silenceWatch {
 			case <-w.stop:
 				return
 			case now := <-t.C:
-				if st := s.Stats(); st.Acked != last {
+				st := s.Stats()
+				w.mu.Lock()
+				w.waited[w.phase] = max(w.waited[w.phase], time.Duration(st.OldestPendingMs*float64(time.Millisecond)))
+				w.mu.Unlock()
+				if st.Acked != last {
 					a := st.Acked
 					w.mu.Lock()
 					w.longest[w.phase] = max(w.longest[w.phase], now.Sub(since))
@@ -324,15 +337,15 @@ func (w *silenceWatch) next(p int) {
 	w.mu.Unlock()
 }
 
-// end stops the watch and returns the longest silence and the holds of
-// every phase.
-func (w *silenceWatch) end() ([phases]time.Duration, [phases]uint64) {
+// end stops the watch and returns the longest silence, the longest wait
+// and the holds of every phase.
+func (w *silenceWatch) end() (silence, waited [phases]time.Duration, blocked [phases]uint64) {
 	w.next(phaseAfter)
 	close(w.stop)
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.longest, w.blocked
+	return w.longest, w.waited, w.blocked
 }
 
 func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, run int) (wanRun, error) {
@@ -497,7 +510,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	if err := sink.Flush(fctx); err != nil {
 		return w, fmt.Errorf("flush: %w", err)
 	}
-	w.silence, w.blocked = watch.end()
+	w.silence, w.waited, w.blocked = watch.end()
 	after := sink.Stats()
 	w.timeouts = after.Timeouts - before.Timeouts
 	w.switches = after.Switches - before.Switches
