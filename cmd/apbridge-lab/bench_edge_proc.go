@@ -14,6 +14,9 @@ import (
 	"time"
 )
 
+// errEndedEarly is a labProc that ended before it said where it listens.
+var errEndedEarly = errors.New("ended before it was up")
+
 // labProc is a process of the edge scenarios' world (the hub's or the
 // site's servers), run from this executable: it says where it listens in
 // one JSON line, then answers each command line with "ok" or "error: ...".
@@ -35,6 +38,8 @@ func startLabProc(ctx context.Context, name string, verbose bool, nice int, addr
 		return nil, err
 	}
 	cmd := exec.Command(exe, args...)
+	var errTail tailWriter // what it said before it ended, without -v
+	cmd.Stderr = &errTail
 	if verbose {
 		cmd.Stderr = os.Stderr
 	}
@@ -46,7 +51,7 @@ func startLabProc(ctx context.Context, name string, verbose bool, nice int, addr
 	first := make(chan error, 1)
 	go func() {
 		if !p.out.Scan() {
-			first <- fmt.Errorf("%s ended before it was up: %v", name, p.out.Err())
+			first <- errEndedEarly
 			return
 		}
 		first <- json.Unmarshal(p.out.Bytes(), addr)
@@ -63,6 +68,9 @@ func startLabProc(ctx context.Context, name string, verbose bool, nice int, addr
 	}
 	if err != nil {
 		p.stop()
+		if errors.Is(err, errEndedEarly) { // its stderr is all written once stop has waited
+			err = fmt.Errorf("%s %w: %q", name, err, errTail.String())
+		}
 		return nil, err
 	}
 	return p, nil
@@ -122,4 +130,26 @@ func serveCommands(in io.Reader, out io.Writer, addr any, do func(verb, arg stri
 		return err
 	}
 	return nil
+}
+
+// tailWriter keeps the last 4 KiB written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, b...)
+	if over := len(w.buf) - 4096; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(b), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }

@@ -67,3 +67,15 @@ func TestEdgeSiteProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeSiteProcessEndsEarly: a site process that cannot start says why
+// in the bench's error (its stderr), not only that it ended.
+func TestEdgeSiteProcessEndsEarly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var addr edgeSiteAddr
+	_, err := startLabProc(ctx, "site process", false, 0, &addr, "edge-site", "--leaf", "nats://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "--leaf, --hub and --domain are required") {
+		t.Fatalf("error %v, want the process's own reason", err)
+	}
+}
