@@ -17,6 +17,13 @@ import (
 // duplicate window keeps one copy. docs/jetstream.md says when two
 // different updates could share an ID.
 func MessageID(source string, u *Update) string {
+	sum := MessageIDSum(source, u)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// MessageIDSum returns the 16 bytes MessageID is the unpadded base64url
+// text of: for a record of many IDs that holds no pointers.
+func MessageIDSum(source string, u *Update) [16]byte {
 	var buf [256]byte
 	b := append(buf[:0], "apb1"...)
 	b = appendField(b, source)
@@ -35,7 +42,7 @@ func MessageID(source string, u *Update) string {
 	b = appendValue(b, u.Value)
 	b = appendField(b, u.Err)
 	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	return [16]byte(sum[:16])
 }
 
 func appendField(b []byte, s string) []byte {

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"testing"
 	"time"
 )
@@ -35,5 +36,21 @@ func TestMessageIDIsTheSourcesIdentity(t *testing.T) {
 	b.ServerTime = at.Add(time.Millisecond)
 	if MessageID("p", &a) == MessageID("p", &b) {
 		t.Error("server time ignored when there is no source time")
+	}
+}
+
+// TestMessageIDIsStable: the ID of a fixed update is what it has always
+// been (streams deduplicate across relay versions), and MessageIDSum is
+// the bytes it encodes.
+func TestMessageIDIsStable(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC)
+	u := Update{Tag: "T1", Value: 21.5, Status: StatusGood, SourceTime: at}
+	const want = "7IIVkVs_enn0ZVpwVhW-zw" // from the code before MessageIDSum
+	if got := MessageID("pair1", &u); got != want {
+		t.Fatalf("MessageID %s, want %s", got, want)
+	}
+	sum := MessageIDSum("pair1", &u)
+	if got := base64.RawURLEncoding.EncodeToString(sum[:]); got != want {
+		t.Fatalf("MessageIDSum encodes to %s, want %s", got, want)
 	}
 }

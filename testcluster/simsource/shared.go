@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/apbridge/apbridge/bridge"
@@ -185,15 +184,10 @@ func (s *Shared) ExpectedIDs(subject func(tag string) string) map[string][]strin
 	return out
 }
 
-// producedLocked records u of handle by its message ID (wire.MessageID,
-// whose text is the base64 of 16 bytes).
+// producedLocked records u of handle by its message ID.
 func (s *Shared) producedLocked(handle uint32, u wire.Update) produced {
 	u.Tag = s.names[handle]
-	p := produced{handle: handle}
-	if n, err := base64.RawURLEncoding.Decode(p.id[:], []byte(wire.MessageID(s.src.Name(), &u))); err != nil || n != len(p.id) {
-		panic(fmt.Sprintf("simsource: a message ID is not 16 bytes in base64 (%d, %v)", n, err))
-	}
-	return p
+	return produced{handle: handle, id: wire.MessageIDSum(s.src.Name(), &u)}
 }
 
 // Relay is one relay's view of a Shared: a bridge.Source.
