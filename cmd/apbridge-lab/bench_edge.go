@@ -359,14 +359,14 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	}
 	floor := max(cfg.outage, time.Minute)
 	rcfg := &relay.Config{
-		NATS: relay.NATSConfig{Servers: e.siteURLs},
+		NATS: relay.NATSConfig{Servers: e.siteURLs()},
 		SinkConfig: relay.SinkConfig{Sink: relay.SinkJetStream, JetStream: jetstreamsink.Config{
 			Stream: siteStream, Domain: e.siteDomain, Replicas: 3, MaxBytes: 4 << 30, MaxPending: edgeMaxPending, DuplicateWindow: cfg.dupWindow,
 		}},
 		Edge: &edge.Config{Hub: edge.Hub{Domain: e.hubDomain, Stream: hubStream}, OutageFloor: floor, CheckInterval: 5 * time.Second},
 	}
 	view := src.Relay()
-	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.siteOpts...), relay.WithSource(view, tags))
+	rl, err := startEdgeRelay(ctx, rcfg, relay.WithLogger(cfg.log), relay.WithNATSOptions(e.siteOpts()...), relay.WithSource(view, tags))
 	if err != nil {
 		return w, err
 	}
@@ -385,7 +385,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 		return w, err
 	}
 	defer hub.close()
-	site, err := newStreamCounter(ctx, e.siteURLs, e.siteOpts, siteStream)
+	site, err := newStreamCounter(ctx, e.siteURLs(), e.siteOpts(), siteStream)
 	if err != nil {
 		return w, err
 	}

@@ -29,27 +29,41 @@ const (
 // in a process of its own.
 type wanWorld struct {
 	// site is the site cluster when it runs in this process, siteProc
-	// the site's process when it runs in one.
+	// the site's process when it runs in one: one of the two is set.
 	site                  *natstest.Cluster
 	siteProc              *siteChild
 	siteDomain, hubDomain string
-	// siteURLs and siteOpts reach the site's client ports, hubURLs and
-	// hubOpts the hub's.
-	siteURLs []string
-	siteOpts []nats.Option
-	hubURLs  []string
-	hubOpts  []nats.Option
-	// ldmNode puts the site node at a client URL in lame-duck mode,
-	// restarts it and waits for stream to be current again.
-	ldmNode func(ctx context.Context, url, stream string) error
+	// hubURLs and hubOpts reach the hub's client ports.
+	hubURLs []string
+	hubOpts []nats.Option
 	link    wanLink
 	close   func()
 }
 
-// inSite makes site, in this process, w's site.
-func (w *wanWorld) inSite(site *natstest.Cluster) {
-	w.site, w.siteURLs, w.siteOpts = site, site.URLs(), site.ClientOptions()
-	w.ldmNode = func(ctx context.Context, url, stream string) error { return ldmNode(ctx, site, url, stream) }
+// siteURLs are the site's client URLs.
+func (w *wanWorld) siteURLs() []string {
+	if w.siteProc != nil {
+		return w.siteProc.addr.URLs
+	}
+	return w.site.URLs()
+}
+
+// siteOpts are the options of a client of the site (none for the site
+// process, which serves neither TLS nor users).
+func (w *wanWorld) siteOpts() []nats.Option {
+	if w.siteProc != nil {
+		return nil
+	}
+	return w.site.ClientOptions()
+}
+
+// ldmNode puts the site node at a client URL in lame-duck mode, restarts
+// it and waits for stream to be current again.
+func (w *wanWorld) ldmNode(ctx context.Context, url, stream string) error {
+	if w.siteProc != nil {
+		return w.siteProc.ldm(url, stream)
+	}
+	return ldmNode(ctx, w.site, url, stream)
 }
 
 // wanLink cuts, freezes, slows and heals the WAN.
@@ -69,10 +83,8 @@ func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
 		if err != nil {
 			return nil, err
 		}
-		w := &wanWorld{siteDomain: e.SiteDomain, hubDomain: e.HubDomain,
-			hubURLs: e.Hub.URLs(), hubOpts: e.Hub.ClientOptions(), link: edgeLink{e}, close: e.Close}
-		w.inSite(e.Site)
-		return w, nil
+		return &wanWorld{site: e.Site, siteDomain: e.SiteDomain, hubDomain: e.HubDomain,
+			hubURLs: e.Hub.URLs(), hubOpts: e.Hub.ClientOptions(), link: edgeLink{e}, close: e.Close}, nil
 	}
 	hub, err := startHubChild(ctx, cfg.verbose, cfg.hubNice)
 	if err != nil {
@@ -85,7 +97,7 @@ func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
 			hub.stop()
 			return nil, err
 		}
-		w.siteProc, w.siteURLs, w.ldmNode = sc, sc.addr.URLs, sc.ldm
+		w.siteProc = sc
 		w.close = func() { sc.stop(); hub.stop() }
 		return w, nil
 	}
@@ -94,7 +106,7 @@ func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
 		hub.stop()
 		return nil, err
 	}
-	w.inSite(site)
+	w.site = site
 	w.close = func() { site.Close(); hub.stop() }
 	nc, err := w.hubConn()
 	if err != nil {
@@ -143,7 +155,7 @@ func (w *wanWorld) deleteStreams(site, hub string) {
 		}
 	}
 	del(w.hubURLs, w.hubOpts, hub)
-	del(w.siteURLs, w.siteOpts, site)
+	del(w.siteURLs(), w.siteOpts(), site)
 }
 
 // edgeLink is the WAN of an Edge in this process.

@@ -126,10 +126,7 @@ func serveCommands(in io.Reader, out io.Writer, addr any, do func(verb, arg stri
 			return err
 		}
 	}
-	if err := lines.Err(); err != nil && !errors.Is(err, os.ErrClosed) {
-		return err
-	}
-	return nil
+	return lines.Err()
 }
 
 // tailWriter keeps the last 4 KiB written to it.

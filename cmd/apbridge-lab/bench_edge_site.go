@@ -110,7 +110,7 @@ func startSiteChild(ctx context.Context, cfg benchConfig, hub edgeHubAddr) (*sit
 	return c, nil
 }
 
-func (c *siteChild) ldm(_ context.Context, url, stream string) error {
+func (c *siteChild) ldm(url, stream string) error {
 	return c.do(siteCmdLDM + " " + url + " " + stream)
 }
 

@@ -28,7 +28,7 @@ func TestEdgeSiteProcess(t *testing.T) {
 	if w.site != nil {
 		t.Fatal("the site runs in this process")
 	}
-	nc, err := nats.Connect(strings.Join(w.siteURLs, ","), append(w.siteOpts, nats.MaxReconnects(-1))...)
+	nc, err := nats.Connect(strings.Join(w.siteURLs(), ","), append(w.siteOpts(), nats.MaxReconnects(-1))...)
 	if err != nil {
 		t.Fatal(err)
 	}
