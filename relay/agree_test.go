@@ -10,8 +10,6 @@ import (
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // agreeBase is the config the agreement cases edit: one source whose
@@ -35,15 +33,7 @@ sources:
 // too (run parses it the same way), so only acceptance can disagree.
 func TestValidateAndRunAgree(t *testing.T) {
 	cl := testutil.StartCluster(t, natstest.WithNodes(1), natstest.WithJetStream())
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testutil.JetStream(t, cl.URLs()[0])
 	const jsSink = "sink: jetstream\njetstream: {replicas: 1}\n"
 	tagSubject := func(s string) [2]string {
 		return [2]string{"writable: true}", "writable: true, subject: '" + s + "'}"}

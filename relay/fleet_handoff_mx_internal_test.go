@@ -10,7 +10,6 @@ import (
 	"github.com/apbridge/apbridge/bridge/mxsource"
 	"github.com/apbridge/apbridge/internal/testutil"
 	"github.com/apbridge/apbridge/testcluster/natstest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -158,15 +157,5 @@ func storedRecord(ctx context.Context, t *testing.T, kv jetstream.KeyValue, key 
 // a JetStream context on it.
 func oneNodeJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	cl := testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1))
-	nc, err := nats.Connect(cl.Node(0).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return testutil.JetStream(t, testutil.StartCluster(t, natstest.WithJetStream(), natstest.WithNodes(1)).Node(0).URL())
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/apbridge/apbridge/relay"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/testcluster/uaserver"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -34,16 +33,7 @@ sources:
 // versionKV opens the fleet's config bucket as a plain client.
 func versionKV(t *testing.T, ctx context.Context, cl *natstest.Cluster) jetstream.KeyValue {
 	t.Helper()
-	nc, err := nats.Connect(cl.URLs()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, fleet.ConfigBucket("versions"))
+	kv, err := testutil.JetStream(t, cl.URLs()[0]).KeyValue(ctx, fleet.ConfigBucket("versions"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/apbridge/apbridge/testcluster/mxsim"
 	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
 
@@ -98,6 +99,23 @@ func StartCluster(t testing.TB, opts ...natstest.Option) *natstest.Cluster {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// JetStream connects a plain client to url and returns a JetStream
+// context on it; the connection is closed when the test ends (so call it
+// once a test, not in a poll).
+func JetStream(t testing.TB, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // StartGateways starts n MxAccess gateway simulators serving data, closed
