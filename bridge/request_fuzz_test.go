@@ -64,6 +64,8 @@ func FuzzDecodeWrite(f *testing.F) {
 		{`{"value":"AAE=","type":"ByteString"}`, "Null"},
 		{`{"value":1,"` + strings.Repeat("k", 4096) + `":2}`, "Int64"},
 		{`{"value":1,"type":"` + strings.Repeat("t", 4096) + `"}`, "Int64"},
+		// A type quoted in an error grows with each rune %q escapes.
+		{`{"value":2}`, "In" + strings.Repeat("\n", 3000)},
 		{`{"value": 4`, "Int64"},
 		{`{"valu": 1}`, "Int64"},
 		{`hello`, "String"},

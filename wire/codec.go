@@ -238,7 +238,7 @@ func DecodeJSON(data []byte) (Update, error) {
 	}
 	code, err := strconv.ParseUint(strings.TrimPrefix(w.Status, "0x"), 16, 32)
 	if err != nil {
-		return Update{}, fmt.Errorf("wire: decode update: status %q: %w", w.Status, err)
+		return Update{}, fmt.Errorf("wire: decode update: status %.64q: %w", w.Status, err)
 	}
 	v, err := DecodeValue(w.Type, w.Value)
 	if err != nil {
@@ -480,7 +480,8 @@ func decodeScalar(typ Type, raw json.RawMessage) (any, error) {
 		}
 		return b, nil
 	}
-	return nil, fmt.Errorf("value: type %q is not supported", typ)
+	// The type may be a client's: quoted, but only its first 64 runes.
+	return nil, fmt.Errorf("value: type %.64q is not supported", typ)
 }
 
 // jsonKind names the kind of a JSON value for an error message, which
