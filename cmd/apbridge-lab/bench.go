@@ -248,7 +248,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&cfg.handoff, "handoff", true, "soak --fleet: the relays keep each source's handoff with its lease (fleet.handoff, the relay's default), so that the next owner takes an OPC UA source's data subscription over and resumes a gateway source's session; --handoff=false writes handoff: false")
 	fs.Int64Var(&cfg.seed, "seed", 0, "soak: the seed of the fault order (0: from the clock; a failure prints the one to replay)")
 	fs.DurationVar(&cfg.outage, "outage", 120*time.Second, "wan-outage, wan-outage-ldm: how long the WAN is down (1s-24h)")
-	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused) or freeze (nothing passes, sockets stay open)")
+	fs.StringVar(&cfg.wan, "wan", wanCut, "wan-outage, wan-outage-ldm: how the WAN goes down: cut (connections reset, new ones refused), freeze (nothing passes, sockets stay open) or none (it stays up: the control run, the same phases without an outage)")
 	fs.DurationVar(&cfg.flap, "flap", time.Minute, "wan-flap: how long the WAN flaps, cut 5 s and up 5 s (10s-24h)")
 	fs.DurationVar(&cfg.wanRTT, "wan-rtt", 0, "edge scenarios: round-trip time the WAN adds, the whole run (0-10s)")
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
@@ -348,8 +348,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.outage < time.Second || cfg.outage > 24*time.Hour {
 		return fmt.Errorf("--outage: %v is out of range (valid 1s-24h)", cfg.outage)
 	}
-	if cfg.wan != wanCut && cfg.wan != wanFreeze {
-		return fmt.Errorf("--wan: %q is not valid (valid: %s, %s)", cfg.wan, wanCut, wanFreeze)
+	if cfg.wan != wanCut && cfg.wan != wanFreeze && cfg.wan != wanNone {
+		return fmt.Errorf("--wan: %q is not valid (valid: %s, %s, %s)", cfg.wan, wanCut, wanFreeze, wanNone)
 	}
 	if cfg.flap < 10*time.Second || cfg.flap > 24*time.Hour {
 		return fmt.Errorf("--flap: %v is out of range (valid 10s-24h)", cfg.flap)

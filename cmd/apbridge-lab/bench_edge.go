@@ -41,6 +41,11 @@ const (
 const (
 	wanCut    = "cut"
 	wanFreeze = "freeze"
+	// wanNone keeps the WAN up through the outage's phase: the control
+	// run, which shows what the site's relay sees over the same time
+	// without an outage, so that what the outage adds can be told apart
+	// from what a growing stream and duplicate window cost the site.
+	wanNone = "none"
 )
 
 // wanPlan is what happens to the WAN (and the site) in one scenario.
@@ -82,7 +87,11 @@ type wanRun struct {
 	// waited is the longest an update waited in the relay's sink for the
 	// site's acknowledgement: what the relay noticed of the site, without
 	// the source's own lateness that a silence includes.
-	waited   [phases]time.Duration
+	waited [phases]time.Duration
+	// long counts the silences longer than edgeLongSilence: a silence
+	// beyond one publishing interval is a rare event, and how often it
+	// comes tells a phase that has one from a phase made of them.
+	long     [phases]int
 	blocked  [phases]uint64
 	timeouts uint64
 	switches uint64
@@ -109,6 +118,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	var tot jsTotals
 	var catchups, rates []float64
 	var silences, waits [phases][]float64
+	var long [phases][]int
 	var blocked [phases]uint64
 	var timeouts, switches, gained, backlog uint64
 	for run := 1; run <= cfg.runs; run++ {
@@ -123,15 +133,16 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 		for p := range phases {
 			silences[p] = append(silences[p], ms(w.silence[p]))
 			waits[p] = append(waits[p], ms(w.waited[p]))
+			long[p] = append(long[p], w.long[p])
 			blocked[p] += w.blocked[p]
 		}
 		timeouts += w.timeouts
 		switches += w.switches
 		gained += w.hubGained
 		backlog += w.backlog
-		fmt.Fprintf(cfg.progress, "  run %d: %d updates, %d at the hub: lost %d, duplicated %d, out of order %d; backlog %d caught up in %.1f s (%.0f/s); site silence ms (steady/outage/catch-up/after) %v, longest wait for an ack ms %v, held %v times, switches %d; edge check: absorb %v (%s), fill %.3f\n",
+		fmt.Fprintf(cfg.progress, "  run %d: %d updates, %d at the hub: lost %d, duplicated %d, out of order %d; backlog %d caught up in %.1f s (%.0f/s); site silence ms (steady/outage/catch-up/after) %v, silences over %v %v, longest wait for an ack ms %v, held %v times, switches %d; edge check: absorb %v (%s), fill %.3f\n",
 			run, w.audit.Expected, w.audit.Stored, w.audit.Lost, w.audit.Duplicated, w.audit.OutOfOrder, w.backlog, w.catchup.Seconds(), rate,
-			silenceMs(w.silence), silenceMs(w.waited), w.blocked, w.switches, w.report.Absorb.Round(time.Second), w.report.AbsorbLimit, w.report.Site.FillBytes)
+			silenceMs(w.silence), edgeLongSilence, w.long, silenceMs(w.waited), w.blocked, w.switches, w.report.Absorb.Round(time.Second), w.report.AbsorbLimit, w.report.Site.FillBytes)
 	}
 	r := tot.result(cfg.runs)
 	r.set("reordered", tot.reordered)
@@ -159,6 +170,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	for p := range phases {
 		r.set("site_silence_ms_"+phaseNames[p], silences[p])
 		r.set("site_ack_wait_ms_"+phaseNames[p], waits[p])
+		r.set("site_long_silences_"+phaseNames[p], long[p])
 		r.set("site_blocked_"+phaseNames[p], blocked[p])
 	}
 	r.MaxGap = slices.Max(silences[phaseOutage])
@@ -272,8 +284,8 @@ var phaseNames = [phases]string{"steady", "outage", "catchup", "after"}
 // acknowledged nothing, the longest an update waited in it for its
 // acknowledgement, and how often it held the source (a full window),
 // polling its counters every 2 ms. Each silence longer than
-// edgeSilenceLog is logged (at debug level: --v) with its start, for
-// finding what the site waited for.
+// edgeLongSilence is counted, and logged (at debug level: --v) with its
+// start, for finding what the site waited for.
 type silenceWatch struct {
 	sink    *jetstreamsink.Sink
 	log     zerolog.Logger
@@ -283,6 +295,7 @@ type silenceWatch struct {
 	phase   int
 	longest [phases]time.Duration
 	waited  [phases]time.Duration
+	long    [phases]int
 	blocked [phases]uint64
 	mark    uint64 // Blocked at the start of the phase
 }
@@ -290,8 +303,9 @@ type silenceWatch struct {
 // edgeClock is the time of day to the millisecond, in the debug log.
 const edgeClock = "15:04:05.000"
 
-// edgeSilenceLog is one publishing interval and a half.
-const edgeSilenceLog = edgePeriod * 3 / 2
+// edgeLongSilence is one publishing interval and a half: a silence
+// longer than that is counted, and logged with -v.
+const edgeLongSilence = edgePeriod * 3 / 2
 
 func watchSilence(s *jetstreamsink.Sink, log zerolog.Logger) *silenceWatch {
 	w := &silenceWatch{sink: s, log: log, stop: make(chan struct{}), done: make(chan struct{}), mark: s.Stats().Blocked}
@@ -310,12 +324,15 @@ func watchSilence(s *jetstreamsink.Sink, log zerolog.Logger) *silenceWatch {
 				w.waited[w.phase] = max(w.waited[w.phase], time.Duration(st.OldestPendingMs*float64(time.Millisecond)))
 				w.mu.Unlock()
 				if st.Acked != last {
-					a := st.Acked
+					a, d := st.Acked, now.Sub(since)
 					w.mu.Lock()
-					w.longest[w.phase] = max(w.longest[w.phase], now.Sub(since))
+					w.longest[w.phase] = max(w.longest[w.phase], d)
 					phase := w.phase
+					if d > edgeLongSilence {
+						w.long[phase]++
+					}
 					w.mu.Unlock()
-					if d := now.Sub(since); d > edgeSilenceLog {
+					if d > edgeLongSilence {
 						w.log.Debug().Str("phase", phaseNames[phase]).Str("from", since.Format(edgeClock)).Dur("silent_ms", d).
 							Int("pending", st.Pending).Float64("oldest_pending_ms", st.OldestPendingMs).Bool("window_full", st.WindowFull).
 							Msg("site silence")
@@ -337,15 +354,15 @@ func (w *silenceWatch) next(p int) {
 	w.mu.Unlock()
 }
 
-// end stops the watch and returns the longest silence, the longest wait
-// and the holds of every phase.
-func (w *silenceWatch) end() (silence, waited [phases]time.Duration, blocked [phases]uint64) {
+// end stops the watch and returns the longest silence, the longest wait,
+// the count of long silences and the holds of every phase.
+func (w *silenceWatch) end() (silence, waited [phases]time.Duration, long [phases]int, blocked [phases]uint64) {
 	w.next(phaseAfter)
 	close(w.stop)
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.longest, w.waited, w.blocked
+	return w.longest, w.waited, w.long, w.blocked
 }
 
 func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, run int) (wanRun, error) {
@@ -410,6 +427,13 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 
 	// The outage.
 	var afterFirst uint64
+	down, heal := e.link.cut, e.link.heal
+	switch cfg.wan {
+	case wanFreeze:
+		down = e.link.freeze
+	case wanNone:
+		down, heal = func() error { return nil }, func() error { return nil }
+	}
 	switch {
 	case plan.flap:
 		for end := time.Now().Add(cfg.flap); time.Now().Before(end); {
@@ -441,10 +465,6 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	default:
 		start := time.Now()
 		cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Str("wan", cfg.wan).Msg("wan down")
-		down := e.link.cut
-		if cfg.wan == wanFreeze {
-			down = e.link.freeze
-		}
 		if err := down(); err != nil {
 			return w, err
 		}
@@ -474,7 +494,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 		return w, err
 	}
 	cfg.log.Debug().Str("at", time.Now().Format(edgeClock)).Uint64("backlog", siteAt-hubAt).Msg("wan healed")
-	if err := e.link.heal(); err != nil {
+	if err := heal(); err != nil {
 		return w, err
 	}
 	watch.next(phaseCatchup)
@@ -510,7 +530,7 @@ func wanOnce(ctx context.Context, e *wanWorld, cfg benchConfig, plan wanPlan, ru
 	if err := sink.Flush(fctx); err != nil {
 		return w, fmt.Errorf("flush: %w", err)
 	}
-	w.silence, w.waited, w.blocked = watch.end()
+	w.silence, w.waited, w.long, w.blocked = watch.end()
 	after := sink.Stats()
 	w.timeouts = after.Timeouts - before.Timeouts
 	w.switches = after.Switches - before.Switches

@@ -27,7 +27,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--standby-level", "251"}, "--standby-level: 251 is out of range (valid 0-250)"},
 		{[]string{"--delay", "-1s"}, "--delay: -1s is out of range (valid 0-1m)"},
 		{[]string{"--outage", "0s"}, "--outage: 0s is out of range (valid 1s-24h)"},
-		{[]string{"--wan", "drop"}, `--wan: "drop" is not valid (valid: cut, freeze)`},
+		{[]string{"--wan", "drop"}, `--wan: "drop" is not valid (valid: cut, freeze, none)`},
 		{[]string{"--flap", "1s"}, "--flap: 1s is out of range (valid 10s-24h)"},
 		{[]string{"--wan-rtt", "-1ms"}, "--wan-rtt: -1ms is out of range (valid 0-10s)"},
 		{[]string{"--hub", "remote"}, `--hub: "remote" is not valid (valid: process, inline)`},
@@ -49,7 +49,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--fleet", "--sink", "jetstream", "--handoff=false", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"--hub-nice", "0", "--dup-window", "30s", "--site", "inline", "-list"}, {"--hub", "inline", "--site", "inline", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--fleet", "--sink", "jetstream", "--handoff=false", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"--wan", "none", "-list"}, {"--hub-nice", "0", "--dup-window", "30s", "--site", "inline", "-list"}, {"--hub", "inline", "--site", "inline", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
 		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatalf("valid flags %v refused: %v", args, err)
 		}
