@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/apbridge/apbridge/internal/cli"
+	"github.com/apbridge/apbridge/testcluster/natstest"
 	"github.com/apbridge/apbridge/uaclient"
 	"github.com/rs/zerolog"
 )
@@ -99,6 +100,9 @@ type benchConfig struct {
 	// dupWindow is the site stream's duplicate window (0: the sink's
 	// default).
 	dupWindow time.Duration
+	// leafCompression is how the site's servers compress what they send
+	// the hub (natstest.WithLeafCompression).
+	leafCompression string
 
 	// via is how config-change brings the change (viaAPI, viaSIGHUP),
 	// source what relays the tags (sourceOPCUA, sourceMx).
@@ -254,6 +258,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.hub, "hub", hubProcess, "edge scenarios: where the hub cluster runs: process (a process of its own, as the hub is other machines) or inline (in the bench's process, sharing its heap and garbage collector with the site)")
 	fs.StringVar(&cfg.site, "site", siteProcess, "edge scenarios: where the site's servers run: process (a process of their own, as the relay and the servers are on a site; needs --hub process) or inline (in the bench's process, beside the relay, the source and the audit)")
 	fs.IntVar(&cfg.hubNice, "hub-nice", 19, "edge scenarios with --hub process: the hub process's nice value (0-19; Linux): the hub stands for other machines, so by default it gets only the CPU the site leaves")
+	fs.StringVar(&cfg.leafCompression, "leaf-compression", edgeLeafCompression, "edge scenarios: how the site's servers compress what they send the hub on their leaf connections: "+strings.Join(natstest.LeafCompressionModes(), ", ")+" (s2_auto, nats-server's default, moves to s2_best once the round trip passes 100 ms, as a catch-up makes it)")
 	fs.DurationVar(&cfg.dupWindow, "dup-window", 0, "edge scenarios: the site stream's duplicateWindow (0: the relay's default, 2m; 1s-24h), what its servers hold a message ID for: about 100 bytes an update each")
 	fs.Uint64Var(&cfg.catchupRate, "catchup-rate", 0, "edge scenarios: rate_limit_bps of the site's source consumer, the hub's catch-up cap in bits/s (0: none; 1000000-10000000000)")
 	fs.StringVar(&cfg.source, "source", sourceOPCUA, "config-change: the tags' source: opcua (the embedded Warm pair) or mx (a pair of simulated gateways; the 100 changed tags change subject, a gateway item having no monitoring settings)")
@@ -368,6 +373,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if cfg.hubNice < 0 || cfg.hubNice > 19 {
 		return fmt.Errorf("--hub-nice: %d is out of range (valid 0-19)", cfg.hubNice)
+	}
+	if !slices.Contains(natstest.LeafCompressionModes(), cfg.leafCompression) {
+		return fmt.Errorf("--leaf-compression: %q is not valid (valid: %s)", cfg.leafCompression, strings.Join(natstest.LeafCompressionModes(), ", "))
 	}
 	if cfg.dupWindow != 0 && (cfg.dupWindow < time.Second || cfg.dupWindow > 24*time.Hour) {
 		return fmt.Errorf("--dup-window: %v is out of range (valid 0, or 1s-24h)", cfg.dupWindow)

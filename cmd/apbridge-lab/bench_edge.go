@@ -30,6 +30,12 @@ const (
 	// edgeFlapCut and edgeFlapUp are the flapping link's rhythm.
 	edgeFlapCut = 5 * time.Second
 	edgeFlapUp  = 5 * time.Second
+	// edgeLeafCompression is how the site's servers compress what they
+	// send the hub, as docs/edge.md configures them: s2_fast, not
+	// nats-server's s2_auto, which moves to s2_best when the catch-up's
+	// load stretches the leaf connection's round trip past 100 ms, and
+	// then takes the site's cores for compressing the backlog.
+	edgeLeafCompression = "s2_fast"
 	// edgeMaxPending is the site relay's publishing window: 3.3 s of the
 	// site's traffic, so that the slower acknowledgements of a site
 	// whose servers also serve the hub's catch-up do not hold the
@@ -161,6 +167,7 @@ func benchWAN(ctx context.Context, cfg benchConfig, plan wanPlan) (*result, erro
 	}
 	r.set("catchup_rate_bps", cfg.catchupRate)
 	r.set("dup_window_s", cfg.dupWindow.Seconds())
+	r.set("leaf_compression", cfg.leafCompression)
 	r.set("backlog_at_heal", backlog/uint64(cfg.runs))
 	r.set("catchup_s", catchups)
 	r.set("catchup_per_s", rates)

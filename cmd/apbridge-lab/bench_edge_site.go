@@ -48,13 +48,14 @@ func runEdgeSite(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	hub := fs.String("hub", "", "the hub's client URLs, comma-separated")
 	domain := fs.String("domain", "", "the site's JetStream domain")
 	grace := fs.Duration("grace", 2*time.Second, "lame-duck grace period of the site's servers")
+	compression := fs.String("leaf-compression", edgeLeafCompression, "how the site's servers compress what they send the hub")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *leaf == "" || *hub == "" || *domain == "" {
 		return fmt.Errorf("edge-site: --leaf, --hub and --domain are required")
 	}
-	o := natstest.EdgeOptions{SiteDomain: *domain, Site: []natstest.Option{natstest.WithLameDuck(*grace+time.Second, *grace)}}
+	o := natstest.EdgeOptions{SiteDomain: *domain, Site: []natstest.Option{natstest.WithLameDuck(*grace+time.Second, *grace), natstest.WithLeafCompression(*compression)}}
 	site, err := natstest.StartSite(ctx, o, strings.Split(*leaf, ",")...)
 	if err != nil {
 		return err
@@ -102,7 +103,7 @@ func startSiteChild(ctx context.Context, cfg benchConfig, hub edgeHubAddr) (*sit
 	c := &siteChild{}
 	p, err := startLabProc(ctx, "site process", cfg.verbose, 0, &c.addr, "edge-site",
 		"--leaf", strings.Join(hub.Leaf, ","), "--hub", strings.Join(hub.URLs, ","),
-		"--domain", hub.SiteDomain, "--grace", cfg.grace.String())
+		"--domain", hub.SiteDomain, "--grace", cfg.grace.String(), "--leaf-compression", cfg.leafCompression)
 	if err != nil {
 		return nil, err
 	}

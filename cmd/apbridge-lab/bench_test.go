@@ -34,6 +34,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--catchup-rate", "1000"}, "--catchup-rate: 1000 is out of range (valid 0, or 1000000-10000000000 bits/s)"},
 		{[]string{"--hz", "0"}, "--hz: 0 is out of range (valid 1-50)"},
 		{[]string{"--site", "remote"}, `--site: "remote" is not valid (valid: process, inline)`},
+		{[]string{"--leaf-compression", "gzip"}, `--leaf-compression: "gzip" is not valid (valid: off, s2_uncompressed, s2_fast, s2_better, s2_best, s2_auto)`},
 		{[]string{"--hub", "inline"}, "--site process (the default) needs --hub process; with --hub inline give --site inline"},
 		{[]string{"--hub-nice", "20"}, "--hub-nice: 20 is out of range (valid 0-19)"},
 		{[]string{"--dup-window", "500ms"}, "--dup-window: 500ms is out of range (valid 0, or 1s-24h)"},
@@ -49,7 +50,7 @@ func TestBenchFlagErrors(t *testing.T) {
 	}
 	// The control: a valid memory limit passes validation (-list then exits
 	// before any scenario runs).
-	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--fleet", "--sink", "jetstream", "--handoff=false", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"--wan", "none", "-list"}, {"--hub-nice", "0", "--dup-window", "30s", "--site", "inline", "-list"}, {"--hub", "inline", "--site", "inline", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
+	for _, args := range [][]string{{"--relay-memlimit", "40MiB", "-list"}, {"--fleet", "--sink", "jetstream", "-list"}, {"--fleet", "--sink", "jetstream", "--handoff=false", "-list"}, {"--outage", "2h", "--wan", "freeze", "-list"}, {"--wan", "none", "-list"}, {"--leaf-compression", "s2_auto", "-list"}, {"--hub-nice", "0", "--dup-window", "30s", "--site", "inline", "-list"}, {"--hub", "inline", "--site", "inline", "-list"}, {"relay-restart", "--runs", "10", "-list"}} {
 		if err := runBench(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatalf("valid flags %v refused: %v", args, err)
 		}

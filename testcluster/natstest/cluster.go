@@ -177,6 +177,7 @@ func (n *Node) options() (*server.Options, error) {
 		// A leaf node retries its remote every second by default; a test
 		// of a healed WAN wants it back sooner.
 		o.LeafNode.ReconnectInterval = 250 * time.Millisecond
+		r.Compression.Mode = cfg.leafCompression
 		o.LeafNode.Remotes = []*server.RemoteLeafOpts{r}
 	}
 	if n.proxy != nil {

@@ -102,3 +102,41 @@ func TestEdgeCatchupRate(t *testing.T) {
 		t.Fatalf("the uncapped source took %v, the capped %v: the control is not faster, the comparison shows nothing", free, capped)
 	}
 }
+
+// TestEdgeLeafCompression is WithLeafCompression: the site's leaf
+// connection sends in the mode it was given. The control is a site
+// without it, whose connection is in another mode: the option, not the
+// server's default, set the first.
+func TestEdgeLeafCompression(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e, err := StartHub(ctx, EdgeOptions{HubNodes: 1, SiteNodes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	mode := func(opts ...Option) string {
+		t.Helper()
+		site, err := StartSite(ctx, EdgeOptions{SiteNodes: 1, SiteDomain: "site", Site: opts}, e.LeafURLs()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer site.Close()
+		var got string
+		waitFor(t, "the site's leaf connection", 30*time.Second, func() bool {
+			lz, err := site.Node(0).Server().Leafz(nil)
+			if err != nil || len(lz.Leafs) == 0 {
+				return false
+			}
+			got = lz.Leafs[0].Compression
+			return true
+		})
+		return got
+	}
+	if got := mode(WithLeafCompression("s2_fast")); got != "s2_fast" {
+		t.Fatalf("leaf connection with WithLeafCompression(s2_fast) compresses %q", got)
+	}
+	if got := mode(); got == "s2_fast" {
+		t.Fatalf("leaf connection without WithLeafCompression compresses %q too: the test cannot tell the option's effect", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type config struct {
 	// as a leaf node (WithLeafRemotes).
 	leafListen  bool
 	leafRemotes []string
+	// leafCompression is WithLeafCompression's mode of the leaf remotes,
+	// "" for the server's default (s2_auto).
+	leafCompression string
 }
 
 // newConfig applies opts to the defaults (see option.Apply).
@@ -213,6 +217,29 @@ func WithDomain(d string) Option {
 // dials (Node.LeafURL), where a test cuts, freezes or slows the WAN.
 func WithLeafListen() Option {
 	return func(c *config) error { c.leafListen = true; return nil }
+}
+
+// LeafCompressionModes are the modes WithLeafCompression takes, as
+// nats-server names them.
+func LeafCompressionModes() []string {
+	return []string{"off", "s2_uncompressed", "s2_fast", "s2_better", "s2_best", "s2_auto"}
+}
+
+// WithLeafCompression sets how every node compresses what it sends on its
+// leaf connections (WithLeafRemotes): off, s2_uncompressed, s2_fast,
+// s2_better, s2_best or s2_auto. Without it the server's default,
+// s2_auto, picks the mode from the connection's round trip and moves to
+// s2_best when the round trip passes 100 ms, which a site's own load does
+// in a catch-up: its servers then spend their cores compressing the
+// backlog.
+func WithLeafCompression(mode string) Option {
+	return func(c *config) error {
+		if !slices.Contains(LeafCompressionModes(), mode) {
+			return fmt.Errorf("natstest: WithLeafCompression(%q): not a mode (valid: %s)", mode, strings.Join(LeafCompressionModes(), ", "))
+		}
+		c.leafCompression = mode
+		return nil
+	}
 }
 
 // WithLeafRemotes makes every node a leaf node of the servers at urls

@@ -38,9 +38,10 @@ func TestOptionsRejectBadValues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	bad := map[string]Option{
-		"WithClientRTT":    WithClientRTT(-time.Millisecond),
-		"WithReadyTimeout": WithReadyTimeout(0),
-		"WithNodes":        WithNodes(0),
+		"WithClientRTT":       WithClientRTT(-time.Millisecond),
+		"WithReadyTimeout":    WithReadyTimeout(0),
+		"WithNodes":           WithNodes(0),
+		"WithLeafCompression": WithLeafCompression("s2"),
 	}
 	for name, o := range bad {
 		c, err := Start(ctx, o)
