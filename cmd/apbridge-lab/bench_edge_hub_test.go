@@ -17,7 +17,7 @@ import (
 func TestEdgeHubProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w, err := startWANWorld(ctx, benchConfig{hub: hubProcess, grace: 2 * time.Second})
+	w, err := startWANWorld(ctx, benchConfig{hub: hubProcess, grace: 2 * time.Second, leafCompression: edgeLeafCompression})
 	if err != nil {
 		t.Fatal(err)
 	}

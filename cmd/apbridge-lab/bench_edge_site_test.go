@@ -20,7 +20,7 @@ import (
 func TestEdgeSiteProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w, err := startWANWorld(ctx, benchConfig{hub: hubProcess, site: siteProcess, grace: time.Second})
+	w, err := startWANWorld(ctx, benchConfig{hub: hubProcess, site: siteProcess, grace: time.Second, leafCompression: edgeLeafCompression})
 	if err != nil {
 		t.Fatal(err)
 	}
