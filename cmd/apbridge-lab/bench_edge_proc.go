@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/apbridge/apbridge/internal/tailbuf"
 )
 
 // errEndedEarly is a labProc that ended before it said where it listens.
@@ -38,8 +40,8 @@ func startLabProc(ctx context.Context, name string, verbose bool, nice int, addr
 		return nil, err
 	}
 	cmd := exec.Command(exe, args...)
-	var errTail tailWriter // what it said before it ended, without -v
-	cmd.Stderr = &errTail
+	errTail := tailbuf.New(4 << 10) // what it said before it ended, without -v
+	cmd.Stderr = errTail
 	if verbose {
 		cmd.Stderr = os.Stderr
 	}
@@ -127,26 +129,4 @@ func serveCommands(in io.Reader, out io.Writer, addr any, do func(verb, arg stri
 		}
 	}
 	return lines.Err()
-}
-
-// tailWriter keeps the last 4 KiB written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (w *tailWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, b...)
-	if over := len(w.buf) - 4096; over > 0 {
-		w.buf = append(w.buf[:0], w.buf[over:]...)
-	}
-	return len(b), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
 }

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apbridge/apbridge/internal/tailbuf"
 	"github.com/gopcua/opcua"
 	"github.com/gopcua/opcua/ua"
 )
@@ -90,7 +91,7 @@ type Server struct {
 	stdin  io.WriteCloser
 	lines  chan string
 	done   chan struct{}
-	stderr *tail
+	stderr *tailbuf.Buffer
 
 	closeOnce sync.Once
 }
@@ -161,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cmd := exec.Command("node", filepath.Join(scriptDir(), "server.js"), string(js))
 	cmd.Dir = scriptDir()
-	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: &tail{max: 8 << 10},
+	s := &Server{cmd: cmd, lines: make(chan string, 16), done: make(chan struct{}), stderr: tailbuf.New(8 << 10),
 		ApplicationURI: cfg.ApplicationURI}
 	cmd.Stderr = s.stderr
 	if s.stdin, err = cmd.StdinPipe(); err != nil {
@@ -253,29 +254,6 @@ func (s *Server) Close() { s.Kill() }
 
 // Stderr returns the last of what the server wrote to stderr.
 func (s *Server) Stderr() string { return s.stderr.String() }
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}
 
 // StartT starts a server for t and closes it when t ends.
 func StartT(t testing.TB, cfg Config) *Server {
