@@ -17,13 +17,18 @@ import (
 // duplicate window keeps one copy. docs/jetstream.md says when two
 // different updates could share an ID.
 func MessageID(source string, u *Update) string {
-	sum := MessageIDSum(source, u)
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+	return MessageIDSum(source, u).String()
 }
 
-// MessageIDSum returns the 16 bytes MessageID is the unpadded base64url
-// text of: for a record of many IDs that holds no pointers.
-func MessageIDSum(source string, u *Update) [16]byte {
+// IDSum is the 16 bytes of a message ID: for a record of many IDs that
+// holds no pointers.
+type IDSum [16]byte
+
+// String returns the message ID: the unpadded base64url text of the sum.
+func (s IDSum) String() string { return base64.RawURLEncoding.EncodeToString(s[:]) }
+
+// MessageIDSum returns the sum MessageID is the text of.
+func MessageIDSum(source string, u *Update) IDSum {
 	var buf [256]byte
 	b := append(buf[:0], "apb1"...)
 	b = appendField(b, source)
@@ -42,7 +47,7 @@ func MessageIDSum(source string, u *Update) [16]byte {
 	b = appendValue(b, u.Value)
 	b = appendField(b, u.Err)
 	sum := sha256.Sum256(b)
-	return [16]byte(sum[:16])
+	return IDSum(sum[:16])
 }
 
 func appendField(b []byte, s string) []byte {

@@ -2,7 +2,6 @@ package simsource
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"sync"
 
@@ -41,7 +40,7 @@ type Shared struct {
 // not scanned by the garbage collector, which the whole update was.
 type produced struct {
 	handle uint32
-	id     [16]byte
+	id     wire.IDSum
 }
 
 // NewShared returns a shared source named name over a new Source.
@@ -179,7 +178,7 @@ func (s *Shared) ExpectedIDs(subject func(tag string) string) map[string][]strin
 	out := map[string][]string{}
 	for _, p := range s.log {
 		subj := subject(s.names[p.handle])
-		out[subj] = append(out[subj], base64.RawURLEncoding.EncodeToString(p.id[:]))
+		out[subj] = append(out[subj], p.id.String())
 	}
 	return out
 }
