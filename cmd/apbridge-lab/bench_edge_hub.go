@@ -77,7 +77,7 @@ type wanLink interface {
 // startWANWorld starts the hub (as cfg.hub says) and the site of the WAN
 // scenarios, linked.
 func startWANWorld(ctx context.Context, cfg benchConfig) (*wanWorld, error) {
-	o := natstest.EdgeOptions{Site: []natstest.Option{natstest.WithLameDuck(cfg.grace+time.Second, cfg.grace), natstest.WithLeafCompression(cfg.leafCompression)}}
+	o := natstest.EdgeOptions{Site: edgeSiteOptions(cfg.grace, cfg.leafCompression)}
 	if cfg.hub == hubInline {
 		e, err := natstest.StartEdge(ctx, o)
 		if err != nil {

@@ -55,7 +55,7 @@ func runEdgeSite(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *leaf == "" || *hub == "" || *domain == "" {
 		return fmt.Errorf("edge-site: --leaf, --hub and --domain are required")
 	}
-	o := natstest.EdgeOptions{SiteDomain: *domain, Site: []natstest.Option{natstest.WithLameDuck(*grace+time.Second, *grace), natstest.WithLeafCompression(*compression)}}
+	o := natstest.EdgeOptions{SiteDomain: *domain, Site: edgeSiteOptions(*grace, *compression)}
 	site, err := natstest.StartSite(ctx, o, strings.Split(*leaf, ",")...)
 	if err != nil {
 		return err
@@ -76,6 +76,13 @@ func runEdgeSite(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return fmt.Errorf("unknown command %q", verb)
 		}
 	})
+}
+
+// edgeSiteOptions are the site servers' options, whether they run in the
+// bench's process or in the site's: a lame-duck grace period and the
+// compression of what they send the hub.
+func edgeSiteOptions(grace time.Duration, compression string) []natstest.Option {
+	return []natstest.Option{natstest.WithLameDuck(grace+time.Second, grace), natstest.WithLeafCompression(compression)}
 }
 
 // waitLinkedTo waits, at most a minute, until site is linked to the hub
